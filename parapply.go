@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // LSN is a position in the publisher's write-ahead log; progress is measured,
@@ -97,3 +98,6 @@ type Value struct {
 
 // Tuple is a row image, one Value per published column, in relation order.
 type Tuple []Value
+
+// ZeroTime is the zero time.Time, for positions that carry no commit time.
+var ZeroTime time.Time

@@ -1,0 +1,672 @@
+// Package apply writes decoded changes to the target database. Consecutive
+// changes of the same kind and shape on the same table form a run that becomes
+// one set-based statement (INSERT ... SELECT FROM unnest, UPDATE ... FROM
+// unnest, DELETE ... USING unnest); statements are queued and sent pipelined,
+// so a small source transaction costs one round trip, BEGIN to COMMIT.
+//
+// Order within a source transaction is kept: a run is closed before a change
+// whose key (old or new replica identity value) the run already touches, so
+// a statement never sees two changes of one row.
+package apply
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/progress"
+)
+
+// Config shapes a target connection.
+type Config struct {
+	DSN string
+	// AppName is the connection's application_name on the target.
+	AppName string
+	// Slot names the progress row this applier writes.
+	Slot string
+	// SynchronousCommit is the target session's synchronous_commit; "off"
+	// (the default, as for built-in subscriptions) is safe because the
+	// publisher is only told positions the target has flushed.
+	SynchronousCommit string
+	// BatchRows caps the rows of one set-based statement.
+	BatchRows int
+	// PipelineBytes caps the parameter bytes queued before a round trip.
+	PipelineBytes int
+}
+
+// Defaults for Config.
+const (
+	DefaultBatchRows     = 10000
+	DefaultPipelineBytes = 8 << 20
+)
+
+// Stats are the applier's running totals, readable while it works.
+type Stats struct {
+	Txns, Inserts, Updates, Deletes, Truncates, Statements atomic.Int64
+	// Missing counts updates and deletes whose row was not found on the
+	// target (the built-in subscription's update_missing / delete_missing).
+	Missing atomic.Int64
+}
+
+// Rows returns the number of row changes applied.
+func (s *Stats) Rows() int64 { return s.Inserts.Load() + s.Updates.Load() + s.Deletes.Load() }
+
+// Txn identifies the source transaction being applied, for progress and
+// for errors.
+type Txn struct {
+	XID        parapply.XID
+	CommitLSN  parapply.LSN
+	CommitTime time.Time
+}
+
+// Applier owns one target connection and applies one transaction at a time.
+// Not goroutine safe.
+type Applier struct {
+	cfg    Config
+	conn   *pgx.Conn
+	tables map[uint32]*Table
+	sql    map[string]string
+	Stats  Stats
+
+	txn    Txn
+	inTxn  bool
+	began  bool
+	batch  *pgx.Batch
+	ops    []op
+	qbytes int
+	run    run
+
+	mask, keybuf, key2buf []byte
+	syncCommit           bool
+}
+
+type op struct {
+	what string // for errors: "update of public.t (300 rows)"
+	rows int    // expected rows affected, -1 when not checked
+}
+
+type run struct {
+	table    *Table
+	kind     byte
+	shape    []byte
+	sql      string
+	params   [][][]byte
+	rows     int
+	bytes    int
+	keys     map[string]struct{}
+	closed   bool
+	fallback bool
+}
+
+// Open connects to the target and prepares the session like the built-in
+// apply worker's: session_replication_role = replica, so triggers and
+// foreign keys act as they do for replicated changes.
+func Open(ctx context.Context, cfg Config) (*Applier, error) {
+	if cfg.BatchRows <= 0 {
+		cfg.BatchRows = DefaultBatchRows
+	}
+	if cfg.PipelineBytes <= 0 {
+		cfg.PipelineBytes = DefaultPipelineBytes
+	}
+	if cfg.SynchronousCommit == "" {
+		cfg.SynchronousCommit = "off"
+	}
+	cc, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("target DSN: %w", err)
+	}
+	if cfg.AppName != "" {
+		cc.RuntimeParams["application_name"] = cfg.AppName
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
+	}
+	a := &Applier{cfg: cfg, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}}
+	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
+	set := []struct{ name, value, hint string }{
+		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
+		{"synchronous_commit", cfg.SynchronousCommit, "use one of on, remote_apply, remote_write, local, off"},
+		{"search_path", "pg_catalog", ""},
+		{"datestyle", "ISO", ""},
+		{"intervalstyle", "postgres", ""},
+		{"extra_float_digits", "3", ""},
+	}
+	for _, s := range set {
+		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
+			conn.Close(ctx)
+			return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
+		}
+	}
+	return a, nil
+}
+
+// Conn exposes the target connection for progress bookkeeping between
+// transactions.
+func (a *Applier) Conn() *pgx.Conn { return a.conn }
+
+// SyncCommit reports whether target commits are durable when they return.
+func (a *Applier) SyncCommit() bool { return a.syncCommit }
+
+// Close closes the target connection; an open transaction is rolled back by
+// the server.
+func (a *Applier) Close(ctx context.Context) error { return a.conn.Close(ctx) }
+
+// Relation records (or replaces, on a schema change) the description of a
+// published table and maps it onto the target table.
+func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
+	if a.run.table != nil && a.run.table.Rel.ID == rel.ID {
+		if err := a.flushRun(ctx); err != nil {
+			return err
+		}
+	}
+	t, err := LoadTable(ctx, a.conn, rel)
+	if err != nil {
+		return err
+	}
+	a.tables[rel.ID] = t
+	for k := range a.sql {
+		if binary.BigEndian.Uint32([]byte(k)) == rel.ID {
+			delete(a.sql, k)
+		}
+	}
+	return nil
+}
+
+func (a *Applier) table(id uint32) (*Table, error) {
+	t, ok := a.tables[id]
+	if !ok {
+		return nil, fmt.Errorf("change for relation id %d before its relation message (protocol error)", id)
+	}
+	return t, nil
+}
+
+// Begin starts applying a source transaction. Nothing is sent until the
+// first statement is due.
+func (a *Applier) Begin(txn Txn) {
+	a.txn = txn
+	a.inTxn = true
+	a.began = false
+}
+
+// InTxn reports whether a source transaction is being applied.
+func (a *Applier) InTxn() bool { return a.inTxn }
+
+func (a *Applier) queue(sql string, what string, rows int, args ...any) {
+	if !a.began {
+		a.batch.Queue("BEGIN")
+		a.ops = append(a.ops, op{what: "BEGIN", rows: -1})
+		a.began = true
+	}
+	a.batch.Queue(sql, args...)
+	a.ops = append(a.ops, op{what: what, rows: rows})
+}
+
+func (a *Applier) describe() string {
+	return fmt.Sprintf("source transaction %d (commit %s)", a.txn.XID, a.txn.CommitLSN)
+}
+
+// send performs one round trip with everything queued.
+func (a *Applier) send(ctx context.Context) error {
+	if len(a.ops) == 0 {
+		return nil
+	}
+	batch, ops := a.batch, a.ops
+	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
+	br := a.conn.SendBatch(ctx, batch)
+	for _, o := range ops {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("applying %s of %s: %w", o.what, a.describe(), err)
+		}
+		if o.rows >= 0 {
+			a.Stats.Statements.Add(1)
+			if n := tag.RowsAffected(); n < int64(o.rows) {
+				a.Stats.Missing.Add(int64(o.rows) - n)
+			}
+		}
+	}
+	return br.Close()
+}
+
+func (a *Applier) sqlFor(t *Table, kind byte, shape []byte, build func() string) string {
+	key := make([]byte, 5, 5+len(shape))
+	binary.BigEndian.PutUint32(key, t.Rel.ID)
+	key[4] = kind
+	key = append(key, shape...)
+	if s, ok := a.sql[string(key)]; ok {
+		return s
+	}
+	s := build()
+	a.sql[string(key)] = s
+	return s
+}
+
+// startRun opens a new run, closing the current one if it cannot take a
+// change of this table, kind and shape.
+func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, nparams int, build func() string) error {
+	r := &a.run
+	if r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, a.mask) && r.rows < a.cfg.BatchRows {
+		return nil
+	}
+	if err := a.flushRun(ctx); err != nil {
+		return err
+	}
+	r.table, r.kind, r.closed = t, kind, false
+	r.shape = append(r.shape[:0], a.mask...)
+	r.sql = a.sqlFor(t, kind, a.mask, build)
+	r.params = make([][][]byte, nparams)
+	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
+	return nil
+}
+
+// touch records a key in the current run; it reports false when the run
+// already holds it (the change must go to a new statement).
+func (r *run) touch(key []byte) bool {
+	if r.keys == nil {
+		r.keys = map[string]struct{}{}
+	}
+	if _, ok := r.keys[string(key)]; ok {
+		return false
+	}
+	r.keys[string(key)] = struct{}{}
+	return true
+}
+
+func (r *run) has(key []byte) bool {
+	_, ok := r.keys[string(key)]
+	return ok
+}
+
+func appendKey(buf []byte, tup parapply.Tuple, cols []int) []byte {
+	buf = buf[:0]
+	for _, c := range cols {
+		v := tup[c]
+		buf = append(buf, v.Kind)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v.Data)))
+		buf = append(buf, v.Data...)
+	}
+	return buf
+}
+
+func (r *run) add(vals ...[]byte) {
+	for i, v := range vals {
+		r.params[i] = append(r.params[i], v)
+		r.bytes += len(v)
+	}
+	r.rows++
+}
+
+func data(v parapply.Value) []byte {
+	if v.Kind == parapply.ValueNull {
+		return nil
+	}
+	if v.Data == nil {
+		return []byte{}
+	}
+	return v.Data
+}
+
+func checkTuple(t *Table, tup parapply.Tuple, what string) error {
+	if len(tup) != len(t.Rel.Columns) {
+		return fmt.Errorf("%s of %s carries %d columns, its relation message %d (protocol error)", what, t.Name, len(tup), len(t.Rel.Columns))
+	}
+	for i, v := range tup {
+		if v.Kind == parapply.ValueBinary {
+			return fmt.Errorf("%s of %s: column %s arrived in binary format, which this applier does not take; do not request binary", what, t.Name, t.Rel.Columns[i].Name)
+		}
+	}
+	return nil
+}
+
+// present fills a.mask with the columns of tup that carry a value the target
+// takes, returning their indexes.
+func (a *Applier) present(t *Table, tup parapply.Tuple, skip []int) []int {
+	a.mask = a.mask[:0]
+	var cols []int
+	for i, v := range tup {
+		ok := v.Kind != parapply.ValueUnchanged && t.Types[i] != "" && !contains(skip, i)
+		if ok {
+			cols = append(cols, i)
+			a.mask = append(a.mask, 1)
+		} else {
+			a.mask = append(a.mask, 0)
+		}
+	}
+	return cols
+}
+
+func contains(s []int, x int) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Insert queues an INSERT of tup into relation rel.
+func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
+	t, err := a.table(rel)
+	if err != nil {
+		return err
+	}
+	if err := checkTuple(t, tup, "insert"); err != nil {
+		return err
+	}
+	cols := a.present(t, tup, nil)
+	if err := a.startRun(ctx, t, 'I', len(cols), func() string { return InsertSQL(t, cols) }); err != nil {
+		return err
+	}
+	r := &a.run
+	for i, c := range cols {
+		r.params[i] = append(r.params[i], data(tup[c]))
+		r.bytes += len(tup[c].Data)
+	}
+	r.rows++
+	a.Stats.Inserts.Add(1)
+	return a.maybeFlush(ctx)
+}
+
+// Update queues an UPDATE. oldKind is 0 (key unchanged, no old image), 'K'
+// (old key) or 'O' (old row, REPLICA IDENTITY FULL).
+func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new parapply.Tuple) error {
+	t, err := a.table(rel)
+	if err != nil {
+		return err
+	}
+	if err := checkTuple(t, new, "update"); err != nil {
+		return err
+	}
+	if oldKind != 0 {
+		if err := checkTuple(t, old, "update"); err != nil {
+			return err
+		}
+	}
+	a.Stats.Updates.Add(1)
+	if t.Full {
+		if oldKind != 'O' {
+			return fmt.Errorf("update of %s (REPLICA IDENTITY FULL) came without its old row (protocol error)", t.Name)
+		}
+		return a.full(ctx, t, 'F', old, new)
+	}
+	if len(t.Key) == 0 {
+		return fmt.Errorf("update of %s: the table has no replica identity key on the publisher; set REPLICA IDENTITY there", t.Name)
+	}
+	keySrc := new
+	var skip []int
+	if oldKind != 0 {
+		keySrc = old
+	} else {
+		skip = t.Key // key unchanged: no need to set it
+	}
+	set := a.present(t, new, skip)
+	if len(set) == 0 {
+		return nil
+	}
+	key := t.Key
+	if err := a.startRun(ctx, t, 'U', len(key)+len(set), func() string { return UpdateSQL(t, key, set) }); err != nil {
+		return err
+	}
+	a.keybuf = appendKey(a.keybuf, keySrc, key)
+	a.key2buf = appendKey(a.key2buf, new, key)
+	if oldKind == 0 {
+		a.key2buf = a.key2buf[:0]
+	}
+	if a.run.has(a.keybuf) || (len(a.key2buf) > 0 && a.run.has(a.key2buf)) {
+		a.run.closed = true
+		if err := a.startRun(ctx, t, 'U', len(key)+len(set), func() string { return UpdateSQL(t, key, set) }); err != nil {
+			return err
+		}
+	}
+	a.run.touch(a.keybuf)
+	if len(a.key2buf) > 0 {
+		a.run.touch(a.key2buf)
+	}
+	r := &a.run
+	for i, c := range key {
+		r.params[i] = append(r.params[i], data(keySrc[c]))
+	}
+	for i, c := range set {
+		r.params[len(key)+i] = append(r.params[len(key)+i], data(new[c]))
+		r.bytes += len(new[c].Data)
+	}
+	r.rows++
+	return a.maybeFlush(ctx)
+}
+
+// full queues an update ('F') or delete ('X') under REPLICA IDENTITY FULL.
+func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapply.Tuple) error {
+	oldCols := a.present(t, old, nil)
+	oldMask := append([]byte(nil), a.mask...)
+	var set []int
+	build := func() string { return DeleteFullSQL(t, oldCols) }
+	if kind == 'F' {
+		set = a.present(t, new, nil)
+		if len(set) == 0 {
+			return nil
+		}
+		build = func() string { return UpdateFullSQL(t, oldCols, set) }
+	} else {
+		a.mask = a.mask[:0]
+	}
+	a.mask = append(a.mask, oldMask...)
+	all := make([]int, len(t.Rel.Columns))
+	for i := range all {
+		all[i] = i
+	}
+	a.keybuf = appendKey(a.keybuf, old, all)
+	for attempt := 0; ; attempt++ {
+		if err := a.startRun(ctx, t, kind, len(oldCols)+len(set), build); err != nil {
+			return err
+		}
+		if !a.run.has(a.keybuf) || attempt > 0 {
+			break
+		}
+		a.run.closed = true
+	}
+	a.run.touch(a.keybuf)
+	r := &a.run
+	for i, c := range oldCols {
+		r.params[i] = append(r.params[i], data(old[c]))
+		r.bytes += len(old[c].Data)
+	}
+	for i, c := range set {
+		r.params[len(oldCols)+i] = append(r.params[len(oldCols)+i], data(new[c]))
+		r.bytes += len(new[c].Data)
+	}
+	r.rows++
+	if kind == 'F' {
+		unchanged := false
+		for _, v := range new {
+			unchanged = unchanged || v.Kind == parapply.ValueUnchanged
+		}
+		if unchanged {
+			// The next change of this row names an old image we cannot
+			// spell out here: let it start a new statement.
+			r.closed = true
+		} else {
+			a.keybuf = appendKey(a.keybuf, new, all)
+			r.touch(a.keybuf)
+		}
+	}
+	return a.maybeFlush(ctx)
+}
+
+// Delete queues a DELETE of the row old identifies.
+func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old parapply.Tuple) error {
+	t, err := a.table(rel)
+	if err != nil {
+		return err
+	}
+	if err := checkTuple(t, old, "delete"); err != nil {
+		return err
+	}
+	a.Stats.Deletes.Add(1)
+	if t.Full {
+		return a.full(ctx, t, 'X', old, nil)
+	}
+	if len(t.Key) == 0 {
+		return fmt.Errorf("delete from %s: the table has no replica identity key on the publisher; set REPLICA IDENTITY there", t.Name)
+	}
+	key := t.Key
+	a.mask = a.mask[:0]
+	if err := a.startRun(ctx, t, 'D', len(key), func() string { return DeleteSQL(t, key) }); err != nil {
+		return err
+	}
+	a.keybuf = appendKey(a.keybuf, old, key)
+	if a.run.has(a.keybuf) {
+		a.run.closed = true
+		if err := a.startRun(ctx, t, 'D', len(key), func() string { return DeleteSQL(t, key) }); err != nil {
+			return err
+		}
+	}
+	a.run.touch(a.keybuf)
+	r := &a.run
+	for i, c := range key {
+		r.params[i] = append(r.params[i], data(old[c]))
+		r.bytes += len(old[c].Data)
+	}
+	r.rows++
+	return a.maybeFlush(ctx)
+}
+
+// Truncate queues a TRUNCATE of the given relations with the publisher's
+// options.
+func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart bool) error {
+	if err := a.flushRun(ctx); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(rels))
+	for _, id := range rels {
+		t, err := a.table(id)
+		if err != nil {
+			return err
+		}
+		names = append(names, t.Name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	a.queue(TruncateSQL(names, cascade, restart), "truncate", -1)
+	a.Stats.Truncates.Add(1)
+	return nil
+}
+
+func (a *Applier) maybeFlush(ctx context.Context) error {
+	if a.run.rows >= a.cfg.BatchRows || a.run.bytes+a.qbytes >= a.cfg.PipelineBytes {
+		if err := a.flushRun(ctx); err != nil {
+			return err
+		}
+		return a.send(ctx)
+	}
+	return nil
+}
+
+var kindNames = map[byte]string{'I': "insert", 'U': "update", 'F': "update", 'D': "delete", 'X': "delete"}
+
+// flushRun turns the current run into a queued statement.
+func (a *Applier) flushRun(ctx context.Context) error {
+	r := &a.run
+	if r.table == nil || r.rows == 0 {
+		r.table, r.rows, r.bytes, r.keys = nil, 0, 0, nil
+		return nil
+	}
+	args := make([]any, len(r.params))
+	for i, p := range r.params {
+		args[i] = p
+	}
+	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
+	expect := r.rows
+	if r.kind == 'I' {
+		expect = -1
+	}
+	var err error
+	if r.fallback {
+		err = a.withFallback(ctx, r, args, what, expect)
+	} else {
+		a.queue(r.sql, what, expect, args...)
+		a.qbytes += r.bytes
+	}
+	r.table, r.rows, r.bytes, r.keys, r.params = nil, 0, 0, nil, nil
+	return err
+}
+
+// withFallback runs an UPDATE on a table with unique indexes beyond its key
+// under a savepoint: if the set-based statement hits a unique violation that
+// row order would have avoided, it is rolled back and replayed row by row.
+func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
+	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
+	a.queue(r.sql, what, expect, args...)
+	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
+	err := a.send(ctx)
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" || r.rows == 1 {
+		return err
+	}
+	if _, err := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT parapply_run"); err != nil {
+		return fmt.Errorf("rolling back a set-based update of %s: %w", r.table.Name, err)
+	}
+	for i := 0; i < r.rows; i++ {
+		one := make([]any, len(r.params))
+		for j, p := range r.params {
+			one[j] = [][]byte{p[i]}
+		}
+		a.queue(r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
+	}
+	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
+	return a.send(ctx)
+}
+
+// Commit finishes the source transaction: its last statements, the progress
+// row and COMMIT go in one round trip. It returns the target's WAL insert
+// position after the commit and its flush position, for the Tracker.
+func (a *Applier) Commit(ctx context.Context, endLSN parapply.LSN) (local, flushed parapply.LSN, err error) {
+	a.inTxn = false
+	if err := a.flushRun(ctx); err != nil {
+		return 0, 0, err
+	}
+	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, a.txn.CommitLSN.String(), endLSN.String(), int64(a.txn.XID), a.txn.CommitTime)
+	a.batch.Queue("COMMIT")
+	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return 0, 0, err
+	}
+	a.Stats.Txns.Add(1)
+	local, flushed, err = a.WALPositions(ctx)
+	return local, flushed, err
+}
+
+// WALPositions reads the target's WAL insert and flush positions.
+func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN, err error) {
+	var i, f string
+	if err := a.conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text").Scan(&i, &f); err != nil {
+		return 0, 0, fmt.Errorf("reading the target's WAL position: %w", err)
+	}
+	if insert, err = parapply.ParseLSN(i); err != nil {
+		return 0, 0, err
+	}
+	flush, err = parapply.ParseLSN(f)
+	return insert, flush, err
+}
+
+func (a *Applier) rollback(ctx context.Context) {
+	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
+	a.run = run{}
+	if a.began {
+		_, _ = a.conn.Exec(ctx, "ROLLBACK")
+	}
+	a.began, a.inTxn = false, false
+}
+
+// Abort abandons the transaction being applied.
+func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }

@@ -1,0 +1,137 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+)
+
+// Table maps a publisher relation onto its target table: which target type
+// each published column is cast to, which columns are skipped, and how a row
+// is located.
+type Table struct {
+	Rel  *parapply.Relation
+	Name string // quoted, schema-qualified target name
+	// Types holds, per published column, the target type to cast the text
+	// value to; "" marks a column the target does not take (generated).
+	Types []string
+	// Key lists the published columns that locate a row (replica identity).
+	Key []int
+	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
+	// values, NULL-safe, one target row per change.
+	Full bool
+	// ExtraUnique is true when the target has a unique index beyond the one
+	// the key uses: a set-based UPDATE could then hit a transient duplicate
+	// that row-by-row order would not, so such updates run under a savepoint
+	// and fall back to row order.
+	ExtraUnique bool
+}
+
+// ErrSchema marks a published table the target cannot take as it is.
+var ErrSchema = errors.New("target schema does not match the publication")
+
+// LoadTable reads the target's catalog for the table rel names and checks
+// that every published column exists there.
+func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Table, error) {
+	t := &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}
+	ns := rel.Namespace
+	if ns == "" {
+		ns = "pg_catalog"
+	}
+	var oid uint32
+	var kind string
+	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the target catalog for %s: %w", t.Name, err)
+	}
+	if kind != "r" && kind != "p" {
+		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
+	}
+	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '' FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("reading columns of %s on the target: %w", t.Name, err)
+	}
+	type col struct {
+		typ       string
+		generated bool
+	}
+	cols := map[string]col{}
+	for rows.Next() {
+		var name, typ string
+		var gen bool
+		if err := rows.Scan(&name, &typ, &gen); err != nil {
+			return nil, err
+		}
+		cols[name] = col{typ, gen}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	t.Types = make([]string, len(rel.Columns))
+	for i, c := range rel.Columns {
+		tc, ok := cols[c.Name]
+		if !ok {
+			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), t.Name, t.Name, parapply.QuoteIdent(c.Name))
+		}
+		if !tc.generated {
+			t.Types[i] = tc.typ
+		}
+		if c.Key {
+			t.Key = append(t.Key, i)
+		}
+	}
+	if !t.Full && len(t.Key) == 0 && rel.ReplicaIdentity != parapply.IdentityNothing {
+		// No key flagged (a table with REPLICA IDENTITY DEFAULT and no primary key): only inserts can be published.
+		t.Key = nil
+	}
+	// Unique indexes on the target beyond the one matching the key.
+	var keyNames []string
+	for _, k := range t.Key {
+		keyNames = append(keyNames, rel.Columns[k].Name)
+	}
+	irows, err := conn.Query(ctx, `SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1 AND i.indisunique GROUP BY i.indexrelid`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
+	}
+	keySet := strings.Join(sortedCopy(keyNames), ",")
+	for irows.Next() {
+		var names []string
+		if err := irows.Scan(&names); err != nil {
+			return nil, err
+		}
+		if t.Full || strings.Join(names, ",") != keySet {
+			t.ExtraUnique = true
+		}
+	}
+	return t, irows.Err()
+}
+
+func sortedCopy(s []string) []string {
+	c := append([]string(nil), s...)
+	for i := 1; i < len(c); i++ {
+		for j := i; j > 0 && c[j] < c[j-1]; j-- {
+			c[j], c[j-1] = c[j-1], c[j]
+		}
+	}
+	return c
+}
+
+// CheckTables verifies, before anything is applied, that every published
+// table exists on the target with every published column.
+func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) error {
+	for _, rel := range rels {
+		if _, err := LoadTable(ctx, conn, rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package apply
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/parapply/parapply"
+)
+
+// The builders below turn one run of same-shaped changes into one set-based
+// statement whose parameters are text arrays, one per column, unnested
+// side by side. Values travel in the publisher's text form and are cast to
+// the target column's type, so every type with a text input function
+// (enums, domains, composites, ranges, arrays) works the same way. The SQL
+// depends only on the table and the shape, so it is prepared once and reused
+// for every batch size.
+
+func param(b *strings.Builder, n int) {
+	b.WriteString("$")
+	b.WriteString(strconv.Itoa(n))
+	b.WriteString("::text[]")
+}
+
+// unnest writes "unnest($first::text[], ...) [WITH ORDINALITY] AS u(prefix1, ...)"
+// for the named aliases.
+func unnest(b *strings.Builder, aliases []string, ordinality bool) {
+	b.WriteString("unnest(")
+	for i := range aliases {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		param(b, i+1)
+	}
+	b.WriteString(")")
+	if ordinality {
+		b.WriteString(" WITH ORDINALITY")
+		aliases = append(aliases[:len(aliases):len(aliases)], "n")
+	}
+	b.WriteString(" AS u(")
+	b.WriteString(strings.Join(aliases, ", "))
+	b.WriteString(")")
+}
+
+func aliases(prefix string, n int) []string {
+	a := make([]string, n)
+	for i := range a {
+		a[i] = prefix + strconv.Itoa(i+1)
+	}
+	return a
+}
+
+func cast(alias, typ string) string { return "u." + alias + "::" + typ }
+
+func colName(t *Table, i int) string { return parapply.QuoteIdent(t.Rel.Columns[i].Name) }
+
+// InsertSQL inserts rows given as one text array per column in cols.
+func InsertSQL(t *Table, cols []int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(t.Name)
+	b.WriteString(" (")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(colName(t, c))
+	}
+	b.WriteString(") SELECT ")
+	v := aliases("v", len(cols))
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(cast(v[i], t.Types[c]))
+	}
+	b.WriteString(" FROM ")
+	unnest(&b, v, false)
+	return b.String()
+}
+
+func keyMatch(b *strings.Builder, t *Table, target string, key []int, k []string) {
+	for i, c := range key {
+		if i > 0 {
+			b.WriteString(" AND ")
+		}
+		b.WriteString(target + "." + colName(t, c) + " = " + cast(k[i], t.Types[c]))
+	}
+}
+
+func setList(b *strings.Builder, t *Table, set []int, v []string, from string) {
+	for i, c := range set {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(colName(t, c) + " = " + from + "." + v[i] + "::" + t.Types[c])
+	}
+}
+
+// UpdateSQL updates rows located by key (parameters first, one array per key
+// column), setting the columns in set (the following parameters).
+func UpdateSQL(t *Table, key, set []int) string {
+	var b strings.Builder
+	k, v := aliases("k", len(key)), aliases("v", len(set))
+	b.WriteString("UPDATE " + t.Name + " AS t SET ")
+	setList(&b, t, set, v, "u")
+	b.WriteString(" FROM ")
+	unnest(&b, append(k, v...), false)
+	b.WriteString(" WHERE ")
+	keyMatch(&b, t, "t", key, k)
+	return b.String()
+}
+
+// DeleteSQL deletes rows located by key.
+func DeleteSQL(t *Table, key []int) string {
+	var b strings.Builder
+	k := aliases("k", len(key))
+	b.WriteString("DELETE FROM " + t.Name + " AS t USING ")
+	unnest(&b, k, false)
+	b.WriteString(" WHERE ")
+	keyMatch(&b, t, "t", key, k)
+	return b.String()
+}
+
+// fullMatch selects, for each batch row (ordinality n), the ctid of one
+// target row whose old columns equal the batch row's old values. Values are
+// compared through their text form in a row constructor: NULL-safe, usable
+// for types without an equality operator, and hashable, so one sequential
+// scan serves the whole batch. DISTINCT ON picks exactly one target row even
+// when identical rows exist; the run builder never puts two changes with the
+// same old image in one batch.
+func fullMatch(b *strings.Builder, t *Table, old []int, extra []string) {
+	o := aliases("o", len(old))
+	b.WriteString("(SELECT DISTINCT ON (u.n) c.ctid AS tid")
+	for _, e := range extra {
+		b.WriteString(", u." + e)
+	}
+	b.WriteString(" FROM ")
+	unnest(b, append(o, extra...), true)
+	b.WriteString(" JOIN " + t.Name + " AS c ON ROW(")
+	for i, c := range old {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("c." + colName(t, c))
+	}
+	b.WriteString(")::text = ROW(")
+	for i, c := range old {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(cast(o[i], t.Types[c]))
+	}
+	b.WriteString(")::text ORDER BY u.n) AS m")
+}
+
+// UpdateFullSQL updates, under REPLICA IDENTITY FULL, one row per change:
+// parameters are the old values of the columns in old, then the new values
+// of the columns in set.
+func UpdateFullSQL(t *Table, old, set []int) string {
+	var b strings.Builder
+	v := aliases("v", len(set))
+	b.WriteString("UPDATE " + t.Name + " AS t SET ")
+	setList(&b, t, set, v, "m")
+	b.WriteString(" FROM ")
+	fullMatch(&b, t, old, v)
+	b.WriteString(" WHERE t.ctid = m.tid")
+	return b.String()
+}
+
+// DeleteFullSQL deletes, under REPLICA IDENTITY FULL, one row per change.
+func DeleteFullSQL(t *Table, old []int) string {
+	var b strings.Builder
+	b.WriteString("DELETE FROM " + t.Name + " AS t USING ")
+	fullMatch(&b, t, old, nil)
+	b.WriteString(" WHERE t.ctid = m.tid")
+	return b.String()
+}
+
+// TruncateSQL truncates the given tables as the publisher did.
+func TruncateSQL(names []string, cascade, restartIdentity bool) string {
+	s := "TRUNCATE " + strings.Join(names, ", ")
+	if restartIdentity {
+		s += " RESTART IDENTITY"
+	}
+	if cascade {
+		s += " CASCADE"
+	}
+	return s
+}

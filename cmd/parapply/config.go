@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting is one configuration parameter. It can be given, from lowest to
+// highest precedence, as its default, in the configuration file (name =
+// value, as in postgresql.conf), in the environment (PARAPPLY_NAME) or as a
+// flag (--name, with dashes for underscores).
+type setting struct {
+	name, def, help string
+}
+
+var settings = []setting{
+	{"source", "", "connection string of the publisher database (libpq keyword/value or URI)"},
+	{"target", "", "connection string of the target database"},
+	{"publication", "", "publication name(s) on the source, comma separated"},
+	{"slot", "parapply", "logical replication slot on the source; created (pgoutput) if missing"},
+	{"application_name", "parapply", "application_name shown in the publisher's pg_stat_replication and on the target"},
+	{"synchronous_commit", "off", "synchronous_commit of the target sessions; the publisher is told only flushed positions either way"},
+	{"streaming", "off", "ask the publisher to stream large in-progress transactions (on/off); streamed changes are held in memory until commit"},
+	{"batch_rows", "10000", "most rows in one set-based statement"},
+	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},
+	{"log_format", "text", "log format: text or json"},
+	{"log_level", "info", "log level: debug, info, warn or error"},
+}
+
+// config holds resolved setting values by name.
+type config map[string]string
+
+func flagName(name string) string { return strings.ReplaceAll(name, "_", "-") }
+
+// loadConfig resolves settings from defaults, --config file, environment and
+// flags, in that order of precedence.
+func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
+	vals := map[string]*string{}
+	for _, s := range settings {
+		vals[s.name] = fs.String(flagName(s.name), "", s.help+" (default "+strconv.Quote(s.def)+")")
+	}
+	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file in postgresql.conf syntax")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c := config{}
+	for _, s := range settings {
+		c[s.name] = s.def
+	}
+	if *file != "" {
+		fileVals, err := readConfigFile(*file)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range fileVals {
+			c[k] = v
+		}
+	}
+	for _, s := range settings {
+		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(s.name)); ok {
+			c[s.name] = v
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		name := strings.ReplaceAll(f.Name, "-", "_")
+		if _, ok := vals[name]; ok {
+			c[name] = f.Value.String()
+		}
+	})
+	return c, nil
+}
+
+func known(name string) bool {
+	for _, s := range settings {
+		if s.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// readConfigFile parses "name = value" lines; values may be single-quoted
+// with '' for a quote, and # starts a comment, as in postgresql.conf.
+func readConfigFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("configuration file: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest, ok := strings.Cut(line, "=")
+		if !ok {
+			name, rest, ok = strings.Cut(line, " ")
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)
+		}
+		if !known(name) {
+			return nil, fmt.Errorf("%s:%d: unrecognized configuration parameter %q", path, n, name)
+		}
+		v, err := parseValue(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %s: %w", path, n, name, err)
+		}
+		out[name] = v
+	}
+	return out, sc.Err()
+}
+
+func parseValue(s string) (string, error) {
+	if strings.HasPrefix(s, "'") {
+		var b strings.Builder
+		for i := 1; i < len(s); i++ {
+			if s[i] == '\'' {
+				if i+1 < len(s) && s[i+1] == '\'' {
+					b.WriteByte('\'')
+					i++
+					continue
+				}
+				rest := strings.TrimSpace(s[i+1:])
+				if rest != "" && rest[0] != '#' {
+					return "", fmt.Errorf("unexpected text after quoted value")
+				}
+				return b.String(), nil
+			}
+			b.WriteByte(s[i])
+		}
+		return "", fmt.Errorf("unterminated quoted value")
+	}
+	if i := strings.IndexByte(s, '#'); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSpace(s), nil
+}
+
+func (c config) bool(name string) (bool, error) {
+	switch strings.ToLower(c[name]) {
+	case "on", "true", "yes", "1":
+		return true, nil
+	case "off", "false", "no", "0", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid value for %s: %q (use on or off)", name, c[name])
+}
+
+func (c config) int(name string, min int) (int, error) {
+	v, err := strconv.Atoi(c[name])
+	if err != nil || v < min {
+		return 0, fmt.Errorf("invalid value for %s: %q (an integer of at least %d)", name, c[name], min)
+	}
+	return v, nil
+}
+
+func (c config) duration(name string) (time.Duration, error) {
+	s := c[name]
+	if n, err := strconv.Atoi(s); err == nil {
+		return time.Duration(n) * time.Millisecond, nil // bare numbers are milliseconds, as in postgresql.conf
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("invalid value for %s: %q (a duration such as 10s)", name, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/internal/verify"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
+)
+
+const demoSchema = `
+CREATE TYPE mood AS ENUM ('calm', 'busy', 'late');
+CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(14,2) NOT NULL, tags text[], state mood, updated timestamptz);
+CREATE TABLE events (id bigint PRIMARY KEY, account int NOT NULL, payload jsonb, created timestamptz DEFAULT now());
+CREATE TABLE notes (account int, note text);
+ALTER TABLE notes REPLICA IDENTITY FULL;
+`
+
+var demoTables = []string{"public.accounts", "public.events", "public.notes"}
+
+func demoCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	usageFor(fs, "parapply demo [--duration 10s] [--clients 4]")
+	duration := fs.Duration("duration", 10*time.Second, "how long the publisher's workload runs")
+	clients := fs.Int("clients", 4, "concurrent writers on the publisher")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	out := os.Stdout
+	fmt.Fprintln(out, "parapply demo: starting an embedded publisher and subscriber (the first run downloads PostgreSQL)...")
+	pair, err := pgtest.StartPair(ctx, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping the servers")
+		pair.Stop()
+	}()
+	fmt.Fprintf(out, "publisher: PostgreSQL %d on port %d; subscriber on port %d\n", pair.Publisher.Version, pair.Publisher.Port, pair.Subscriber.Port)
+	pub, err := pgx.Connect(ctx, pair.Publisher.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer pub.Close(context.Background())
+	sub, err := pgx.Connect(ctx, pair.Subscriber.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer sub.Close(context.Background())
+	for _, c := range []*pgx.Conn{pub, sub} {
+		if _, err := c.Exec(ctx, demoSchema); err != nil {
+			return fmt.Errorf("creating the demo schema: %w", err)
+		}
+	}
+	if _, err := pub.Exec(ctx, `INSERT INTO accounts SELECT g, 'owner ' || g, 100, ARRAY['new'], 'calm', now() FROM generate_series(1, 1000) g;
+		CREATE PUBLICATION demo FOR TABLE accounts, events, notes`); err != nil {
+		return err
+	}
+	if _, err := sub.Exec(ctx, `INSERT INTO accounts SELECT g, 'owner ' || g, 100, ARRAY['new'], 'calm', now() FROM generate_series(1, 1000) g`); err != nil {
+		return err
+	}
+
+	var logs io.Writer = io.Discard
+	if os.Getenv("PARAPPLY_DEMO_LOG") != "" {
+		logs = os.Stderr
+	}
+	s := subscriber.New(subscriber.Config{
+		Source: source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: "parapply_demo", Publications: []string{"demo"}, AppName: "parapply", StatusInterval: time.Second},
+		Target: apply.Config{DSN: pair.Subscriber.DSN("postgres"), AppName: "parapply apply", Slot: "parapply_demo"},
+		Log:    slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(sctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-s.Ready():
+	case err := <-done:
+		done <- err
+		return err
+	}
+
+	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies:\n", *duration, *clients)
+	var txns atomic.Int64
+	wctx, wcancel := context.WithTimeout(ctx, *duration)
+	defer wcancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, *clients)
+	var nextEvent atomic.Int64
+	for w := 0; w < *clients; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			if err := demoWriter(wctx, pair.Publisher.DSN("postgres"), w, &nextEvent, &txns); err != nil && !errors.Is(err, context.DeadlineExceeded) && wctx.Err() == nil {
+				errs <- err
+			}
+		}(w)
+	}
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	var lastRows int64
+	writing := true
+	var target parapply.LSN
+	for writing || s.Status().Durable < target {
+		select {
+		case err := <-done:
+			return fmt.Errorf("parapply stopped: %w", err)
+		case err := <-errs:
+			return fmt.Errorf("demo workload: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if writing && wctx.Err() != nil {
+			wg.Wait()
+			writing = false
+			var l string
+			if err := pub.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&l); err != nil {
+				return err
+			}
+			target, _ = parapply.ParseLSN(l)
+			fmt.Fprintf(out, "  publisher done: %d transactions in %.1fs; waiting for parapply to reach %s\n", txns.Load(), time.Since(start).Seconds(), target)
+		}
+		st := s.Status()
+		fmt.Fprintf(out, "  %5.1fs  received %-12s applied %-12s flushed %-12s lag %6s  %7d rows/s  %8d rows  %6d txns\n",
+			time.Since(start).Seconds(), st.Received, st.Applied, st.Durable, st.Lag.Round(10*time.Millisecond), st.Rows-lastRows, st.Rows, st.Txns)
+		lastRows = st.Rows
+	}
+	elapsed := time.Since(start)
+	fmt.Fprintln(out, "caught up; comparing the subscriber with the publisher row for row:")
+	results, verr := verify.Tables(ctx, pub, sub, demoTables...)
+	for _, r := range results {
+		state := "identical"
+		if !r.Equal {
+			state = "DIFFERENT: " + r.Detail
+		}
+		fmt.Fprintf(out, "  %-16s %7d rows  %s\n", r.Table, r.Rows, state)
+	}
+	if verr != nil {
+		return verr
+	}
+	st := s.Status()
+	fmt.Fprintf(out, "summary: %d transactions, %d row changes (%d inserts, %d updates, %d deletes) in %d statements, applied in %.1fs; target verified equal to the publisher\n",
+		st.Txns, st.Rows, st.Inserts, st.Updates, st.Deletes, st.Statements, elapsed.Seconds())
+	return nil
+}
+
+// demoWriter runs small mixed transactions: balance transfers, event
+// inserts and deletes, and notes on a table without a key.
+func demoWriter(ctx context.Context, dsn string, w int, nextEvent, txns *atomic.Int64) error {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	r := rand.New(rand.NewPCG(uint64(w), 42))
+	for ctx.Err() == nil {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		from, to := 1+r.IntN(1000), 1+r.IntN(1000)
+		amt := float64(r.IntN(10000)) / 100
+		b.Queue("UPDATE accounts SET balance = balance - $2, updated = now(), state = 'busy' WHERE id = $1", from, amt)
+		b.Queue("UPDATE accounts SET balance = balance + $2, updated = now(), tags = tags || 'paid'::text WHERE id = $1", to, amt)
+		for i := 0; i < 1+r.IntN(20); i++ {
+			b.Queue("INSERT INTO events (id, account, payload) VALUES ($1, $2, $3)", nextEvent.Add(1), from, fmt.Sprintf(`{"amount": %.2f, "to": %d, "n": %d}`, amt, to, i))
+		}
+		if r.IntN(4) == 0 {
+			b.Queue("DELETE FROM events WHERE id = $1", r.Int64N(nextEvent.Load()+1))
+		}
+		switch r.IntN(3) {
+		case 0:
+			b.Queue("INSERT INTO notes VALUES ($1, $2)", from, fmt.Sprintf("note %d", r.IntN(50)))
+		case 1:
+			b.Queue("UPDATE notes SET note = note || '!' WHERE ctid = (SELECT ctid FROM notes WHERE account = $1 LIMIT 1)", from)
+		}
+		b.Queue("COMMIT")
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		txns.Add(1)
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,60 @@
+// Command parapply is a standalone PostgreSQL logical replication subscriber:
+// it reads a publication's pgoutput stream and applies it to a target
+// database, set-based and exactly once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `parapply: apply a PostgreSQL publication to a target database, fast and exactly once
+
+usage:
+  parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
+  parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers
+  parapply version                                                    print the version
+
+Run "parapply run -h" for every setting.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "parapply:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "run":
+		return runCommand(ctx, args[1:])
+	case "demo":
+		return demoCommand(ctx, args[1:])
+	case "version", "--version":
+		fmt.Println("parapply", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

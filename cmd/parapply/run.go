@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
+)
+
+func usageFor(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n", synopsis)
+		fs.PrintDefaults()
+	}
+}
+
+// subscriberConfig turns resolved settings into a subscriber configuration,
+// rejecting bad values with a message that names the setting.
+func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
+	var cfg subscriber.Config
+	if c["source"] == "" {
+		return cfg, errors.New("no source given: set --source (or source in the config file, or PARAPPLY_SOURCE) to the publisher's connection string")
+	}
+	if c["target"] == "" {
+		return cfg, errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
+	}
+	var pubs []string
+	for _, p := range strings.Split(c["publication"], ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			pubs = append(pubs, p)
+		}
+	}
+	if len(pubs) == 0 {
+		return cfg, errors.New("no publication given: set --publication to the publication(s) to subscribe to")
+	}
+	streaming, err := c.bool("streaming")
+	if err != nil {
+		return cfg, err
+	}
+	rows, err := c.int("batch_rows", 1)
+	if err != nil {
+		return cfg, err
+	}
+	interval, err := c.duration("status_interval")
+	if err != nil {
+		return cfg, err
+	}
+	switch c["synchronous_commit"] {
+	case "on", "off", "local", "remote_write", "remote_apply":
+	default:
+		return cfg, fmt.Errorf("invalid value for synchronous_commit: %q (on, off, local, remote_write or remote_apply)", c["synchronous_commit"])
+	}
+	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval}
+	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
+	cfg.Log = log
+	return cfg, nil
+}
+
+func newLogger(c config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c["log_level"])); err != nil {
+		return nil, fmt.Errorf("invalid value for log_level: %q (debug, info, warn or error)", c["log_level"])
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c["log_format"] {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("invalid value for log_format: %q (text or json)", c["log_format"])
+}
+
+func runCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	usageFor(fs, "parapply run --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE]")
+	c, err := loadConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c, os.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := subscriberConfig(c, log)
+	if err != nil {
+		return err
+	}
+	sub := subscriber.New(cfg)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	interval := cfg.Source.StatusInterval
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var lastRows int64
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			st := sub.Status()
+			log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
+				"lag", st.Lag.Round(time.Millisecond).String(), "txns", st.Txns, "rows", st.Rows,
+				"rows_per_s", int64(float64(st.Rows-lastRows)/interval.Seconds()), "missing_rows", st.Missing)
+			lastRows = st.Rows
+		}
+	}
+}

@@ -1,0 +1,182 @@
+// Package progress keeps parapply's exactly-once promise. What was applied is
+// recorded in a row of parapply.progress on the target, written in the same
+// transaction as the data, so the target's own durability decides what counts
+// as applied. After a restart the position is read back from that row. The
+// publisher is told only positions whose target commit is flushed to disk
+// (Tracker), so the slot never discards a change the target could still lose.
+package progress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+)
+
+// Schema is the target schema holding parapply's own state.
+const Schema = "parapply"
+
+// Position is what the progress row says was applied last.
+type Position struct {
+	// CommitLSN is the publisher's commit LSN of the last applied
+	// transaction: a transaction whose commit LSN is not above it has
+	// been applied already and is skipped.
+	CommitLSN parapply.LSN
+	// EndLSN is the end of that commit record: where streaming resumes.
+	EndLSN     parapply.LSN
+	XID        parapply.XID
+	CommitTime time.Time
+	AppliedAt  time.Time
+}
+
+const createSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
+CREATE TABLE IF NOT EXISTS parapply.progress (
+	slot_name   text PRIMARY KEY,
+	source_id   text NOT NULL,
+	commit_lsn  pg_lsn NOT NULL,
+	end_lsn     pg_lsn NOT NULL,
+	source_xid  bigint,
+	commit_time timestamptz,
+	applied_at  timestamptz
+);
+COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
+
+// UpdateSQL records a transaction as applied; it runs inside the applying
+// transaction. Parameters: slot, commit LSN, end LSN, xid, commit time.
+const UpdateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
+
+// ErrOtherSource means the progress row belongs to a slot on another
+// publisher: resuming from it would skip or repeat changes.
+var ErrOtherSource = errors.New("progress row belongs to another publisher")
+
+// Init creates parapply's schema and the slot's progress row if missing and
+// returns the position to resume from (zero when new). sourceID names the
+// publisher (its system identifier and database) so that a slot name reused
+// against another publisher is refused instead of silently skipping changes.
+func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
+	if _, err := conn.Exec(ctx, createSQL); err != nil {
+		return Position{}, false, fmt.Errorf("creating %s.progress on the target: %w (the target role needs CREATE on the database)", Schema, err)
+	}
+	var p Position
+	var commit, end, src string
+	var xid *int64
+	var ct, at *time.Time
+	err := conn.QueryRow(ctx, `SELECT source_id, commit_lsn::text, end_lsn::text, source_xid, commit_time, applied_at FROM parapply.progress WHERE slot_name = $1`, slot).
+		Scan(&src, &commit, &end, &xid, &ct, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = conn.Exec(ctx, `INSERT INTO parapply.progress (slot_name, source_id, commit_lsn, end_lsn) VALUES ($1, $2, '0/0', '0/0')`, slot, sourceID)
+		if err != nil {
+			return p, false, fmt.Errorf("recording slot %s in %s.progress: %w", slot, Schema, err)
+		}
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("reading %s.progress: %w", Schema, err)
+	}
+	if src != sourceID {
+		return p, false, fmt.Errorf("slot %s: %w (%s, now %s); use another --slot, or delete its row from %s.progress if the target was re-seeded", slot, ErrOtherSource, src, sourceID, Schema)
+	}
+	if p.CommitLSN, err = parapply.ParseLSN(commit); err != nil {
+		return p, false, err
+	}
+	if p.EndLSN, err = parapply.ParseLSN(end); err != nil {
+		return p, false, err
+	}
+	if xid != nil {
+		p.XID = parapply.XID(*xid)
+	}
+	if ct != nil {
+		p.CommitTime = *ct
+	}
+	if at != nil {
+		p.AppliedAt = *at
+	}
+	return p, p.EndLSN != 0, nil
+}
+
+// Tracker pairs publisher positions with the target WAL positions of the
+// commits that applied them, and releases a publisher position as durable
+// only once the target has flushed its commit (as worker.c's
+// get_flush_position does). Safe for concurrent use: the applier feeds it,
+// the stream reader reads it.
+type Tracker struct {
+	mu        sync.Mutex
+	pending   []mark
+	applied   parapply.LSN
+	durable   parapply.LSN
+	lastLocal parapply.LSN
+	lastTime  time.Time
+}
+
+type mark struct{ remote, local parapply.LSN }
+
+// NewTracker starts a tracker at the position already durable on the target.
+func NewTracker(start parapply.LSN) *Tracker {
+	return &Tracker{applied: start, durable: start}
+}
+
+// Committed records that the publisher's position remote is committed on
+// the target at local (the target's WAL insert position after the commit),
+// with commitTime the source commit time (for lag).
+func (t *Tracker) Committed(remote, local parapply.LSN, commitTime time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if remote <= t.applied {
+		return
+	}
+	t.applied = remote
+	if local > t.lastLocal {
+		t.lastLocal = local
+	}
+	if !commitTime.IsZero() {
+		t.lastTime = commitTime
+	}
+	t.pending = append(t.pending, mark{remote, t.lastLocal})
+}
+
+// Reached records that everything up to remote has been applied without a
+// target commit of its own (a keepalive or an empty transaction): it becomes
+// durable once the last target commit before it is.
+func (t *Tracker) Reached(remote parapply.LSN) {
+	t.Committed(remote, 0, time.Time{})
+}
+
+// Flushed tells the tracker how far the target's WAL is durably flushed.
+func (t *Tracker) Flushed(local parapply.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := 0
+	for ; i < len(t.pending) && t.pending[i].local <= local; i++ {
+		t.durable = t.pending[i].remote
+	}
+	t.pending = append(t.pending[:0], t.pending[i:]...)
+}
+
+// AllDurable marks every applied position durable; for targets that commit
+// synchronously.
+func (t *Tracker) AllDurable() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.durable = t.applied
+	t.pending = t.pending[:0]
+}
+
+// NeedsFlush reports whether some applied position still waits for the
+// target's WAL flush.
+func (t *Tracker) NeedsFlush() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending) > 0
+}
+
+// Positions returns the last applied and the last durable publisher
+// positions, and the source commit time of the last applied transaction.
+func (t *Tracker) Positions() (applied, durable parapply.LSN, lastCommit time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applied, t.durable, t.lastTime
+}

@@ -1,0 +1,358 @@
+// Package source is the publisher side: the replication connection, the
+// checks that make a bad setup fail fast with a clear error, the logical slot,
+// and the stream of pgoutput messages with its standby status updates.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/parapply/parapply"
+)
+
+// Config says where to read from and what to ask the publisher for.
+type Config struct {
+	DSN          string
+	Slot         string
+	Publications []string
+	// ProtoVersion is the pgoutput protocol version; 0 picks the highest
+	// the publisher supports (1 on 14-, 2 on 14, 3 on 15, 4 on 16+).
+	ProtoVersion int
+	// Streaming asks the publisher to stream large in-progress transactions.
+	Streaming bool
+	// Binary asks for binary tuple data.
+	Binary bool
+	// AppName is shown in the publisher's pg_stat_replication.
+	AppName string
+	// StatusInterval bounds the time between standby status updates.
+	StatusInterval time.Duration
+}
+
+// Source is an open replication connection to the publisher.
+type Source struct {
+	cfg           Config
+	conn          *pgconn.PgConn
+	ServerVersion int    // e.g. 180006
+	SystemID      string // the publisher's system identifier
+	Database      string
+	Proto         int // negotiated pgoutput protocol version
+}
+
+// Connect opens the replication connection and checks everything that would
+// otherwise fail later: wal_level, the publications, the slot and whether
+// another client holds it. It creates the slot (pgoutput) if it is missing.
+func Connect(ctx context.Context, cfg Config) (*Source, error) {
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("source DSN: %w", err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	// Like the built-in subscriber: values come in a form any server parses back.
+	pc.RuntimeParams["datestyle"] = "ISO"
+	pc.RuntimeParams["intervalstyle"] = "postgres"
+	pc.RuntimeParams["extra_float_digits"] = "3"
+	if cfg.AppName != "" {
+		pc.RuntimeParams["application_name"] = cfg.AppName
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+	}
+	s := &Source{cfg: cfg, conn: conn, Database: pc.Database}
+	if err := s.check(ctx); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+func describe(pc *pgconn.Config) string {
+	return fmt.Sprintf("(host %s port %d database %s user %s)", pc.Host, pc.Port, pc.Database, pc.User)
+}
+
+func (s *Source) query(ctx context.Context, sql string) ([][][]byte, error) {
+	res, err := s.conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[len(res)-1].Rows, nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func (s *Source) check(ctx context.Context) error {
+	v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num"))
+	if err != nil || v == 0 {
+		rows, qerr := s.query(ctx, "SHOW server_version_num")
+		if qerr != nil || len(rows) != 1 {
+			return fmt.Errorf("reading the source's server version: %v", qerr)
+		}
+		v, _ = strconv.Atoi(string(rows[0][0]))
+	}
+	s.ServerVersion = v
+	if v < 140000 {
+		return fmt.Errorf("source server is PostgreSQL %d; parapply needs 14 or newer", v/10000)
+	}
+	s.Proto = s.cfg.ProtoVersion
+	if s.Proto == 0 {
+		switch {
+		case v >= 160000:
+			s.Proto = 4
+		case v >= 150000:
+			s.Proto = 3
+		default:
+			s.Proto = 2
+		}
+	}
+	sys, err := pglogrepl.IdentifySystem(ctx, s.conn)
+	if err != nil {
+		return fmt.Errorf("IDENTIFY_SYSTEM on the source: %w (the source role needs the REPLICATION attribute)", err)
+	}
+	s.SystemID = sys.SystemID
+	rows, err := s.query(ctx, "SHOW wal_level")
+	if err != nil {
+		return fmt.Errorf("reading wal_level on the source: %w", err)
+	}
+	if len(rows) == 1 && string(rows[0][0]) != "logical" {
+		return fmt.Errorf("source wal_level is %s; set wal_level = logical in the publisher's postgresql.conf and restart it", rows[0][0])
+	}
+	if len(s.cfg.Publications) == 0 {
+		return errors.New("no publication given; name one with --publication (CREATE PUBLICATION on the source first)")
+	}
+	for _, pub := range s.cfg.Publications {
+		rows, err := s.query(ctx, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = "+quoteLiteral(pub))
+		if err != nil {
+			return fmt.Errorf("looking up publication %s: %w", pub, err)
+		}
+		if len(rows) == 0 {
+			return fmt.Errorf("publication %q does not exist in source database %s; create it there with CREATE PUBLICATION %s FOR TABLE ...", pub, s.Database, parapply.QuoteIdent(pub))
+		}
+	}
+	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type FROM pg_catalog.pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot))
+	if err != nil {
+		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
+	}
+	if len(rows) == 0 {
+		_, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		if err != nil {
+			return fmt.Errorf("creating replication slot %s on the source: %w (check max_replication_slots and that the role has REPLICATION)", s.cfg.Slot, err)
+		}
+		return nil
+	}
+	r := rows[0]
+	if string(r[3]) != "logical" || string(r[0]) != "pgoutput" {
+		return fmt.Errorf("slot %s exists but is a %s slot with plugin %s; parapply needs a logical pgoutput slot: choose another --slot", s.cfg.Slot, r[3], r[0])
+	}
+	if string(r[1]) != s.Database {
+		return fmt.Errorf("slot %s belongs to database %s, not %s; choose another --slot", s.cfg.Slot, r[1], s.Database)
+	}
+	if r[2] != nil {
+		return fmt.Errorf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot", s.cfg.Slot, r[2])
+	}
+	return nil
+}
+
+// SourceID names the publisher database, for the progress row.
+func (s *Source) SourceID() string { return s.SystemID + "/" + s.Database }
+
+// Close ends the replication connection; the publisher can then stop
+// without waiting for wal_sender_timeout.
+func (s *Source) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.conn.Close(ctx)
+}
+
+// Frame is one message of the replication stream, handed from the reader to
+// the applier. Data is owned by the receiver.
+type Frame struct {
+	// WALStart is the XLogData start position; for a keepalive, the
+	// publisher's WAL end.
+	WALStart parapply.LSN
+	// Data is the pgoutput message; nil for a keepalive.
+	Data []byte
+	// ServerTime is the publisher's clock when it sent the frame.
+	ServerTime time.Time
+}
+
+// Feedback supplies the positions reported to the publisher.
+type Feedback interface {
+	Positions() (applied, durable parapply.LSN, lastCommit time.Time)
+}
+
+// Stream starts replication at start (0: the slot's confirmed position) and
+// delivers frames to out until ctx ends or the connection fails. It sends a
+// standby status update when the durable position moves (at most once a
+// second), every StatusInterval, and whenever the publisher asks.
+func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Frame, fb Feedback) error {
+	args := []string{
+		"proto_version '" + strconv.Itoa(s.Proto) + "'",
+		"publication_names " + quoteLiteral(quotePubs(s.cfg.Publications)),
+		"messages 'true'",
+	}
+	if s.cfg.Streaming && s.Proto >= 2 {
+		args = append(args, "streaming 'on'")
+	}
+	if s.cfg.Binary {
+		args = append(args, "binary 'true'")
+	}
+	err := pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
+	if err != nil {
+		return fmt.Errorf("START_REPLICATION on slot %s: %w", s.cfg.Slot, err)
+	}
+	interval := s.cfg.StatusInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	var received parapply.LSN = start
+	var sentDurable parapply.LSN
+	lastSent := time.Time{}
+	send := func(force bool) error {
+		applied, durable, _ := fb.Positions()
+		if !force && durable == sentDurable && time.Since(lastSent) < interval {
+			return nil
+		}
+		if !force && durable != sentDurable && time.Since(lastSent) < time.Second/4 {
+			return nil
+		}
+		w := received
+		if w < durable {
+			w = durable
+		}
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pglogrepl.LSN(w),
+			WALFlushPosition: pglogrepl.LSN(durable),
+			WALApplyPosition: pglogrepl.LSN(applied),
+		})
+		if err != nil {
+			return fmt.Errorf("sending standby status update: %w", err)
+		}
+		sentDurable, lastSent = durable, time.Now()
+		return nil
+	}
+	deliver := func(f Frame) error {
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case out <- f:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				if err := send(false); err != nil {
+					return err
+				}
+				t.Reset(time.Second)
+			}
+		}
+	}
+	for {
+		if err := send(false); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("reading the replication stream of slot %s: %w", s.cfg.Slot, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("bad keepalive from the publisher: %w", err)
+				}
+				if err := deliver(Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime}); err != nil {
+					return err
+				}
+				if k.ReplyRequested {
+					if err := send(true); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("bad XLogData from the publisher: %w", err)
+				}
+				data := make([]byte, len(x.WALData))
+				copy(data, x.WALData)
+				if l := parapply.LSN(x.WALStart); l > received {
+					received = l
+				}
+				if err := deliver(Frame{WALStart: parapply.LSN(x.WALStart), Data: data, ServerTime: x.ServerTime}); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("publisher ended replication on slot %s: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("publisher ended the replication stream of slot %s", s.cfg.Slot)
+		}
+	}
+}
+
+func quotePubs(pubs []string) string {
+	q := make([]string, len(pubs))
+	for i, p := range pubs {
+		q[i] = parapply.QuoteIdent(p)
+	}
+	return strings.Join(q, ",")
+}
+
+// PublishedTable is a table the publications send, with its published
+// columns.
+type PublishedTable struct {
+	Schema, Name string
+	Columns      []string
+}
+
+// PublishedTables lists what the publications send, so the target can be
+// checked before anything is applied.
+func (s *Source) PublishedTables(ctx context.Context) ([]PublishedTable, error) {
+	pubs := make([]string, len(s.cfg.Publications))
+	for i, p := range s.cfg.Publications {
+		pubs[i] = quoteLiteral(p)
+	}
+	cols := "NULL::text"
+	if s.ServerVersion >= 150000 {
+		cols = "array_to_string(attnames, ',')"
+	}
+	rows, err := s.query(ctx, "SELECT DISTINCT schemaname, tablename, "+cols+" FROM pg_catalog.pg_publication_tables WHERE pubname IN ("+strings.Join(pubs, ",")+") ORDER BY 1, 2")
+	if err != nil {
+		return nil, fmt.Errorf("listing published tables: %w", err)
+	}
+	out := make([]PublishedTable, 0, len(rows))
+	for _, r := range rows {
+		t := PublishedTable{Schema: string(r[0]), Name: string(r[1])}
+		if r[2] != nil && len(r[2]) > 0 {
+			t.Columns = strings.Split(string(r[2]), ",")
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

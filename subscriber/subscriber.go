@@ -1,0 +1,380 @@
+// Package subscriber wires the stream reader, the decoder and the applier
+// into the loop that keeps a target in step with a publisher, and owns their
+// goroutines and shutdown.
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/pgoutput"
+	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/source"
+)
+
+// Config is everything a subscriber needs.
+type Config struct {
+	Source source.Config
+	Target apply.Config
+	Log    *slog.Logger
+}
+
+// Subscriber applies one slot's stream to one target.
+type Subscriber struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	tracker *progress.Tracker
+	applier *apply.Applier
+
+	received atomic.Uint64
+	ready    chan struct{}
+}
+
+// New returns a subscriber; Run starts it.
+func New(cfg Config) *Subscriber {
+	l := cfg.Log
+	if l == nil {
+		l = slog.Default()
+	}
+	return &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
+}
+
+// Status is a snapshot of the subscriber's progress.
+type Status struct {
+	Received, Applied, Durable parapply.LSN
+	// Lag is the age of the last applied source commit while more is
+	// waiting; zero when caught up.
+	Lag                       time.Duration
+	Txns, Rows, Missing       int64
+	Inserts, Updates, Deletes int64
+	Statements                int64
+}
+
+// Ready is closed once the subscriber is streaming.
+func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
+
+// Status reports progress; safe to call from any goroutine.
+func (s *Subscriber) Status() Status {
+	s.mu.Lock()
+	tr, ap := s.tracker, s.applier
+	s.mu.Unlock()
+	st := Status{Received: parapply.LSN(s.received.Load())}
+	if tr != nil {
+		var last time.Time
+		st.Applied, st.Durable, last = tr.Positions()
+		if st.Received > st.Applied && !last.IsZero() {
+			st.Lag = time.Since(last)
+		}
+	}
+	if ap != nil {
+		st.Txns = ap.Stats.Txns.Load()
+		st.Inserts, st.Updates, st.Deletes = ap.Stats.Inserts.Load(), ap.Stats.Updates.Load(), ap.Stats.Deletes.Load()
+		st.Rows = ap.Stats.Rows()
+		st.Missing = ap.Stats.Missing.Load()
+		st.Statements = ap.Stats.Statements.Load()
+	}
+	return st
+}
+
+// Run connects, checks the setup, and applies the stream until ctx ends
+// (returning nil) or an error stops it.
+func (s *Subscriber) Run(ctx context.Context) (err error) {
+	src, err := source.Connect(ctx, s.cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	app, err := apply.Open(ctx, s.cfg.Target)
+	if err != nil {
+		return err
+	}
+	defer app.Close(context.Background())
+	published, err := src.PublishedTables(ctx)
+	if err != nil {
+		return err
+	}
+	rels := make([]*parapply.Relation, len(published))
+	for i, pt := range published {
+		rels[i] = &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
+		for _, c := range pt.Columns {
+			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: c})
+		}
+	}
+	if err := apply.CheckTables(ctx, app.Conn(), rels); err != nil {
+		return err
+	}
+	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
+	if err != nil {
+		return err
+	}
+	tracker := progress.NewTracker(pos.EndLSN)
+	s.mu.Lock()
+	s.tracker, s.applier = tracker, app
+	s.mu.Unlock()
+	s.received.Store(uint64(pos.EndLSN))
+	if resumed {
+		s.log.Info("resuming", "slot", s.cfg.Source.Slot, "applied_commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String())
+	} else {
+		s.log.Info("starting", "slot", s.cfg.Source.Slot, "publications", s.cfg.Source.Publications, "protocol", src.Proto)
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	frames := make(chan source.Frame, 256)
+	streamErr := make(chan error, 1)
+	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
+	close(s.ready)
+
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}}
+	l.dec.ProtoVersion = src.Proto
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	defer func() {
+		cancel()
+		if app.InTxn() {
+			app.Abort(context.Background())
+		}
+		<-streamErr
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-streamErr:
+			streamErr <- err
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case <-tick.C:
+			if err := l.checkFlush(ctx); err != nil {
+				return err
+			}
+		case f := <-frames:
+			if err := l.frame(ctx, f); err != nil {
+				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+type loop struct {
+	s         *Subscriber
+	app       *apply.Applier
+	tracker   *progress.Tracker
+	dec       pgoutput.Decoder
+	skipBelow parapply.LSN // commit LSN of the last transaction already applied
+	skipping  bool
+	txn       apply.Txn
+	streams   map[parapply.XID]*stream
+	streamXID parapply.XID
+	inStream  bool
+}
+
+// stream buffers a transaction the publisher streams before it commits.
+type stream struct {
+	msgs  []pgoutput.Message
+	first map[parapply.XID]int // index of each subtransaction's first change
+}
+
+func (l *loop) checkFlush(ctx context.Context) error {
+	if l.app.InTxn() || !l.tracker.NeedsFlush() {
+		return nil
+	}
+	if l.app.SyncCommit() {
+		l.tracker.AllDurable()
+		return nil
+	}
+	_, flushed, err := l.app.WALPositions(ctx)
+	if err != nil {
+		return err
+	}
+	l.tracker.Flushed(flushed)
+	return nil
+}
+
+func (l *loop) frame(ctx context.Context, f source.Frame) error {
+	if f.Data == nil {
+		if !l.app.InTxn() && !l.inStream {
+			l.tracker.Reached(f.WALStart)
+		}
+		return nil
+	}
+	if uint64(f.WALStart) > l.s.received.Load() {
+		l.s.received.Store(uint64(f.WALStart))
+	}
+	m, err := l.dec.Decode(f.Data)
+	if err != nil {
+		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
+	}
+	if l.inStream {
+		return l.streamed(ctx, m)
+	}
+	return l.dispatch(ctx, m)
+}
+
+func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
+	switch m := m.(type) {
+	case *pgoutput.Begin:
+		return l.begin(apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime})
+	case *pgoutput.Commit:
+		return l.commit(ctx, m.EndLSN)
+	case *pgoutput.RelationMessage:
+		rel := m.Relation
+		return l.app.Relation(ctx, &rel)
+	case *pgoutput.Insert:
+		if l.skipping {
+			return nil
+		}
+		return l.app.Insert(ctx, m.RelationID, m.New)
+	case *pgoutput.Update:
+		if l.skipping {
+			return nil
+		}
+		return l.app.Update(ctx, m.RelationID, m.OldKind, m.Old, m.New)
+	case *pgoutput.Delete:
+		if l.skipping {
+			return nil
+		}
+		return l.app.Delete(ctx, m.RelationID, m.OldKind, m.Old)
+	case *pgoutput.Truncate:
+		if l.skipping {
+			return nil
+		}
+		return l.app.Truncate(ctx, m.RelationIDs, m.Cascade, m.RestartIdentity)
+	case *pgoutput.Origin, *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
+		// Origins and logical messages are informational for a
+		// subscriber; types are taken from the target's catalog.
+		return nil
+	case *pgoutput.StreamStart:
+		l.inStream, l.streamXID = true, m.XID
+		if _, ok := l.streams[m.XID]; !ok {
+			l.streams[m.XID] = &stream{first: map[parapply.XID]int{}}
+		}
+		return nil
+	case *pgoutput.StreamCommit:
+		return l.streamCommit(ctx, m)
+	case *pgoutput.StreamAbort:
+		l.streamAbort(m)
+		return nil
+	case *pgoutput.StreamStop:
+		return nil
+	default:
+		return fmt.Errorf("unexpected %T message: parapply does not request two-phase decoding", m)
+	}
+}
+
+func (l *loop) begin(txn apply.Txn) error {
+	if l.app.InTxn() {
+		return fmt.Errorf("BEGIN of transaction %d inside transaction %d (protocol error)", txn.XID, l.txn.XID)
+	}
+	l.txn = txn
+	l.skipping = txn.CommitLSN <= l.skipBelow
+	if !l.skipping {
+		l.app.Begin(txn)
+	}
+	return nil
+}
+
+func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
+	if l.skipping {
+		l.skipping = false
+		l.tracker.Reached(end)
+		return nil
+	}
+	local, flushed, err := l.app.Commit(ctx, end)
+	if err != nil {
+		return err
+	}
+	l.tracker.Committed(end, local, l.txn.CommitTime)
+	if l.app.SyncCommit() {
+		l.tracker.AllDurable()
+	} else {
+		l.tracker.Flushed(flushed)
+	}
+	return nil
+}
+
+// streamed handles a message between StreamStart and StreamStop: changes are
+// kept until the stream commits.
+func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
+	st := l.streams[l.streamXID]
+	var xid parapply.XID
+	switch m := m.(type) {
+	case *pgoutput.StreamStop:
+		l.inStream = false
+		return nil
+	case *pgoutput.RelationMessage:
+		rel := m.Relation
+		if err := l.app.Relation(ctx, &rel); err != nil {
+			return err
+		}
+		xid = m.XID
+	case *pgoutput.Insert:
+		xid = m.XID
+	case *pgoutput.Update:
+		xid = m.XID
+	case *pgoutput.Delete:
+		xid = m.XID
+	case *pgoutput.Truncate:
+		xid = m.XID
+	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage, *pgoutput.Origin:
+		return nil
+	default:
+		return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
+	}
+	if _, ok := st.first[xid]; !ok {
+		st.first[xid] = len(st.msgs)
+	}
+	st.msgs = append(st.msgs, m)
+	return nil
+}
+
+func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
+	st, ok := l.streams[m.XID]
+	if !ok {
+		return
+	}
+	if m.SubXID == m.XID || m.SubXID == 0 {
+		delete(l.streams, m.XID)
+		return
+	}
+	cut, ok := st.first[m.SubXID]
+	if !ok {
+		return
+	}
+	st.msgs = st.msgs[:cut]
+	for x, i := range st.first {
+		if i >= cut {
+			delete(st.first, x)
+		}
+	}
+}
+
+func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
+	st := l.streams[m.XID]
+	delete(l.streams, m.XID)
+	if err := l.begin(apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}); err != nil {
+		return err
+	}
+	if st != nil {
+		for _, c := range st.msgs {
+			if err := l.dispatch(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return l.commit(ctx, m.EndLSN)
+}
