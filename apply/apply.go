@@ -84,7 +84,7 @@ type Applier struct {
 	run    run
 
 	mask, keybuf, key2buf []byte
-	syncCommit           bool
+	syncCommit            bool
 }
 
 type op struct {

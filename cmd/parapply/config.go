@@ -88,7 +88,7 @@ func known(name string) bool {
 }
 
 // readConfigFile parses "name = value" lines; values may be single-quoted
-// with '' for a quote, and # starts a comment, as in postgresql.conf.
+// with ” for a quote, and # starts a comment, as in postgresql.conf.
 func readConfigFile(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
