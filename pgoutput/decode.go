@@ -102,7 +102,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		lm.Transactional = r.u8("flags")&1 != 0
 		lm.LSN = r.lsn("lsn")
 		lm.Prefix = r.cstring("prefix")
-		n := r.count(true, 1, "content length")
+		n := r.count(true, 1, "content length", "")
 		if r.err == nil {
 			lm.Content = r.b[r.off : r.off+n : r.off+n]
 			r.off += n
@@ -242,7 +242,7 @@ func (d *Decoder) relation(r *reader) *RelationMessage {
 			r.failf("unknown replica identity %q (0x%02x)", rel.ReplicaIdentity, rel.ReplicaIdentity)
 		}
 	}
-	n := r.count(false, minColumnSize, "column count")
+	n := r.count(false, minColumnSize, "column count", "")
 	if r.err != nil {
 		return m
 	}

@@ -84,15 +84,6 @@ func (r *reader) u8(field string) byte {
 	return v
 }
 
-func (r *reader) u16(field string) uint16 {
-	if !r.need(2, field) {
-		return 0
-	}
-	v := binary.BigEndian.Uint16(r.b[r.off:])
-	r.off += 2
-	return v
-}
-
 func (r *reader) u32(field string) uint32 {
 	if !r.need(4, field) {
 		return 0
@@ -141,23 +132,34 @@ func (r *reader) cstring(field string) string {
 
 // count reads an int16 (wide == false) or int32 element count and checks
 // that count elements of at least minSize bytes each fit in what remains,
-// so that allocating count elements is bounded by the message size.
-func (r *reader) count(wide bool, minSize int, field string) int {
-	var n int64
-	if wide {
-		n = int64(int32(r.u32(field)))
-	} else {
-		n = int64(int16(r.u16(field)))
-	}
+// so that allocating count elements is bounded by the message size. The
+// field is named field+suffix in errors (two parts, so that callers need
+// not concatenate on the success path).
+func (r *reader) count(wide bool, minSize int, field, suffix string) int {
 	if r.err != nil {
 		return 0
 	}
+	size := 2
+	if wide {
+		size = 4
+	}
+	if r.remaining() < size {
+		r.failf("%s%s: need %d bytes, have %d", field, suffix, size, r.remaining())
+		return 0
+	}
+	var n int64
+	if wide {
+		n = int64(int32(binary.BigEndian.Uint32(r.b[r.off:])))
+	} else {
+		n = int64(int16(binary.BigEndian.Uint16(r.b[r.off:])))
+	}
+	r.off += size
 	if n < 0 {
-		r.failf("%s: negative count %d", field, n)
+		r.failf("%s%s: negative count %d", field, suffix, n)
 		return 0
 	}
 	if n*int64(minSize) > int64(r.remaining()) {
-		r.failf("%s: count %d needs at least %d bytes, have %d", field, n, n*int64(minSize), r.remaining())
+		r.failf("%s%s: count %d needs at least %d bytes, have %d", field, suffix, n, n*int64(minSize), r.remaining())
 		return 0
 	}
 	return int(n)
@@ -170,7 +172,7 @@ func (r *reader) count(wide bool, minSize int, field string) int {
 // costs a single allocation. Every column takes at least one byte, so the
 // allocation stays proportional to the message size.
 func (r *reader) tuple(label string, spare []parapply.Value, reserve bool) (parapply.Tuple, []parapply.Value) {
-	n := r.count(false, 1, label+" column count")
+	n := r.count(false, 1, label, " column count")
 	if r.err != nil {
 		return nil, spare
 	}

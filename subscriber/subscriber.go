@@ -206,6 +206,7 @@ func (l *loop) checkFlush(ctx context.Context) error {
 }
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
+	l.s.log.Debug("frame", "start", f.WALStart.String(), "len", len(f.Data), "intxn", l.app.InTxn())
 	if f.Data == nil {
 		if !l.app.InTxn() && !l.inStream {
 			l.tracker.Reached(f.WALStart)

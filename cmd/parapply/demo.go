@@ -132,7 +132,7 @@ func demoCommand(ctx context.Context, args []string) error {
 			wg.Wait()
 			writing = false
 			var l string
-			if err := pub.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&l); err != nil {
+			if err := pub.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&l); err != nil {
 				return err
 			}
 			target, _ = parapply.ParseLSN(l)

@@ -1,0 +1,187 @@
+// Package e2e holds end-to-end tests: a real publisher and target started by
+// the embedded harness, parapply in between, and the target compared with the
+// publisher row for row.
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/internal/verify"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
+)
+
+type env struct {
+	t    *testing.T
+	pair *pgtest.Pair
+	pub  *pgx.Conn
+	sub  *pgx.Conn
+}
+
+var fast = map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+
+// newEnv starts a publisher and a target, creates schema on both and a
+// publication "pub" for all tables on the publisher.
+func newEnv(t *testing.T, schema string) *env {
+	t.Helper()
+	ctx := context.Background()
+	pair, err := pgtest.StartPair(ctx, fast, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, pair: pair}
+	t.Cleanup(func() {
+		if e.pub != nil {
+			e.pub.Close(context.Background())
+		}
+		if e.sub != nil {
+			e.sub.Close(context.Background())
+		}
+		pair.Stop()
+	})
+	if e.pub, err = pgx.Connect(ctx, pair.Publisher.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	if e.sub, err = pgx.Connect(ctx, pair.Subscriber.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	if schema != "" {
+		e.both(schema)
+		e.exec(e.pub, "CREATE PUBLICATION pub FOR ALL TABLES")
+	}
+	return e
+}
+
+func (e *env) exec(c *pgx.Conn, sql string, args ...any) {
+	e.t.Helper()
+	if _, err := c.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (e *env) both(sql string) {
+	e.t.Helper()
+	e.exec(e.pub, sql)
+	e.exec(e.sub, sql)
+}
+
+func (e *env) config(slot string) subscriber.Config {
+	var w io.Writer = io.Discard
+	if testing.Verbose() || os.Getenv("PARAPPLY_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	return subscriber.Config{
+		Source: source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
+		Target: apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
+		Log:    slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// running is a subscriber running in the test process.
+type running struct {
+	s      *subscriber.Subscriber
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (e *env) start(cfg subscriber.Config) *running {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{s: subscriber.New(cfg), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- r.s.Run(ctx) }()
+	select {
+	case <-r.s.Ready():
+	case err := <-r.done:
+		cancel()
+		e.t.Fatalf("subscriber did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		e.t.Fatal("subscriber did not start within 60s")
+	}
+	e.t.Cleanup(func() { r.stop() })
+	return r
+}
+
+// stop stops the subscriber and returns the error it ended with.
+func (r *running) stop() error {
+	r.cancel()
+	err := <-r.done
+	r.done <- err
+	return err
+}
+
+// publisherLSN is the publisher's current WAL position.
+func (e *env) publisherLSN() parapply.LSN {
+	e.t.Helper()
+	var s string
+	if err := e.pub.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	l, err := parapply.ParseLSN(s)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+// waitCaughtUp waits until the subscriber's durable position passes the
+// publisher's current WAL position.
+func (e *env) waitCaughtUp(r *running) {
+	e.t.Helper()
+	target := e.publisherLSN()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			e.t.Fatalf("subscriber stopped before catching up: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if r.s.Status().Durable >= target {
+			return
+		}
+	}
+	e.t.Fatalf("subscriber did not reach %s within 3 minutes (status %+v)", target, r.s.Status())
+}
+
+// waitSlotConfirmed waits until the publisher's slot confirms the
+// publisher's current WAL position (used when parapply runs as a process).
+func (e *env) waitSlotConfirmed(slot string, timeout time.Duration, alive func() error) {
+	e.t.Helper()
+	target := e.publisherLSN()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if err := alive(); err != nil {
+			e.t.Fatal(err)
+		}
+		var s *string
+		if err := e.pub.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s); err == nil && s != nil {
+			if l, _ := parapply.ParseLSN(*s); l >= target {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("slot %s did not confirm %s within %s", slot, target, timeout)
+}
+
+// verify compares the given tables row for row.
+func (e *env) verify(tables ...string) {
+	e.t.Helper()
+	res, err := verify.Tables(context.Background(), e.pub, e.sub, tables...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range res {
+		e.t.Logf("%s: %d rows identical", r.Table, r.Rows)
+	}
+}
