@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var binary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// parapplyBinary builds cmd/parapply once per test run.
+func parapplyBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "parapply-bin-")
+		if err != nil {
+			binary.err = err
+			return
+		}
+		binary.path = filepath.Join(dir, "parapply")
+		out, err := exec.Command("go", "build", "-o", binary.path, "github.com/parapply/parapply/cmd/parapply").CombinedOutput()
+		if err != nil {
+			binary.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if binary.err != nil {
+		t.Fatal(binary.err)
+	}
+	return binary.path
+}
+
+// proc is parapply running as a separate process.
+type proc struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+func (e *env) runProcess(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{exited: make(chan struct{})}
+	all := append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres")}, args...)
+	p.cmd = exec.Command(parapplyBinary(t), all...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	return p
+}
+
+func (p *proc) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("parapply exited: %v: %s", p.err, p.out.String())
+	default:
+		return nil
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	<-p.exited
+}
+
+const crashSchema = `
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
+CREATE TABLE ledger (id bigint PRIMARY KEY, account int, amount int, note text);
+CREATE TABLE journal (n bigint, note text);
+ALTER TABLE journal REPLICA IDENTITY FULL;
+`
+
+// TestCrashRestart kills parapply with SIGKILL at random moments while the
+// publisher writes, restarts it each time, and checks at the end that the
+// target equals the publisher: nothing lost, nothing applied twice (the
+// journal table has no key, so a transaction applied twice would leave
+// duplicate rows).
+func TestCrashRestart(t *testing.T) {
+	e := newEnv(t, crashSchema)
+	ctx := context.Background()
+	e.exec(e.pub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 200) g`)
+	e.exec(e.sub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 200) g`)
+	r := rand.New(rand.NewPCG(seed(t), 3))
+	args := []string{"--publication", "pub", "--slot", "crash", "--status-interval", "200ms"}
+
+	wctx, stopWriting := context.WithCancel(ctx)
+	defer stopWriting()
+	var wg sync.WaitGroup
+	var writeErr error
+	var txns int
+	// The first start creates the slot; writing begins once it exists.
+	first := e.runProcess(t, args...)
+	e.waitSlotExists(t, "crash", first)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := pgx.Connect(ctx, e.pair.Publisher.DSN("postgres"))
+		if err != nil {
+			writeErr = err
+			return
+		}
+		defer c.Close(ctx)
+		wr := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+		for n := int64(1); wctx.Err() == nil; n++ {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			rows := 1 + wr.IntN(40)
+			for i := 0; i < rows; i++ {
+				id := n*100 + int64(i)
+				acct, amt := 1+wr.IntN(200), wr.IntN(1000)-500
+				b.Queue("INSERT INTO ledger VALUES ($1, $2, $3, $4)", id, acct, amt, fmt.Sprintf("txn %d row %d", n, i))
+				b.Queue("UPDATE accounts SET balance = balance + $2 WHERE id = $1", acct, amt)
+			}
+			b.Queue("INSERT INTO journal VALUES ($1, 'txn')", n)
+			if n%7 == 0 {
+				b.Queue("DELETE FROM ledger WHERE id = $1", (n-3)*100)
+			}
+			b.Queue("COMMIT")
+			if err := c.SendBatch(wctx, b).Close(); err != nil {
+				if wctx.Err() == nil {
+					writeErr = err
+				}
+				return
+			}
+			txns++
+		}
+	}()
+
+	p := first
+	const kills = 6
+	for k := 0; k < kills; k++ {
+		time.Sleep(time.Duration(200+r.IntN(1500)) * time.Millisecond)
+		if err := p.alive(); err != nil {
+			t.Fatal(err)
+		}
+		p.signal(syscall.SIGKILL)
+		t.Logf("kill %d: SIGKILL", k+1)
+		p = e.restart(t, args)
+	}
+	stopWriting()
+	wg.Wait()
+	if writeErr != nil {
+		t.Fatal(writeErr)
+	}
+	e.waitSlotConfirmed("crash", 3*time.Minute, p.alive)
+	p.signal(syscall.SIGTERM)
+	if p.err != nil {
+		t.Fatalf("parapply did not stop cleanly on SIGTERM: %v\n%s", p.err, p.out.String())
+	}
+	t.Logf("publisher wrote %d transactions", txns)
+	e.verify("public.accounts", "public.ledger", "public.journal")
+}
+
+func (e *env) waitSlotExists(t *testing.T, slot string, p *proc) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if err := p.alive(); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := e.pub.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot).Scan(&n); err == nil && n == 1 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("slot never became active")
+}
+
+// restart starts parapply again after a kill, once the publisher has
+// noticed the old connection is gone and released the slot.
+func (e *env) restart(t *testing.T, args []string) *proc {
+	t.Helper()
+	for i := 0; ; i++ {
+		var active bool
+		if err := e.pub.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'crash'").Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			break
+		}
+		if i > 300 {
+			t.Fatal("slot stayed in use 30s after the kill")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return e.runProcess(t, args...)
+}
