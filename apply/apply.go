@@ -90,9 +90,15 @@ type Applier struct {
 type op struct {
 	what string // for errors: "update of public.t (300 rows)"
 	rows int    // expected rows affected, -1 when not checked
+	// For statements built from a run: the table and, per parameter, the
+	// published column it carries, so a failure can name the column.
+	table *Table
+	cols  []int
+	args  []any
 }
 
 type run struct {
+	cols     []int // published column carried by each parameter
 	table    *Table
 	kind     byte
 	shape    []byte
@@ -225,7 +231,7 @@ func (a *Applier) send(ctx context.Context) error {
 		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
-			return fmt.Errorf("applying %s of %s: %w", o.what, a.describe(), err)
+			return a.explain(ctx, o, err)
 		}
 		if o.rows >= 0 {
 			a.Stats.Statements.Add(1)
@@ -252,7 +258,7 @@ func (a *Applier) sqlFor(t *Table, kind byte, shape []byte, build func() string)
 
 // startRun opens a new run, closing the current one if it cannot take a
 // change of this table, kind and shape.
-func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, nparams int, build func() string) error {
+func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, cols []int, build func() string) error {
 	r := &a.run
 	if r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, a.mask) && r.rows < a.cfg.BatchRows {
 		return nil
@@ -263,7 +269,8 @@ func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, nparams int
 	r.table, r.kind, r.closed = t, kind, false
 	r.shape = append(r.shape[:0], a.mask...)
 	r.sql = a.sqlFor(t, kind, a.mask, build)
-	r.params = make([][][]byte, nparams)
+	r.params = make([][][]byte, len(cols))
+	r.cols = cols
 	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
 	return nil
 }
@@ -344,6 +351,8 @@ func (a *Applier) present(t *Table, tup parapply.Tuple, skip []int) []int {
 	return cols
 }
 
+func concat(a, b []int) []int { return append(append(make([]int, 0, len(a)+len(b)), a...), b...) }
+
 func contains(s []int, x int) bool {
 	for _, v := range s {
 		if v == x {
@@ -363,7 +372,7 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 		return err
 	}
 	cols := a.present(t, tup, nil)
-	if err := a.startRun(ctx, t, 'I', len(cols), func() string { return InsertSQL(t, cols) }); err != nil {
+	if err := a.startRun(ctx, t, 'I', cols, func() string { return InsertSQL(t, cols) }); err != nil {
 		return err
 	}
 	r := &a.run
@@ -413,7 +422,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 		return nil
 	}
 	key := t.Key
-	if err := a.startRun(ctx, t, 'U', len(key)+len(set), func() string { return UpdateSQL(t, key, set) }); err != nil {
+	if err := a.startRun(ctx, t, 'U', concat(key, set), func() string { return UpdateSQL(t, key, set) }); err != nil {
 		return err
 	}
 	a.keybuf = appendKey(a.keybuf, keySrc, key)
@@ -423,7 +432,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	}
 	if a.run.has(a.keybuf) || (len(a.key2buf) > 0 && a.run.has(a.key2buf)) {
 		a.run.closed = true
-		if err := a.startRun(ctx, t, 'U', len(key)+len(set), func() string { return UpdateSQL(t, key, set) }); err != nil {
+		if err := a.startRun(ctx, t, 'U', concat(key, set), func() string { return UpdateSQL(t, key, set) }); err != nil {
 			return err
 		}
 	}
@@ -465,7 +474,7 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 	}
 	a.keybuf = appendKey(a.keybuf, old, all)
 	for attempt := 0; ; attempt++ {
-		if err := a.startRun(ctx, t, kind, len(oldCols)+len(set), build); err != nil {
+		if err := a.startRun(ctx, t, kind, concat(oldCols, set), build); err != nil {
 			return err
 		}
 		if !a.run.has(a.keybuf) || attempt > 0 {
@@ -519,13 +528,13 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	}
 	key := t.Key
 	a.mask = a.mask[:0]
-	if err := a.startRun(ctx, t, 'D', len(key), func() string { return DeleteSQL(t, key) }); err != nil {
+	if err := a.startRun(ctx, t, 'D', key, func() string { return DeleteSQL(t, key) }); err != nil {
 		return err
 	}
 	a.keybuf = appendKey(a.keybuf, old, key)
 	if a.run.has(a.keybuf) {
 		a.run.closed = true
-		if err := a.startRun(ctx, t, 'D', len(key), func() string { return DeleteSQL(t, key) }); err != nil {
+		if err := a.startRun(ctx, t, 'D', key, func() string { return DeleteSQL(t, key) }); err != nil {
 			return err
 		}
 	}
@@ -594,6 +603,8 @@ func (a *Applier) flushRun(ctx context.Context) error {
 		err = a.withFallback(ctx, r, args, what, expect)
 	} else {
 		a.queue(r.sql, what, expect, args...)
+		o := &a.ops[len(a.ops)-1]
+		o.table, o.cols, o.args = r.table, r.cols, args
 		a.qbytes += r.bytes
 	}
 	r.table, r.rows, r.bytes, r.keys, r.params = nil, 0, 0, nil, nil
@@ -670,3 +681,32 @@ func (a *Applier) rollback(ctx context.Context) {
 
 // Abort abandons the transaction being applied.
 func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
+
+// explain turns a failed statement into an error naming the source
+// transaction, the table and, for a value the target cannot take, the column.
+func (a *Applier) explain(ctx context.Context, o op, err error) error {
+	var pe *pgconn.PgError
+	col := ""
+	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == "22" || pe.Code == "23502" || pe.Code == "23514") && !a.conn.IsClosed() {
+		// Roll back, then cast each parameter on its own to find the column.
+		if a.began {
+			_, _ = a.conn.Exec(ctx, "ROLLBACK")
+			a.began = false
+		}
+		for i, c := range o.cols {
+			if pe.ColumnName != "" || i >= len(o.args) {
+				break
+			}
+			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::text[]) AS u(v)"
+			if _, cerr := a.conn.Exec(ctx, q, o.args[i]); cerr != nil {
+				col = fmt.Sprintf(" column %s (%s on the target):", parapply.QuoteIdent(o.table.Rel.Columns[c].Name), o.table.Types[c])
+				break
+			}
+		}
+		if pe.ColumnName != "" {
+			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
+		}
+		return fmt.Errorf("applying %s of %s:%s %w; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, a.describe(), col, err)
+	}
+	return fmt.Errorf("applying %s of %s: %w", o.what, a.describe(), err)
+}

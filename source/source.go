@@ -63,6 +63,10 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			return nil, fmt.Errorf("connecting to the source %s: %w; the source role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", describe(pc), err, parapply.QuoteIdent(pc.User))
+		}
 		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
 	}
 	s := &Source{cfg: cfg, conn: conn, Database: pc.Database}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -33,9 +34,15 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, "parapply:", err)
+		fmt.Fprintln(os.Stderr, "parapply:", oneLine(err.Error()))
 		os.Exit(1)
 	}
+}
+
+// oneLine folds a multi-line error (pgx lists every address it tried) into
+// one line, so the last line of output is always the whole error.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
 
 func run(ctx context.Context, args []string) error {

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/parapply/parapply/internal/pgtest"
+)
+
+// runOnce runs the parapply binary to completion (bounded) and returns its
+// exit error and output.
+func runOnce(t *testing.T, args ...string) (error, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, parapplyBinary(t), args...).CombinedOutput()
+	return err, string(out)
+}
+
+// TestBadInput checks that each setup mistake ends parapply at once with a
+// non-zero exit and one line that names the object and the fix, and that
+// nothing was applied.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE items (id int PRIMARY KEY, name text, qty int)`)
+	e.exec(e.pub, `CREATE TABLE only_on_publisher (id int PRIMARY KEY); CREATE PUBLICATION pub_missing FOR TABLE only_on_publisher`)
+	e.exec(e.pub, `CREATE TABLE typed (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_typed FOR TABLE typed`)
+	e.exec(e.sub, `CREATE TABLE typed (id int PRIMARY KEY, v int)`)
+	e.exec(e.pub, `CREATE TABLE narrow (id int PRIMARY KEY, a int, b int); CREATE PUBLICATION pub_narrow FOR TABLE narrow`)
+	e.exec(e.sub, `CREATE TABLE narrow (id int PRIMARY KEY, a int)`)
+	e.exec(e.pub, `CREATE ROLE norepl LOGIN`)
+	e.exec(e.sub, `CREATE ROLE plain LOGIN; GRANT ALL ON SCHEMA public TO plain`)
+	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+
+	replica, err := pgtest.Start(context.Background(), pgtest.Options{Name: "replica-level", Settings: map[string]string{"wal_level": "replica"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
+
+	cases := []struct {
+		name string
+		args []string
+		want []string // every fragment must appear in the one-line error
+	}{
+		{"unreachable source", []string{"--source", "host=127.0.0.1 port=1 user=postgres dbname=postgres connect_timeout=5", "--target", dst, "--publication", "pub"},
+			[]string{"connecting to the source", "port 1"}},
+		{"unreachable target", []string{"--source", src, "--target", "host=127.0.0.1 port=1 user=postgres dbname=postgres connect_timeout=5", "--publication", "pub", "--slot", "bad_target"},
+			[]string{"connecting to the target", "port 1"}},
+		{"wrong database", []string{"--source", strings.Replace(src, "dbname=postgres", "dbname=nosuchdb", 1), "--target", dst, "--publication", "pub"},
+			[]string{"nosuchdb"}},
+		{"missing publication", []string{"--source", src, "--target", dst, "--publication", "nosuchpub"},
+			[]string{`publication "nosuchpub" does not exist`, "CREATE PUBLICATION"}},
+		{"table missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_missing", "--slot", "s_missing"},
+			[]string{`"public"."only_on_publisher" does not exist on the target`, "create it"}},
+		{"column missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_narrow", "--slot", "s_narrow"},
+			[]string{`column "b"`, "missing on the target", "ADD COLUMN"}},
+		{"source role without replication", []string{"--source", strings.Replace(src, "user=postgres", "user=norepl", 1), "--target", dst, "--publication", "pub"},
+			[]string{"REPLICATION"}},
+		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
+			[]string{"session_replication_role", "GRANT SET ON PARAMETER"}},
+		{"wal_level not logical", []string{"--source", replica.DSN("postgres"), "--target", dst, "--publication", "pub"},
+			[]string{"wal_level", "logical"}},
+		{"no publication flag", []string{"--source", src, "--target", dst},
+			[]string{"--publication"}},
+		{"bad setting", []string{"--source", src, "--target", dst, "--publication", "pub", "--batch-rows", "zero"},
+			[]string{"batch_rows"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err, out := runOnce(t, append([]string{"run"}, c.args...)...)
+			if err == nil {
+				t.Fatalf("exit 0, want an error; output:\n%s", out)
+			}
+			if _, ok := err.(*exec.ExitError); !ok {
+				t.Fatalf("did not exit by itself: %v", err)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "parapply: ") {
+				t.Fatalf("last line is not the error: %q", last)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("error %q lacks %q", last, w)
+				}
+			}
+			if strings.Contains(out, "password=") {
+				t.Errorf("output shows a connection secret: %s", out)
+			}
+		})
+	}
+
+	t.Run("slot in use", func(t *testing.T) {
+		holder := e.runProcess(t, "--publication", "pub", "--slot", "busy")
+		e.waitSlotExists(t, "busy", holder)
+		defer holder.signal(syscall.SIGTERM)
+		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub", "--slot", "busy")
+		if err == nil || !strings.Contains(out, "slot busy is in use") || !strings.Contains(out, "choose another --slot") {
+			t.Fatalf("want a slot-in-use error, got %v: %s", err, out)
+		}
+	})
+
+	// A value the target column cannot take: the transaction is refused
+	// whole, the error names table and column, and nothing of it is applied.
+	t.Run("value the target cannot accept", func(t *testing.T) {
+		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_typed', 'pgoutput')`)
+		e.exec(e.pub, `BEGIN; INSERT INTO typed VALUES (1, '10'), (2, 'twenty'); INSERT INTO typed VALUES (3, '30'); COMMIT`)
+		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_typed")
+		if err == nil {
+			t.Fatalf("exit 0, want an error; output:\n%s", out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		last := lines[len(lines)-1]
+		for _, w := range []string{`"public"."typed"`, `column "v"`, "twenty"} {
+			if !strings.Contains(last, w) {
+				t.Errorf("error %q lacks %q", last, w)
+			}
+		}
+		var n int
+		if err := e.sub.QueryRow(context.Background(), "SELECT count(*) FROM typed").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("%d rows of the refused transaction were applied", n)
+		}
+	})
+}
