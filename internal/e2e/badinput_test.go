@@ -95,10 +95,11 @@ func TestBadInput(t *testing.T) {
 	}
 
 	t.Run("slot in use", func(t *testing.T) {
-		holder := e.runProcess(t, "--publication", "pub", "--slot", "busy")
+		e.exec(e.pub, `CREATE PUBLICATION pub_items FOR TABLE items`)
+		holder := e.runProcess(t, "--publication", "pub_items", "--slot", "busy")
 		e.waitSlotExists(t, "busy", holder)
 		defer holder.signal(syscall.SIGTERM)
-		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub", "--slot", "busy")
+		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_items", "--slot", "busy")
 		if err == nil || !strings.Contains(out, "slot busy is in use") || !strings.Contains(out, "choose another --slot") {
 			t.Fatalf("want a slot-in-use error, got %v: %s", err, out)
 		}
