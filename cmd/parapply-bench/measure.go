@@ -79,8 +79,10 @@ func measure(ctx context.Context, o options, w workload, engine string) (m measu
 				return m, fmt.Errorf("preload: %w", err)
 			}
 		}
-		if _, err := c.Exec(ctx, "VACUUM ANALYZE; CHECKPOINT"); err != nil {
-			return m, err
+		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				return m, err
+			}
 		}
 	}
 	tables := append(append([]string(nil), w.tables...), markerTable)
