@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -87,6 +88,17 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if path := os.Getenv("PARAPPLY_CPU_PROFILE"); path != "" {
+		// Developer aid: a CPU profile of the whole run, written at exit.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	log, err := newLogger(c, os.Stderr)
 	if err != nil {
 		return err
@@ -106,6 +118,10 @@ func runCommand(ctx context.Context, args []string) error {
 		select {
 		case err := <-done:
 			return err
+		case <-ctx.Done():
+			// Run returns once it has rolled back any open transaction and
+			// closed its connections.
+			return <-done
 		case <-tick.C:
 			st := sub.Status()
 			log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
