@@ -206,7 +206,9 @@ func (l *loop) checkFlush(ctx context.Context) error {
 }
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
-	l.s.log.Debug("frame", "start", f.WALStart.String(), "len", len(f.Data), "intxn", l.app.InTxn())
+	if len(f.Data) > 0 && f.Data[0] != 0x49 && f.Data[0] != 0x55 {
+		l.s.log.Debug("frame", "start", f.WALStart.String(), "tag", string(f.Data[:1]))
+	}
 	if f.Data == nil {
 		if !l.app.InTxn() && !l.inStream {
 			l.tracker.Reached(f.WALStart)

@@ -11,7 +11,8 @@ import (
 // transactions must leave the target equal to the publisher.
 func TestStreamedTransactions(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE big (id int PRIMARY KEY, v text); CREATE TABLE small (id int PRIMARY KEY, v int)`)
-	e.exec(e.pub, `ALTER SYSTEM SET logical_decoding_work_mem = '64kB'; SELECT pg_reload_conf()`)
+	e.exec(e.pub, `ALTER SYSTEM SET logical_decoding_work_mem = '64kB'`)
+	e.exec(e.pub, `SELECT pg_reload_conf()`)
 	cfg := e.config("streamed")
 	cfg.Source.Streaming = true
 	r := e.start(cfg)
