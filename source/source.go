@@ -196,10 +196,15 @@ type Feedback interface {
 }
 
 // Stream starts replication at start (0: the slot's confirmed position) and
-// delivers frames to out until ctx ends or the connection fails. It sends a
-// standby status update when the durable position moves (at most once a
-// second), every StatusInterval, and whenever the publisher asks.
-func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Frame, fb Feedback) error {
+// delivers frames to out, in batches, until ctx ends or the connection
+// fails. It sends a standby status update when the durable position moves
+// (at most four times a second), every StatusInterval, and whenever the
+// publisher asks.
+//
+// The hot path avoids per-message goroutines and timers: reads use a plain
+// socket deadline instead of a cancellable context, and frames are handed
+// over in slices, as many as have arrived while the applier was busy.
+func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Frame, fb Feedback) error {
 	args := []string{
 		"proto_version '" + strconv.Itoa(s.Proto) + "'",
 		"publication_names " + quoteLiteral(quotePubs(s.cfg.Publications)),
@@ -220,21 +225,20 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Fram
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
-	var received parapply.LSN = start
+	// Cancelling ctx interrupts a blocked read.
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	received := start
 	var sentDurable parapply.LSN
-	lastSent := time.Time{}
+	var lastSent time.Time
 	send := func(force bool) error {
 		applied, durable, _ := fb.Positions()
-		if !force && durable == sentDurable && time.Since(lastSent) < interval {
+		since := time.Since(lastSent)
+		if !force && (durable == sentDurable && since < interval || durable != sentDurable && since < time.Second/4) {
 			return nil
 		}
-		if !force && durable != sentDurable && time.Since(lastSent) < time.Second/4 {
-			return nil
-		}
-		w := received
-		if w < durable {
-			w = durable
-		}
+		w := max(received, durable)
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 			WALWritePosition: pglogrepl.LSN(w),
 			WALFlushPosition: pglogrepl.LSN(durable),
@@ -246,12 +250,29 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Fram
 		sentDurable, lastSent = durable, time.Now()
 		return nil
 	}
-	deliver := func(f Frame) error {
-		t := time.NewTimer(time.Second)
+	const maxPending = 4096
+	var pending []Frame
+	// flush hands pending frames over; it blocks only when block is set,
+	// and keeps reporting status while it waits.
+	flush := func(block bool) error {
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case out <- pending:
+			pending = nil
+			return nil
+		default:
+		}
+		if !block {
+			return nil
+		}
+		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case out <- f:
+			case out <- pending:
+				pending = nil
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -259,22 +280,36 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Fram
 				if err := send(false); err != nil {
 					return err
 				}
-				t.Reset(time.Second)
 			}
 		}
 	}
-	for {
-		if err := send(false); err != nil {
-			return err
+	// The read deadline wakes the loop to report status and, when frames
+	// are waiting for a busy applier, to retry handing them over. It is
+	// renewed every 64 messages or after it fires, not per message.
+	var shortWait bool
+	for n := 0; ; n++ {
+		stuck := len(pending) > 0
+		if n%64 == 0 || stuck != shortWait {
+			wait := 250 * time.Millisecond
+			if stuck {
+				wait = 10 * time.Millisecond
+			}
+			shortWait = stuck
+			_ = s.conn.Conn().SetReadDeadline(time.Now().Add(wait))
+			if err := send(false); err != nil {
+				return err
+			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		msg, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
+				n = -1 // renew the deadline and report status
+				if err := flush(len(pending) >= maxPending); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("reading the replication stream of slot %s: %w", s.cfg.Slot, err)
@@ -290,10 +325,11 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Fram
 				if err != nil {
 					return fmt.Errorf("bad keepalive from the publisher: %w", err)
 				}
-				if err := deliver(Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime}); err != nil {
-					return err
-				}
+				pending = append(pending, Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime})
 				if k.ReplyRequested {
+					if err := flush(true); err != nil {
+						return err
+					}
 					if err := send(true); err != nil {
 						return err
 					}
@@ -308,14 +344,15 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- Fram
 				if l := parapply.LSN(x.WALStart); l > received {
 					received = l
 				}
-				if err := deliver(Frame{WALStart: parapply.LSN(x.WALStart), Data: data, ServerTime: x.ServerTime}); err != nil {
-					return err
-				}
+				pending = append(pending, Frame{WALStart: parapply.LSN(x.WALStart), Data: data, ServerTime: x.ServerTime})
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("publisher ended replication on slot %s: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
 			return fmt.Errorf("publisher ended the replication stream of slot %s", s.cfg.Slot)
+		}
+		if err := flush(len(pending) >= maxPending); err != nil {
+			return err
 		}
 	}
 }

@@ -129,7 +129,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	frames := make(chan source.Frame, 256)
+	frames := make(chan []source.Frame, 4)
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
 	close(s.ready)
@@ -159,12 +159,14 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			if err := l.checkFlush(ctx); err != nil {
 				return err
 			}
-		case f := <-frames:
-			if err := l.frame(ctx, f); err != nil {
-				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-					return nil
+		case batch := <-frames:
+			for _, f := range batch {
+				if err := l.frame(ctx, f); err != nil {
+					if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+						return nil
+					}
+					return err
 				}
-				return err
 			}
 		}
 	}
@@ -206,9 +208,6 @@ func (l *loop) checkFlush(ctx context.Context) error {
 }
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
-	if len(f.Data) > 0 && f.Data[0] != 0x49 && f.Data[0] != 0x55 {
-		l.s.log.Debug("frame", "start", f.WALStart.String(), "tag", string(f.Data[:1]))
-	}
 	if f.Data == nil {
 		if !l.app.InTxn() && !l.inStream {
 			l.tracker.Reached(f.WALStart)
