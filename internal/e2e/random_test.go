@@ -125,7 +125,9 @@ func (w *randomWorkload) op(b *pgx.Batch) {
 	case 11:
 		b.Queue(`UPDATE t_index SET v = $3, w = w + 1 WHERE a = $1 AND b = $2`, r.IntN(50), strconv.Itoa(r.IntN(5)), w.val("s"))
 	case 12:
-		b.Queue(`UPDATE t_index SET b = b || 'x' WHERE a = $1`, r.IntN(50))
+		// Change the identity of one row, when the new key is free.
+		b.Queue(`UPDATE t_index SET b = b || 'x' WHERE ctid = (SELECT ctid FROM t_index t WHERE a = $1
+			AND NOT EXISTS (SELECT 1 FROM t_index t2 WHERE t2.a = t.a AND t2.b = t.b || 'x') LIMIT 1)`, r.IntN(50))
 	case 13:
 		b.Queue(`DELETE FROM t_index WHERE a = $1 AND b = $2`, r.IntN(50), strconv.Itoa(r.IntN(5)))
 	case 14: // t_full: duplicates on purpose, NULLs, TOAST
