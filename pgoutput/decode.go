@@ -151,14 +151,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		}
 	case 'P':
 		r.what = "prepare"
-		m = &Prepare{
-			Flags:       r.u8("flags"),
-			PrepareLSN:  r.lsn("prepare lsn"),
-			EndLSN:      r.lsn("end lsn"),
-			PrepareTime: r.time("prepare time"),
-			XID:         r.xid("xid"),
-			GID:         r.cstring("gid"),
-		}
+		m = r.prepare()
 	case 'K':
 		r.what = "commit prepared"
 		m = &CommitPrepared{
@@ -182,14 +175,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		}
 	case 'p':
 		r.what = "stream prepare"
-		m = &StreamPrepare{
-			Flags:       r.u8("flags"),
-			PrepareLSN:  r.lsn("prepare lsn"),
-			EndLSN:      r.lsn("end lsn"),
-			PrepareTime: r.time("prepare time"),
-			XID:         r.xid("xid"),
-			GID:         r.cstring("gid"),
-		}
+		m = (*StreamPrepare)(r.prepare())
 	default:
 		return nil, malformedf("unknown message tag %q (0x%02x)", tag, tag)
 	}
@@ -305,4 +291,16 @@ func (d *Decoder) truncate(r *reader) *Truncate {
 		m.RelationIDs[i] = r.u32("relation id")
 	}
 	return m
+}
+
+// prepare reads the body shared by Prepare and Stream Prepare.
+func (r *reader) prepare() *Prepare {
+	return &Prepare{
+		Flags:       r.u8("flags"),
+		PrepareLSN:  r.lsn("prepare lsn"),
+		EndLSN:      r.lsn("end lsn"),
+		PrepareTime: r.time("prepare time"),
+		XID:         r.xid("xid"),
+		GID:         r.cstring("gid"),
+	}
 }

@@ -168,14 +168,7 @@ type RollbackPrepared struct {
 
 // StreamPrepare prepares a streamed transaction for two-phase commit
 // (tag 'p'); its fields are those of Prepare.
-type StreamPrepare struct {
-	Flags       uint8 // unused by PostgreSQL so far, always 0
-	PrepareLSN  parapply.LSN
-	EndLSN      parapply.LSN
-	PrepareTime time.Time
-	XID         parapply.XID
-	GID         string
-}
+type StreamPrepare Prepare
 
 func (*Begin) msg()            {}
 func (*Commit) msg()           {}
