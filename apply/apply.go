@@ -95,6 +95,8 @@ type op struct {
 	table *Table
 	cols  []int
 	args  []any
+	// scan, when set, receives the single row the statement returns.
+	scan []any
 }
 
 type run struct {
@@ -228,6 +230,13 @@ func (a *Applier) send(ctx context.Context) error {
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
 	br := a.conn.SendBatch(ctx, batch)
 	for _, o := range ops {
+		if o.scan != nil {
+			if err := br.QueryRow().Scan(o.scan...); err != nil {
+				br.Close()
+				return fmt.Errorf("%s after %s: %w", o.what, a.describe(), err)
+			}
+			continue
+		}
 		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
@@ -648,26 +657,35 @@ func (a *Applier) Commit(ctx context.Context, endLSN parapply.LSN) (local, flush
 	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, a.txn.CommitLSN.String(), endLSN.String(), int64(a.txn.XID), a.txn.CommitTime)
 	a.batch.Queue("COMMIT")
 	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
+	// The WAL positions ride in the same round trip, right after COMMIT.
+	var ins, fl string
+	a.batch.Queue(walPositionsSQL)
+	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&ins, &fl}})
 	if err := a.send(ctx); err != nil {
 		a.rollback(ctx)
 		return 0, 0, err
 	}
 	a.Stats.Txns.Add(1)
-	local, flushed, err = a.WALPositions(ctx)
-	return local, flushed, err
+	return parseWALPositions(ins, fl)
 }
 
-// WALPositions reads the target's WAL insert and flush positions.
-func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN, err error) {
-	var i, f string
-	if err := a.conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text").Scan(&i, &f); err != nil {
-		return 0, 0, fmt.Errorf("reading the target's WAL position: %w", err)
-	}
+const walPositionsSQL = "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text"
+
+func parseWALPositions(i, f string) (insert, flush parapply.LSN, err error) {
 	if insert, err = parapply.ParseLSN(i); err != nil {
 		return 0, 0, err
 	}
 	flush, err = parapply.ParseLSN(f)
 	return insert, flush, err
+}
+
+// WALPositions reads the target's WAL insert and flush positions.
+func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN, err error) {
+	var i, f string
+	if err := a.conn.QueryRow(ctx, walPositionsSQL).Scan(&i, &f); err != nil {
+		return 0, 0, fmt.Errorf("reading the target's WAL position: %w", err)
+	}
+	return parseWALPositions(i, f)
 }
 
 func (a *Applier) rollback(ctx context.Context) {
