@@ -230,3 +230,23 @@ func TestSetBased(t *testing.T) {
 	}
 	t.Logf("%d row changes in %d statements", st.Rows, st.Statements)
 }
+
+// TestEscapes sends a long insert run whose text holds backslashes, tabs,
+// newlines, array and JSON quoting, NULLs and empty strings.
+func TestEscapes(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE odd (id int PRIMARY KEY, t text, b bytea, a text[], j jsonb)`)
+	r := e.start(e.config("copy"))
+	e.exec(e.pub, `INSERT INTO odd
+		SELECT g,
+			CASE g % 7 WHEN 0 THEN NULL WHEN 1 THEN '' WHEN 2 THEN E'tab\there' WHEN 3 THEN E'line\nbreak\r'
+				WHEN 4 THEN E'back\\slash \\N' WHEN 5 THEN '\N' ELSE 'plain ' || g END,
+			CASE WHEN g % 5 = 0 THEN NULL ELSE decode(md5(g::text), 'hex') END,
+			ARRAY[E'a\tb', NULL, '{x}', E'q"\\'],
+			jsonb_build_object('s', E'x\ny\\z', 'n', g)
+		FROM generate_series(1, 500) g`)
+	e.waitCaughtUp(r)
+	e.verify("public.odd")
+	if st := r.s.Status(); st.Statements != 1 {
+		t.Fatalf("500 inserts took %d statements, want one", st.Statements)
+	}
+}
