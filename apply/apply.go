@@ -50,6 +50,9 @@ const (
 // Stats are the applier's running totals, readable while it works.
 type Stats struct {
 	Txns, Inserts, Updates, Deletes, Truncates, Statements atomic.Int64
+	// Replays counts set-based updates replayed row by row after a unique
+	// violation that row order avoids.
+	Replays atomic.Int64
 	// Missing counts updates and deletes whose row was not found on the
 	// target (the built-in subscription's update_missing / delete_missing).
 	Missing atomic.Int64
@@ -242,8 +245,10 @@ func (a *Applier) send(ctx context.Context) error {
 			br.Close()
 			return a.explain(ctx, o, err)
 		}
-		if o.rows >= 0 {
+		if o.table != nil {
 			a.Stats.Statements.Add(1)
+		}
+		if o.rows >= 0 {
 			if n := tag.RowsAffected(); n < int64(o.rows) {
 				a.Stats.Missing.Add(int64(o.rows) - n)
 			}
@@ -626,12 +631,15 @@ func (a *Applier) flushRun(ctx context.Context) error {
 func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
 	a.queue(r.sql, what, expect, args...)
+	o := &a.ops[len(a.ops)-1]
+	o.table, o.cols, o.args = r.table, r.cols, args
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	err := a.send(ctx)
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" || r.rows == 1 {
 		return err
 	}
+	a.Stats.Replays.Add(1)
 	if _, err := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT parapply_run"); err != nil {
 		return fmt.Errorf("rolling back a set-based update of %s: %w", r.table.Name, err)
 	}
@@ -641,6 +649,8 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 			one[j] = [][]byte{p[i]}
 		}
 		a.queue(r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
+		o := &a.ops[len(a.ops)-1]
+		o.table, o.cols, o.args = r.table, r.cols, one
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)

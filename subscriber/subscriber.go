@@ -56,7 +56,7 @@ type Status struct {
 	Lag                       time.Duration
 	Txns, Rows, Missing       int64
 	Inserts, Updates, Deletes int64
-	Statements                int64
+	Statements, Replays       int64
 }
 
 // Ready is closed once the subscriber is streaming.
@@ -81,6 +81,7 @@ func (s *Subscriber) Status() Status {
 		st.Rows = ap.Stats.Rows()
 		st.Missing = ap.Stats.Missing.Load()
 		st.Statements = ap.Stats.Statements.Load()
+		st.Replays = ap.Stats.Replays.Load()
 	}
 	return st
 }

@@ -1,0 +1,569 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseValue(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{in: "", want: ""},
+		{in: "plain", want: "plain"},
+		{in: "plain # comment", want: "plain"},
+		{in: "plain#comment", want: "plain"},
+		{in: "  spaced value  ", want: "spaced value"},
+		{in: "# only a comment", want: ""},
+		{in: "''", want: ""},
+		{in: "'quoted'", want: "quoted"},
+		{in: "'with space'", want: "with space"},
+		{in: "'it''s'", want: "it's"},
+		{in: "''''", want: "'"},
+		{in: "'a''''b'", want: "a''b"},
+		{in: "'has # hash'", want: "has # hash"},
+		{in: "'host=x dbname=y' # the source", want: "host=x dbname=y"},
+		{in: "'v'#c", want: "v"},
+		{in: "'v'   ", want: "v"},
+		{in: "'unterminated", wantErr: "unterminated quoted value"},
+		{in: "'", wantErr: "unterminated quoted value"},
+		{in: "'ends with escaped quote''", wantErr: "unterminated quoted value"},
+		{in: "'v' extra", wantErr: "unexpected text after quoted value"},
+		{in: "'v'x", wantErr: "unexpected text after quoted value"},
+		{in: "'a' 'b'", wantErr: "unexpected text after quoted value"},
+	}
+	for _, tt := range tests {
+		got, err := parseValue(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseValue(%q) = %q, %v; want error containing %q", tt.in, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("parseValue(%q) = %q, %v; want %q, nil", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "parapply.conf")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestReadConfigFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    map[string]string
+		wantErr []string // substrings of the error; "FILE" stands for the path
+	}{
+		{
+			name:    "equals",
+			content: "slot = myslot\nbatch_rows=500\n",
+			want:    map[string]string{"slot": "myslot", "batch_rows": "500"},
+		},
+		{
+			name:    "without equals",
+			content: "slot myslot\nstreaming   on\n",
+			want:    map[string]string{"slot": "myslot", "streaming": "on"},
+		},
+		{
+			name: "comments and blank lines",
+			content: "# leading comment\n\n   \n\t# indented comment\n" +
+				"slot = s1 # trailing comment\n" +
+				"source = 'host=a dbname=b' # quoted, then a comment\n\n",
+			want: map[string]string{"slot": "s1", "source": "host=a dbname=b"},
+		},
+		{
+			name:    "quoted with escapes and equals signs",
+			content: "application_name = 'it''s = fine'\n",
+			want:    map[string]string{"application_name": "it's = fine"},
+		},
+		{
+			name:    "upper-case names folded",
+			content: "SLOT = upper\nBatch_Rows = 7\n",
+			want:    map[string]string{"slot": "upper", "batch_rows": "7"},
+		},
+		{
+			name:    "last assignment wins",
+			content: "slot = first\nslot = second\n",
+			want:    map[string]string{"slot": "second"},
+		},
+		{
+			name:    "empty file",
+			content: "",
+			want:    map[string]string{},
+		},
+		{
+			name:    "unknown parameter",
+			content: "slot = ok\n\nno_such_thing = 1\n",
+			wantErr: []string{"FILE:3:", `"no_such_thing"`, "unrecognized configuration parameter"},
+		},
+		{
+			name:    "unknown upper-case parameter is reported folded",
+			content: "Bogus = 1\n",
+			wantErr: []string{"FILE:1:", `"bogus"`},
+		},
+		{
+			name:    "name only",
+			content: "# c\nslot\n",
+			wantErr: []string{"FILE:2:", "expected name = value"},
+		},
+		{
+			name:    "empty name",
+			content: "= value\n",
+			wantErr: []string{"FILE:1:", "expected name = value"},
+		},
+		{
+			name:    "bad quoted value",
+			content: "slot = 'open\n",
+			wantErr: []string{"FILE:1:", "slot", "unterminated quoted value"},
+		},
+		{
+			name:    "text after quote",
+			content: "\n\nslot = 'a' b\n",
+			wantErr: []string{"FILE:3:", "slot", "unexpected text after quoted value"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.content)
+			got, err := readConfigFile(path)
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatalf("readConfigFile = %v, nil; want an error", got)
+				}
+				for _, s := range tt.wantErr {
+					s = strings.ReplaceAll(s, "FILE", path)
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("readConfigFile: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("readConfigFile = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadConfigFileMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "absent.conf")
+	_, err := readConfigFile(path)
+	if err == nil || !strings.Contains(err.Error(), "configuration file") || !os.IsNotExist(unwrapAll(err)) {
+		t.Fatalf("readConfigFile(missing) error = %v; want a wrapped not-exist error", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok || u.Unwrap() == nil {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
+
+// clearEnv makes sure no PARAPPLY_ variable from the calling environment
+// leaks into a test; t.Setenv restores the previous values afterwards.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	names := []string{"PARAPPLY_CONFIG"}
+	for _, s := range settings {
+		names = append(names, "PARAPPLY_"+strings.ToUpper(s.name))
+	}
+	for _, n := range names {
+		t.Setenv(n, "")
+		os.Unsetenv(n)
+	}
+}
+
+func newFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	const file = "slot = from_file\nbatch_rows = 200\nstatus_interval = 2s\napplication_name = 'file app'\n"
+	tests := []struct {
+		name string
+		file bool // pass the file with --config
+		env  map[string]string
+		args []string
+		want map[string]string // checked entries only
+	}{
+		{
+			name: "defaults",
+			want: map[string]string{"slot": "parapply", "batch_rows": "10000", "status_interval": "10s",
+				"synchronous_commit": "off", "streaming": "off", "log_format": "text", "log_level": "info",
+				"application_name": "parapply", "source": "", "target": "", "publication": ""},
+		},
+		{
+			name: "file over defaults",
+			file: true,
+			want: map[string]string{"slot": "from_file", "batch_rows": "200", "status_interval": "2s",
+				"application_name": "file app", "log_level": "info"},
+		},
+		{
+			name: "environment over file",
+			file: true,
+			env:  map[string]string{"PARAPPLY_SLOT": "from_env", "PARAPPLY_BATCH_ROWS": "300", "PARAPPLY_LOG_LEVEL": "debug"},
+			want: map[string]string{"slot": "from_env", "batch_rows": "300", "status_interval": "2s", "log_level": "debug"},
+		},
+		{
+			name: "empty environment value still overrides",
+			file: true,
+			env:  map[string]string{"PARAPPLY_SLOT": ""},
+			want: map[string]string{"slot": "", "batch_rows": "200"},
+		},
+		{
+			name: "flags over environment",
+			file: true,
+			env:  map[string]string{"PARAPPLY_SLOT": "from_env", "PARAPPLY_BATCH_ROWS": "300"},
+			args: []string{"--slot", "from_flag", "--batch-rows=400", "-synchronous-commit", "on"},
+			want: map[string]string{"slot": "from_flag", "batch_rows": "400", "status_interval": "2s",
+				"synchronous_commit": "on", "application_name": "file app"},
+		},
+		{
+			name: "flags without file or environment",
+			args: []string{"--status-interval=5s", "--application-name", "flag app", "--log-format", "json"},
+			want: map[string]string{"status_interval": "5s", "application_name": "flag app", "log_format": "json", "slot": "parapply"},
+		},
+		{
+			name: "explicit empty flag overrides",
+			env:  map[string]string{"PARAPPLY_PUBLICATION": "pub"},
+			args: []string{"--publication="},
+			want: map[string]string{"publication": ""},
+		},
+		{
+			name: "config file from environment",
+			env:  map[string]string{"PARAPPLY_CONFIG": "FILE"},
+			want: map[string]string{"slot": "from_file", "batch_rows": "200"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			path := writeFile(t, file)
+			for k, v := range tt.env {
+				if v == "FILE" {
+					v = path
+				}
+				t.Setenv(k, v)
+			}
+			args := tt.args
+			if tt.file {
+				args = append([]string{"--config", path}, args...)
+			}
+			c, err := loadConfig(newFlagSet(), args)
+			if err != nil {
+				t.Fatalf("loadConfig(%q): %v", args, err)
+			}
+			if len(c) != len(settings) {
+				t.Errorf("config has %d entries, want one per setting (%d): %v", len(c), len(settings), c)
+			}
+			for k, want := range tt.want {
+				if got, ok := c[k]; !ok || got != want {
+					t.Errorf("%s = %q (present %v), want %q", k, got, ok, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		content string
+		wantErr string
+	}{
+		{name: "unknown flag", args: []string{"--no-such-flag=1"}, wantErr: "no-such-flag"},
+		{name: "underscore flag is not accepted", args: []string{"--batch_rows=1"}, wantErr: "batch_rows"},
+		{name: "positional argument", args: []string{"--slot", "s", "extra"}, wantErr: `unexpected argument "extra"`},
+		{name: "missing config file", args: []string{"--config", "FILE.missing"}, wantErr: "configuration file"},
+		{name: "bad config file", args: []string{"--config", "FILE"}, content: "nope = 1\n", wantErr: `unrecognized configuration parameter "nope"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			path := writeFile(t, tt.content)
+			args := make([]string, len(tt.args))
+			for i, a := range tt.args {
+				args[i] = strings.ReplaceAll(a, "FILE", path)
+			}
+			c, err := loadConfig(newFlagSet(), args)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("loadConfig(%q) = %v, %v; want error containing %q", args, c, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestConfigBool(t *testing.T) {
+	for _, v := range []string{"on", "ON", "true", "True", "yes", "1"} {
+		got, err := config{"x": v}.bool("x")
+		if err != nil || !got {
+			t.Errorf("bool(%q) = %v, %v; want true, nil", v, got, err)
+		}
+	}
+	for _, v := range []string{"off", "OFF", "false", "no", "0", ""} {
+		got, err := config{"x": v}.bool("x")
+		if err != nil || got {
+			t.Errorf("bool(%q) = %v, %v; want false, nil", v, got, err)
+		}
+	}
+	for _, v := range []string{"2", "y", "enable", " on", "tru"} {
+		_, err := config{"x": v}.bool("x")
+		if err == nil || !strings.Contains(err.Error(), "invalid value for x") {
+			t.Errorf("bool(%q) error = %v; want invalid value for x", v, err)
+		}
+	}
+}
+
+func TestConfigInt(t *testing.T) {
+	tests := []struct {
+		v       string
+		min     int
+		want    int
+		wantErr bool
+	}{
+		{v: "1", min: 1, want: 1},
+		{v: "10000", min: 1, want: 10000},
+		{v: "0", min: 0, want: 0},
+		{v: "-3", min: -5, want: -3},
+		{v: "0", min: 1, wantErr: true},
+		{v: "-1", min: 0, wantErr: true},
+		{v: "", min: 0, wantErr: true},
+		{v: "1.5", min: 0, wantErr: true},
+		{v: "1e3", min: 0, wantErr: true},
+		{v: "ten", min: 0, wantErr: true},
+		{v: " 5", min: 0, wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := config{"n": tt.v}.int("n", tt.min)
+		if tt.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "invalid value for n") {
+				t.Errorf("int(%q, %d) = %d, %v; want an invalid value error", tt.v, tt.min, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("int(%q, %d) = %d, %v; want %d", tt.v, tt.min, got, err, tt.want)
+		}
+	}
+}
+
+func TestConfigDuration(t *testing.T) {
+	tests := []struct {
+		v       string
+		want    time.Duration
+		wantErr bool
+	}{
+		{v: "10s", want: 10 * time.Second},
+		{v: "1m30s", want: 90 * time.Second},
+		{v: "250ms", want: 250 * time.Millisecond},
+		{v: "1.5s", want: 1500 * time.Millisecond},
+		{v: "1500", want: 1500 * time.Millisecond}, // bare numbers are milliseconds
+		{v: "1", want: time.Millisecond},
+		{v: "", wantErr: true},
+		{v: "10", want: 10 * time.Millisecond},
+		{v: "10 s", wantErr: true},
+		{v: "soon", wantErr: true},
+		{v: "0s", wantErr: true},
+		{v: "-1s", wantErr: true},
+		{v: "1.5", wantErr: true}, // not an integer, and no unit
+	}
+	for _, tt := range tests {
+		got, err := config{"d": tt.v}.duration("d")
+		if tt.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "invalid value for d") {
+				t.Errorf("duration(%q) = %v, %v; want an invalid value error", tt.v, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("duration(%q) = %v, %v; want %v", tt.v, got, err, tt.want)
+		}
+	}
+}
+
+// validConfig returns the defaults plus the three required settings.
+func validConfig() config {
+	c := config{}
+	for _, s := range settings {
+		c[s.name] = s.def
+	}
+	c["source"] = "host=src dbname=a"
+	c["target"] = "host=dst dbname=b"
+	c["publication"] = "pub"
+	return c
+}
+
+func TestSubscriberConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		change  map[string]string
+		wantErr []string
+	}{
+		{name: "no source", change: map[string]string{"source": ""}, wantErr: []string{"no source", "--source"}},
+		{name: "no target", change: map[string]string{"target": ""}, wantErr: []string{"no target", "--target"}},
+		{name: "no publication", change: map[string]string{"publication": ""}, wantErr: []string{"no publication", "--publication"}},
+		{name: "only commas", change: map[string]string{"publication": " , ,"}, wantErr: []string{"--publication"}},
+		{name: "bad streaming", change: map[string]string{"streaming": "sometimes"}, wantErr: []string{"streaming", `"sometimes"`}},
+		{name: "zero batch rows", change: map[string]string{"batch_rows": "0"}, wantErr: []string{"batch_rows", `"0"`}},
+		{name: "bad batch rows", change: map[string]string{"batch_rows": "lots"}, wantErr: []string{"batch_rows"}},
+		{name: "bad status interval", change: map[string]string{"status_interval": "often"}, wantErr: []string{"status_interval"}},
+		{name: "bad synchronous_commit", change: map[string]string{"synchronous_commit": "maybe"}, wantErr: []string{"synchronous_commit", `"maybe"`}},
+		{name: "synchronous_commit is case sensitive", change: map[string]string{"synchronous_commit": "ON"}, wantErr: []string{"synchronous_commit"}},
+		{name: "synchronous_commit true is not accepted", change: map[string]string{"synchronous_commit": "true"}, wantErr: []string{"synchronous_commit"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			for k, v := range tt.change {
+				c[k] = v
+			}
+			_, err := subscriberConfig(c, nil)
+			if err == nil {
+				t.Fatal("subscriberConfig succeeded; want an error")
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not contain %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestSubscriberConfigSynchronousCommit(t *testing.T) {
+	for _, v := range []string{"on", "off", "local", "remote_write", "remote_apply"} {
+		c := validConfig()
+		c["synchronous_commit"] = v
+		cfg, err := subscriberConfig(c, nil)
+		if err != nil {
+			t.Errorf("synchronous_commit %q: %v", v, err)
+			continue
+		}
+		if cfg.Target.SynchronousCommit != v {
+			t.Errorf("synchronous_commit %q: got %q", v, cfg.Target.SynchronousCommit)
+		}
+	}
+}
+
+func TestSubscriberConfigPublications(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"pub", []string{"pub"}},
+		{"a, b,,c", []string{"a", "b", "c"}},
+		{" a ,b, ", []string{"a", "b"}},
+		{",x,", []string{"x"}},
+	}
+	for _, tt := range tests {
+		c := validConfig()
+		c["publication"] = tt.in
+		cfg, err := subscriberConfig(c, nil)
+		if err != nil {
+			t.Errorf("publication %q: %v", tt.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(cfg.Source.Publications, tt.want) {
+			t.Errorf("publication %q: got %q, want %q", tt.in, cfg.Source.Publications, tt.want)
+		}
+	}
+}
+
+func TestSubscriberConfigMapping(t *testing.T) {
+	c := validConfig()
+	c["slot"] = "myslot"
+	c["application_name"] = "myapp"
+	c["batch_rows"] = "123"
+	c["streaming"] = "on"
+	c["status_interval"] = "750"
+	c["synchronous_commit"] = "remote_apply"
+	log, err := newLogger(c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := subscriberConfig(c, log)
+	if err != nil {
+		t.Fatalf("subscriberConfig: %v", err)
+	}
+	src, dst := cfg.Source, cfg.Target
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"Source.DSN", src.DSN, "host=src dbname=a"},
+		{"Source.Slot", src.Slot, "myslot"},
+		{"Source.Publications", src.Publications, []string{"pub"}},
+		{"Source.Streaming", src.Streaming, true},
+		{"Source.AppName", src.AppName, "myapp"},
+		{"Source.StatusInterval", src.StatusInterval, 750 * time.Millisecond},
+		{"Target.DSN", dst.DSN, "host=dst dbname=b"},
+		{"Target.AppName", dst.AppName, "myapp apply"},
+		{"Target.Slot", dst.Slot, "myslot"},
+		{"Target.SynchronousCommit", dst.SynchronousCommit, "remote_apply"},
+		{"Target.BatchRows", dst.BatchRows, 123},
+	}
+	for _, ch := range checks {
+		if !reflect.DeepEqual(ch.got, ch.want) {
+			t.Errorf("%s = %#v, want %#v", ch.what, ch.got, ch.want)
+		}
+	}
+	if cfg.Log != log {
+		t.Errorf("Log is not the logger passed in")
+	}
+
+	// The defaults map through as well.
+	cfg, err = subscriberConfig(validConfig(), nil)
+	if err != nil {
+		t.Fatalf("subscriberConfig(defaults): %v", err)
+	}
+	if cfg.Source.Slot != "parapply" || cfg.Target.Slot != "parapply" || cfg.Source.AppName != "parapply" ||
+		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || cfg.Source.Streaming ||
+		cfg.Source.StatusInterval != 10*time.Second || cfg.Target.SynchronousCommit != "off" {
+		t.Errorf("defaults mapped to Source %+v, Target %+v", cfg.Source, cfg.Target)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	c := validConfig()
+	for _, f := range []string{"text", "json"} {
+		c["log_format"] = f
+		if _, err := newLogger(c, io.Discard); err != nil {
+			t.Errorf("log_format %q: %v", f, err)
+		}
+	}
+	c["log_format"] = "xml"
+	if _, err := newLogger(c, io.Discard); err == nil || !strings.Contains(err.Error(), "log_format") {
+		t.Errorf("log_format xml: error %v, want one naming log_format", err)
+	}
+	c["log_format"] = "text"
+	c["log_level"] = "loud"
+	if _, err := newLogger(c, io.Discard); err == nil || !strings.Contains(err.Error(), "log_level") {
+		t.Errorf("log_level loud: error %v, want one naming log_level", err)
+	}
+}
