@@ -346,6 +346,7 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 }
 
 func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
+	l.s.log.Debug("stream abort", "xid", m.XID, "subxid", m.SubXID)
 	st, ok := l.streams[m.XID]
 	if !ok {
 		return

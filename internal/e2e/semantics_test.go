@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // TestStreamedTransactions asks the publisher to stream large transactions
@@ -28,10 +29,22 @@ func TestStreamedTransactions(t *testing.T) {
 		RELEASE SAVEPOINT s2;
 		DELETE FROM big WHERE id % 10 = 0;
 		COMMIT`)
-	// Aborted whole after streaming.
-	e.exec(e.pub, `BEGIN; INSERT INTO big SELECT g, 'aborted' FROM generate_series(10001, 15000) g; ROLLBACK`)
-	// A small transaction while a streamed one is open elsewhere.
+	// Aborted whole after it has been streamed: the publisher streams an
+	// in-progress transaction once it outgrows logical_decoding_work_mem,
+	// so the rollback comes after its chunks were sent.
 	ctx := context.Background()
+	doomed, err := e.pub.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := doomed.Exec(ctx, `INSERT INTO big SELECT g, 'aborted' FROM generate_series(100001, 150000) g`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := doomed.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A small transaction while a streamed one is open elsewhere.
 	other, err := e.pub.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
