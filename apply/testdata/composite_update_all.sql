@@ -1,0 +1,1 @@
+UPDATE "My Schema"."Composite" AS t SET "tenant" = u.v1::bigint, "Odd ""name""" = u.v2::text, "note" = u.v3::character varying FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(k1, k2, v1, v2, v3) WHERE t."tenant" = u.k1::bigint AND t."Odd ""name""" = u.k2::text

@@ -1,0 +1,1 @@
+DELETE FROM "public"."docs" AS t USING (SELECT DISTINCT ON (u.n) c.ctid AS tid FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(o1, o2, o3, n) JOIN "public"."docs" AS c ON ROW(c."id", c."doc", c."ts")::text = ROW(u.o1::integer, u.o2::json, u.o3::timestamp with time zone)::text ORDER BY u.n) AS m WHERE t.ctid = m.tid

@@ -1,0 +1,1 @@
+UPDATE "public"."docs" AS t SET "doc" = m.v1::json FROM (SELECT DISTINCT ON (u.n) c.ctid AS tid, u.v1 FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(o1, o2, v1, n) JOIN "public"."docs" AS c ON ROW(c."id", c."ts")::text = ROW(u.o1::integer, u.o2::timestamp with time zone)::text ORDER BY u.n) AS m WHERE t.ctid = m.tid

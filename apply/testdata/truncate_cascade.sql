@@ -1,0 +1,1 @@
+TRUNCATE "public"."simple", "My Schema"."Composite" CASCADE
