@@ -386,6 +386,16 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 		return err
 	}
 	cols := a.present(t, tup, nil)
+	if len(cols) == 0 {
+		// Nothing to send but the row itself: one NULL per row counts them.
+		if err := a.startRun(ctx, t, 'I', []int{-1}, func() string { return InsertSQL(t, nil) }); err != nil {
+			return err
+		}
+		a.run.params[0] = append(a.run.params[0], nil)
+		a.run.rows++
+		a.Stats.Inserts.Add(1)
+		return a.maybeFlush(ctx)
+	}
 	if err := a.startRun(ctx, t, 'I', cols, func() string { return InsertSQL(t, cols) }); err != nil {
 		return err
 	}
@@ -574,7 +584,7 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		if err != nil {
 			return err
 		}
-		names = append(names, t.Name)
+		names = append(names, t.Target())
 	}
 	if len(names) == 0 {
 		return nil
@@ -722,7 +732,7 @@ func (a *Applier) explain(ctx context.Context, o op, err error) error {
 			a.began = false
 		}
 		for i, c := range o.cols {
-			if pe.ColumnName != "" || i >= len(o.args) {
+			if pe.ColumnName != "" || i >= len(o.args) || c < 0 {
 				break
 			}
 			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::text[]) AS u(v)"

@@ -24,11 +24,24 @@ type Table struct {
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
 	// values, NULL-safe, one target row per change.
 	Full bool
+	// Partitioned is true for a partitioned target table: statements then
+	// reach its partitions; for a plain table they use ONLY, so rows of
+	// inheritance children are never touched, as with the built-in apply.
+	Partitioned bool
 	// ExtraUnique is true when the target has a unique index beyond the one
 	// the key uses: a set-based UPDATE could then hit a transient duplicate
 	// that row-by-row order would not, so such updates run under a savepoint
 	// and fall back to row order.
 	ExtraUnique bool
+}
+
+// Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a
+// plain table, without for a partitioned one.
+func (t *Table) Target() string {
+	if t.Partitioned {
+		return t.Name
+	}
+	return "ONLY " + t.Name
 }
 
 // ErrSchema marks a published table the target cannot take as it is.
@@ -54,6 +67,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if kind != "r" && kind != "p" {
 		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
 	}
+	t.Partitioned = kind == "p"
 	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '' FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("reading columns of %s on the target: %w", t.Name, err)

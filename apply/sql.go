@@ -53,8 +53,13 @@ func cast(alias, typ string) string { return "u." + alias + "::" + typ }
 
 func colName(t *Table, i int) string { return parapply.QuoteIdent(t.Rel.Columns[i].Name) }
 
-// InsertSQL inserts rows given as one text array per column in cols.
+// InsertSQL inserts rows given as one text array per column in cols. With
+// no columns (every published column generated on the target), the one
+// parameter only counts the rows, which take their defaults.
 func InsertSQL(t *Table, cols []int) string {
+	if len(cols) == 0 {
+		return "INSERT INTO " + t.Name + " SELECT FROM unnest($1::text[])"
+	}
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")
 	b.WriteString(t.Name)
@@ -101,7 +106,7 @@ func setList(b *strings.Builder, t *Table, set []int, v []string, from string) {
 func UpdateSQL(t *Table, key, set []int) string {
 	var b strings.Builder
 	k, v := aliases("k", len(key)), aliases("v", len(set))
-	b.WriteString("UPDATE " + t.Name + " AS t SET ")
+	b.WriteString("UPDATE " + t.Target() + " AS t SET ")
 	setList(&b, t, set, v, "u")
 	b.WriteString(" FROM ")
 	unnest(&b, append(k, v...), false)
@@ -114,7 +119,7 @@ func UpdateSQL(t *Table, key, set []int) string {
 func DeleteSQL(t *Table, key []int) string {
 	var b strings.Builder
 	k := aliases("k", len(key))
-	b.WriteString("DELETE FROM " + t.Name + " AS t USING ")
+	b.WriteString("DELETE FROM " + t.Target() + " AS t USING ")
 	unnest(&b, k, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", key, k)
@@ -127,16 +132,18 @@ func DeleteSQL(t *Table, key []int) string {
 // for types without an equality operator, and hashable, so one sequential
 // scan serves the whole batch. DISTINCT ON picks exactly one target row even
 // when identical rows exist; the run builder never puts two changes with the
-// same old image in one batch.
+// same old image in one batch. A ctid is unique only within one physical
+// table, so rows are matched by (tableoid, ctid): a partitioned target has
+// many.
 func fullMatch(b *strings.Builder, t *Table, old []int, extra []string) {
 	o := aliases("o", len(old))
-	b.WriteString("(SELECT DISTINCT ON (u.n) c.ctid AS tid")
+	b.WriteString("(SELECT DISTINCT ON (u.n) c.tableoid AS toid, c.ctid AS tid")
 	for _, e := range extra {
 		b.WriteString(", u." + e)
 	}
 	b.WriteString(" FROM ")
 	unnest(b, append(o, extra...), true)
-	b.WriteString(" JOIN " + t.Name + " AS c ON ROW(")
+	b.WriteString(" JOIN " + t.Target() + " AS c ON ROW(")
 	for i, c := range old {
 		if i > 0 {
 			b.WriteString(", ")
@@ -159,24 +166,25 @@ func fullMatch(b *strings.Builder, t *Table, old []int, extra []string) {
 func UpdateFullSQL(t *Table, old, set []int) string {
 	var b strings.Builder
 	v := aliases("v", len(set))
-	b.WriteString("UPDATE " + t.Name + " AS t SET ")
+	b.WriteString("UPDATE " + t.Target() + " AS t SET ")
 	setList(&b, t, set, v, "m")
 	b.WriteString(" FROM ")
 	fullMatch(&b, t, old, v)
-	b.WriteString(" WHERE t.ctid = m.tid")
+	b.WriteString(" WHERE t.tableoid = m.toid AND t.ctid = m.tid")
 	return b.String()
 }
 
 // DeleteFullSQL deletes, under REPLICA IDENTITY FULL, one row per change.
 func DeleteFullSQL(t *Table, old []int) string {
 	var b strings.Builder
-	b.WriteString("DELETE FROM " + t.Name + " AS t USING ")
+	b.WriteString("DELETE FROM " + t.Target() + " AS t USING ")
 	fullMatch(&b, t, old, nil)
-	b.WriteString(" WHERE t.ctid = m.tid")
+	b.WriteString(" WHERE t.tableoid = m.toid AND t.ctid = m.tid")
 	return b.String()
 }
 
-// TruncateSQL truncates the given tables as the publisher did.
+// TruncateSQL truncates the given tables (as Table.Target names them) as the
+// publisher did.
 func TruncateSQL(names []string, cascade, restartIdentity bool) string {
 	s := "TRUNCATE " + strings.Join(names, ", ")
 	if restartIdentity {

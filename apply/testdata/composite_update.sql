@@ -1,1 +1,1 @@
-UPDATE "My Schema"."Composite" AS t SET "note" = u.v1::character varying FROM unnest($1::text[], $2::text[], $3::text[]) AS u(k1, k2, v1) WHERE t."tenant" = u.k1::bigint AND t."Odd ""name""" = u.k2::text
+UPDATE ONLY "My Schema"."Composite" AS t SET "note" = u.v1::character varying FROM unnest($1::text[], $2::text[], $3::text[]) AS u(k1, k2, v1) WHERE t."tenant" = u.k1::bigint AND t."Odd ""name""" = u.k2::text

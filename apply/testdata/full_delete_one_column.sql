@@ -1,1 +1,1 @@
-DELETE FROM "public"."docs" AS t USING (SELECT DISTINCT ON (u.n) c.ctid AS tid FROM unnest($1::text[]) WITH ORDINALITY AS u(o1, n) JOIN "public"."docs" AS c ON ROW(c."doc")::text = ROW(u.o1::json)::text ORDER BY u.n) AS m WHERE t.ctid = m.tid
+DELETE FROM ONLY "public"."docs" AS t USING (SELECT DISTINCT ON (u.n) c.tableoid AS toid, c.ctid AS tid FROM unnest($1::text[]) WITH ORDINALITY AS u(o1, n) JOIN ONLY "public"."docs" AS c ON ROW(c."doc")::text = ROW(u.o1::json)::text ORDER BY u.n) AS m WHERE t.tableoid = m.toid AND t.ctid = m.tid

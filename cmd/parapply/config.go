@@ -102,9 +102,14 @@ func readConfigFile(path string) (map[string]string, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, rest, ok := strings.Cut(line, "=")
-		if !ok {
-			name, rest, ok = strings.Cut(line, " ")
+		// The name ends at the first '=' or blank, as in postgresql.conf.
+		end := strings.IndexAny(line, "= \t")
+		if end < 0 {
+			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)
+		}
+		name, rest, ok := line[:end], strings.TrimLeft(line[end:], " \t"), true
+		if strings.HasPrefix(rest, "=") {
+			rest = rest[1:]
 		}
 		name = strings.ToLower(strings.TrimSpace(name))
 		if !ok || name == "" {
@@ -169,6 +174,9 @@ func (c config) int(name string, min int) (int, error) {
 func (c config) duration(name string) (time.Duration, error) {
 	s := c[name]
 	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 {
+			return 0, fmt.Errorf("invalid value for %s: %q (a duration above zero, such as 10s)", name, s)
+		}
 		return time.Duration(n) * time.Millisecond, nil // bare numbers are milliseconds, as in postgresql.conf
 	}
 	d, err := time.ParseDuration(s)

@@ -86,3 +86,42 @@ func TestSchemaChangeAndTruncate(t *testing.T) {
 	e.waitCaughtUp(r)
 	e.verify("public.parent", "public.child")
 }
+
+// TestTargetLayouts applies to target tables shaped differently from the
+// publisher's: a partitioned target under REPLICA IDENTITY FULL (rows in
+// different partitions share ctids), and a plain target with an inheritance
+// child holding rows of the same keys, which replicated changes must not
+// touch.
+func TestTargetLayouts(t *testing.T) {
+	e := newEnv(t, "")
+	e.exec(e.pub, `CREATE TABLE measures (id int, region text, v int);
+		ALTER TABLE measures REPLICA IDENTITY FULL;
+		CREATE TABLE base (id int PRIMARY KEY, v int);
+		CREATE PUBLICATION pub FOR TABLE measures, base`)
+	e.exec(e.sub, `CREATE TABLE measures (id int, region text, v int) PARTITION BY LIST (region);
+		CREATE TABLE measures_east PARTITION OF measures FOR VALUES IN ('east');
+		CREATE TABLE measures_west PARTITION OF measures FOR VALUES IN ('west');
+		CREATE TABLE base (id int PRIMARY KEY, v int);
+		CREATE TABLE base_child () INHERITS (base);
+		INSERT INTO base_child SELECT g, -1 FROM generate_series(1, 50) g`)
+	r := e.start(e.config("layouts"))
+	e.exec(e.pub, `INSERT INTO measures SELECT g % 20, CASE WHEN g % 2 = 0 THEN 'east' ELSE 'west' END, 0 FROM generate_series(1, 200) g;
+		INSERT INTO base SELECT g, 0 FROM generate_series(1, 100) g`)
+	e.exec(e.pub, `UPDATE measures SET v = v + 1 WHERE id < 10;
+		DELETE FROM measures WHERE ctid IN (SELECT ctid FROM measures WHERE id = 15 LIMIT 3);
+		UPDATE base SET v = v + 1 WHERE id <= 50;
+		DELETE FROM base WHERE id % 10 = 0`)
+	e.waitCaughtUp(r)
+	e.verify("public.measures")
+	var onlyBase, child int
+	ctx := context.Background()
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FILTER (WHERE v = CASE WHEN id <= 50 THEN 1 ELSE 0 END) FROM ONLY base`).Scan(&onlyBase); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM base_child WHERE v = -1`).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	if onlyBase != 90 || child != 50 {
+		t.Fatalf("base holds %d expected rows (want 90), base_child %d untouched rows (want 50)", onlyBase, child)
+	}
+}
