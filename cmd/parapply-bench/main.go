@@ -28,6 +28,8 @@ type options struct {
 	runs      int
 	json      string
 	binary    string
+	workers   []int
+	plot      string
 }
 
 func main() {
@@ -51,16 +53,28 @@ func splitList(s string) []string {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
-	wl := fs.String("workload", "insert,update", "workloads to run: "+strings.Join(workloadNames(), ", "))
+	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
 	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
 	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
+	workersFlag := fs.String("workers", "0", "parapply worker counts to measure, comma separated")
+	plot := fs.String("plot", "", "write PNG charts to this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot}
+	if len(o.workloads) == 1 && o.workloads[0] == "all" {
+		o.workloads = workloadNames()
+	}
+	for _, w := range splitList(*workersFlag) {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 0 || n > 64 {
+			return fmt.Errorf("invalid worker count %q (0 to 64)", w)
+		}
+		o.workers = append(o.workers, n)
+	}
 	for _, w := range o.workloads {
 		if _, ok := workloads[w]; !ok {
 			return fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(workloadNames(), ", "))
@@ -83,40 +97,31 @@ func run(ctx context.Context, args []string) error {
 	}
 	var results []result
 	for _, w := range o.workloads {
-		var base float64
+		var base *result
 		for _, e := range o.engines {
-			res := result{Workload: w, Engine: e, Scale: o.scale, Runs: o.runs, Verified: true}
-			var pubs, catchups []float64
-			for i := 0; i < o.runs; i++ {
-				logf("%s / %s: run %d of %d", w, e, i+1, o.runs)
-				m, err := measure(ctx, o, workloads[w], e)
-				if err != nil {
-					res.Verified = false
-					res.Error = err.Error()
-					logf("%s / %s: run %d FAILED: %v", w, e, i+1, err)
-					break
-				}
-				logf("%s / %s: run %d: publisher %.2fs, catch-up %.2fs, peak RSS %.0f MB", w, e, i+1, m.publisher, m.catchup, m.rssMB)
-				pubs, catchups = append(pubs, m.publisher), append(catchups, m.catchup)
-				res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
-				res.PGVersion = m.pgVersion
+			counts := []int{0}
+			if e == "parapply" {
+				counts = o.workers
 			}
-			if res.Verified {
-				res.PublisherS, res.CatchupS = median(pubs), median(catchups)
-				res.CatchupRuns = catchups
-				if e == "builtin" {
-					base = res.CatchupS
+			for _, workers := range counts {
+				res := runCell(ctx, o, w, e, workers)
+				if e == "builtin" && res.Verified {
+					b := res
+					base = &b
 				}
-				if base > 0 {
-					res.Speedup = base / res.CatchupS
+				res.Speedup = speedup(workloads[w].method, base, &res)
+				results = append(results, res)
+				if o.json != "" {
+					if err := appendJSON(o.json, res); err != nil {
+						return err
+					}
 				}
 			}
-			results = append(results, res)
-			if o.json != "" {
-				if err := appendJSON(o.json, res); err != nil {
-					return err
-				}
-			}
+		}
+	}
+	if o.plot != "" {
+		if err := writePlots(o.plot, results); err != nil {
+			return err
 		}
 	}
 	printTable(results)
@@ -128,22 +133,75 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runCell measures one workload for one engine and worker count, o.runs
+// times, and summarises the runs by their medians.
+func runCell(ctx context.Context, o options, w, e string, workers int) result {
+	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method}
+	if e == "parapply" {
+		res.CommitOrder = "preserve"
+	}
+	var pubs, catchups, tps []float64
+	for i := 0; i < o.runs; i++ {
+		logf("%s / %s (workers %d): run %d of %d", w, e, workers, i+1, o.runs)
+		m, err := measure(ctx, o, workloads[w], e, workers)
+		res.PGVersion = m.pgVersion
+		if err != nil {
+			res.Verified = false
+			res.Error = oneLine(err.Error())
+			logf("%s / %s: run %d FAILED: %v", w, e, i+1, err)
+			return res
+		}
+		logf("%s / %s: run %d: publisher %.2fs, catch-up %.2fs, sustained %.1f TPS, peak RSS %.0f MB", w, e, i+1, m.publisher, m.catchup, m.sustainedTPS, m.rssMB)
+		pubs, catchups, tps = append(pubs, m.publisher), append(catchups, m.catchup), append(tps, m.sustainedTPS)
+		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
+		if i == 0 {
+			res.Lag = m.lag
+		}
+	}
+	res.PublisherS, res.CatchupS, res.SustainedTPS = median(pubs), median(catchups), median(tps)
+	res.CatchupRuns = catchups
+	return res
+}
+
+// speedup compares a cell with the built-in's: catch-up (or delay) time
+// ratio, or for live runs the ratio of sustained TPS.
+func speedup(method string, base, r *result) float64 {
+	if base == nil || !r.Verified {
+		return 0
+	}
+	if method == methodLive {
+		if base.SustainedTPS == 0 {
+			return 0
+		}
+		return r.SustainedTPS / base.SustainedTPS
+	}
+	if r.CatchupS == 0 {
+		return 0
+	}
+	return base.CatchupS / r.CatchupS
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
 type result struct {
-	Workload    string    `json:"workload"`
-	Engine      string    `json:"engine"`
-	Workers     int       `json:"workers"`
-	CommitOrder string    `json:"commit_order"`
-	Scale       float64   `json:"scale"`
-	Runs        int       `json:"runs"`
-	PublisherS  float64   `json:"publisher_s"`
-	CatchupS    float64   `json:"catchup_s"`
-	CatchupRuns []float64 `json:"catchup_runs_s"`
-	Speedup     float64   `json:"speedup_vs_builtin"`
-	PeakRSSMB   float64   `json:"peak_rss_mb"`
-	Verified    bool      `json:"verified"`
-	Error       string    `json:"error,omitempty"`
-	PGVersion   string    `json:"pg_version"`
-	Time        time.Time `json:"time"`
+	Workload     string      `json:"workload"`
+	Engine       string      `json:"engine"`
+	Method       string      `json:"method"`
+	Workers      int         `json:"workers"`
+	CommitOrder  string      `json:"commit_order"`
+	Scale        float64     `json:"scale"`
+	Runs         int         `json:"runs"`
+	PublisherS   float64     `json:"publisher_s"`
+	CatchupS     float64     `json:"catchup_s"`
+	CatchupRuns  []float64   `json:"catchup_runs_s"`
+	SustainedTPS float64     `json:"sustained_tps,omitempty"`
+	Speedup      float64     `json:"speedup_vs_builtin"`
+	PeakRSSMB    float64     `json:"peak_rss_mb"`
+	Verified     bool        `json:"verified"`
+	Error        string      `json:"error,omitempty"`
+	PGVersion    string      `json:"pg_version"`
+	Time         time.Time   `json:"time"`
+	Lag          []lagSample `json:"lag,omitempty"`
 }
 
 func appendJSON(path string, r result) error {
@@ -157,21 +215,24 @@ func appendJSON(path string, r result) error {
 }
 
 func printTable(rs []result) {
-	fmt.Printf("%-16s %-9s %7s %12s %12s %9s %9s %s\n", "workload", "engine", "scale", "publisher_s", "catchup_s", "speedup", "rss_mb", "verified")
+	fmt.Printf("%-17s %-9s %7s %7s %12s %12s %10s %9s %7s %s\n", "workload", "engine", "workers", "scale", "publisher_s", "catchup_s", "tps", "speedup", "rss_mb", "verified")
 	for _, r := range rs {
 		speed := "-"
 		if r.Speedup > 0 {
 			speed = strconv.FormatFloat(r.Speedup, 'f', 2, 64) + "x"
 		}
-		rss := "-"
+		rss, tps := "-", "-"
 		if r.PeakRSSMB > 0 {
 			rss = strconv.FormatFloat(r.PeakRSSMB, 'f', 0, 64)
 		}
+		if r.SustainedTPS > 0 {
+			tps = strconv.FormatFloat(r.SustainedTPS, 'f', 0, 64)
+		}
 		ver := "yes"
 		if !r.Verified {
-			ver = "FAILED"
+			ver = "FAILED: " + r.Error
 		}
-		fmt.Printf("%-16s %-9s %7g %12.2f %12.2f %9s %9s %s\n", r.Workload, r.Engine, r.Scale, r.PublisherS, r.CatchupS, speed, rss, ver)
+		fmt.Printf("%-17s %-9s %7d %7g %12.2f %12.2f %10s %9s %7s %s\n", r.Workload, r.Engine, r.Workers, r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, ver)
 	}
 }
 

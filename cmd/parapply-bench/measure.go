@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,66 +12,92 @@ import (
 	"github.com/parapply/parapply/internal/verify"
 )
 
+// Methods of measurement.
+const (
+	methodCatchup = "catch-up" // subscriber stopped while the publisher writes, then timed to catch up
+	methodLive    = "live"     // subscriber running while the publisher writes; sustained TPS and lag
+	methodBigTxn  = "big-txn"  // commit-to-visible delay of one big transaction; TPS under synchronous replication
+	methodInitial = "initial"  // publisher holds data, subscriber starts empty: time until in sync
+)
+
 // workload is one benchmark scenario.
 type workload struct {
-	// schema runs on both servers; preload (optional) too, so the
-	// subscriber starts identical to the publisher without an initial copy.
+	doc    string
+	method string
+	// schema runs on both servers. preload runs on both too (the subscriber
+	// starts in sync without a copy), or only on the publisher for the
+	// initial-sync method.
 	schema  string
-	preload func(scale float64) string
+	preload func(scale float64) []string
 	tables  []string
-	// write runs on the publisher while the subscriber is stopped.
-	write func(ctx context.Context, c *pgx.Conn, scale float64) error
+	// pubSettings are extra publisher settings (postgresql.conf).
+	pubSettings map[string]string
+	// write generates the workload on the publisher and returns the number
+	// of transactions it committed.
+	write func(ctx context.Context, r *runEnv) (int64, error)
+}
+
+// runEnv is what a workload sees of one run.
+type runEnv struct {
+	o      options
+	pubDSN string
+	subDSN string
+	pub    *pgx.Conn
+	sub    *pgx.Conn
+	eng    engine
 }
 
 type measurement struct {
 	publisher, catchup, rssMB float64
+	sustainedTPS              float64
+	lag                       []lagSample
 	pgVersion                 string
 }
 
-func buildParapply() (string, error) {
-	dir, err := os.MkdirTemp("", "parapply-bench-")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "parapply")
-	logf("building parapply")
-	out, err := exec.Command("go", "build", "-o", path, "github.com/parapply/parapply/cmd/parapply").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building parapply: %v: %s", err, out)
-	}
-	return path, nil
+type lagSample struct {
+	T   float64 `json:"t"`
+	Lag float64 `json:"lag_s"`
 }
 
-const markerTable = "bench_marker"
+const (
+	markerTable    = "bench_marker"
+	heartbeatTable = "bench_heartbeat"
+)
+
+// beforeVerify, when set (by tests), runs on the subscriber between the
+// catch-up and the verification.
+var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
-func measure(ctx context.Context, o options, w workload, engine string) (m measurement, err error) {
-	pair, err := pgtest.StartPair(ctx, nil, nil)
+func measure(ctx context.Context, o options, w workload, engineName string, workers int) (m measurement, err error) {
+	pair, err := pgtest.StartPair(ctx, w.pubSettings, nil)
 	if err != nil {
 		return m, err
 	}
 	defer pair.Stop()
-	pub, err := pgx.Connect(ctx, pair.Publisher.DSN("postgres"))
-	if err != nil {
+	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres")}
+	if r.pub, err = pgx.Connect(ctx, r.pubDSN); err != nil {
 		return m, err
 	}
-	defer pub.Close(context.Background())
-	sub, err := pgx.Connect(ctx, pair.Subscriber.DSN("postgres"))
-	if err != nil {
+	defer r.pub.Close(context.Background())
+	if r.sub, err = pgx.Connect(ctx, r.subDSN); err != nil {
 		return m, err
 	}
-	defer sub.Close(context.Background())
-	if err := pub.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
+	defer r.sub.Close(context.Background())
+	if err := r.pub.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
 		return m, err
 	}
-	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable)
-	for _, c := range []*pgx.Conn{pub, sub} {
+	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz); CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable, heartbeatTable)
+	for i, c := range []*pgx.Conn{r.pub, r.sub} {
 		if _, err := c.Exec(ctx, schema); err != nil {
 			return m, fmt.Errorf("schema: %w", err)
 		}
-		if w.preload != nil {
-			if _, err := c.Exec(ctx, w.preload(o.scale)); err != nil {
-				return m, fmt.Errorf("preload: %w", err)
+		if w.preload != nil && (i == 0 || w.method != methodInitial) {
+			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
+			for _, q := range w.preload(o.scale) {
+				if _, err := c.Exec(ctx, q); err != nil {
+					return m, fmt.Errorf("preload: %w", err)
+				}
 			}
 		}
 		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
@@ -85,159 +106,268 @@ func measure(ctx context.Context, o options, w workload, engine string) (m measu
 			}
 		}
 	}
-	tables := append(append([]string(nil), w.tables...), markerTable)
-	if _, err := pub.Exec(ctx, "CREATE PUBLICATION bench FOR TABLE "+strings.Join(tables, ", ")); err != nil {
+	tables := append(append([]string(nil), w.tables...), markerTable, heartbeatTable)
+	if _, err := r.pub.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, clock_timestamp())"); err != nil {
 		return m, err
 	}
-	pubDSN, subDSN := pair.Publisher.DSN("postgres"), pair.Subscriber.DSN("postgres")
+	if w.method != methodInitial {
+		if _, err := r.sub.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, clock_timestamp())"); err != nil {
+			return m, err
+		}
+	}
+	if _, err := r.pub.Exec(ctx, "CREATE PUBLICATION bench FOR TABLE "+strings.Join(tables, ", ")); err != nil {
+		return m, err
+	}
 
-	// Set up the subscriber, let it start streaming, stop it.
-	var start func() (stop func() float64, err error)
-	switch engine {
+	copyData := w.method == methodInitial
+	switch engineName {
 	case "builtin":
-		if _, err := sub.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION bench CONNECTION '%s' PUBLICATION bench WITH (copy_data = false)", pubDSN)); err != nil {
-			return m, err
-		}
-		if err := waitSlot(ctx, pub, "bench", true); err != nil {
-			return m, err
-		}
-		if _, err := sub.Exec(ctx, "ALTER SUBSCRIPTION bench DISABLE"); err != nil {
-			return m, err
-		}
-		defer sub.Exec(context.Background(), "ALTER SUBSCRIPTION bench DISABLE; ALTER SUBSCRIPTION bench SET (slot_name = NONE); DROP SUBSCRIPTION bench")
-		start = func() (func() float64, error) {
-			_, err := sub.Exec(ctx, "ALTER SUBSCRIPTION bench ENABLE")
-			return func() float64 {
-				sub.Exec(context.Background(), "ALTER SUBSCRIPTION bench DISABLE")
-				return 0
-			}, err
-		}
+		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
 	case "parapply":
-		args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench"}
-		p, err := startProcess(o.binary, args)
-		if err != nil {
+		if copyData {
+			return m, fmt.Errorf("initial data copy: %w", errUnsupported)
+		}
+		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers)
+	}
+	if err != nil {
+		return m, err
+	}
+	defer r.eng.close()
+
+	switch w.method {
+	case methodCatchup:
+		err = r.catchup(ctx, w, &m)
+	case methodLive:
+		err = r.live(ctx, w, &m)
+	case methodBigTxn:
+		err = r.bigTxn(ctx, w, &m)
+	case methodInitial:
+		err = r.initial(ctx, &m)
+	}
+	if err != nil {
+		return m, err
+	}
+	if beforeVerify != nil {
+		if err := beforeVerify(ctx, r.sub); err != nil {
 			return m, err
 		}
-		if err := waitSlot(ctx, pub, "bench", true); err != nil {
-			p.stop()
-			return m, fmt.Errorf("%v: %s", err, p.out.String())
-		}
-		p.stop()
-		start = func() (func() float64, error) {
-			p, err := startProcess(o.binary, args)
-			if err != nil {
-				return nil, err
-			}
-			return p.stop, nil
-		}
 	}
-	if err := waitSlot(ctx, pub, "bench", false); err != nil {
-		return m, err
-	}
-
-	t0 := time.Now()
-	if err := w.write(ctx, pub, o.scale); err != nil {
-		return m, fmt.Errorf("workload: %w", err)
-	}
-	m.publisher = time.Since(t0).Seconds()
-	if _, err := pub.Exec(ctx, "INSERT INTO "+markerTable+" VALUES (1, now())"); err != nil {
-		return m, err
-	}
-	logf("publisher wrote the workload in %.2fs; starting the subscriber", m.publisher)
-
-	t1 := time.Now()
-	stop, err := start()
-	if err != nil {
-		return m, err
-	}
-	err = waitMarker(ctx, sub)
-	m.catchup = time.Since(t1).Seconds()
-	m.rssMB = stop()
-	if err != nil {
-		return m, err
-	}
-	if err := verify.Checksums(ctx, pub, sub, tables...); err != nil {
+	if err := verify.Checksums(ctx, r.pub, r.sub, tables...); err != nil {
 		return m, fmt.Errorf("verification: %w", err)
 	}
 	return m, nil
 }
 
-func waitSlot(ctx context.Context, pub *pgx.Conn, slot string, active bool) error {
+// prime starts the subscriber until its slot is active, so the slot exists
+// before the workload.
+func (r *runEnv) prime(ctx context.Context) error {
+	if err := r.eng.start(ctx); err != nil {
+		return err
+	}
+	return r.waitSlot(ctx, true)
+}
+
+func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error {
+	if err := r.prime(ctx); err != nil {
+		return err
+	}
+	r.eng.stop()
+	if err := r.waitSlot(ctx, false); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if _, err := w.write(ctx, r); err != nil {
+		return fmt.Errorf("workload: %w", err)
+	}
+	m.publisher = time.Since(t0).Seconds()
+	if err := r.mark(ctx); err != nil {
+		return err
+	}
+	logf("publisher wrote the workload in %.2fs; starting the subscriber", m.publisher)
+	t1 := time.Now()
+	if err := r.eng.start(ctx); err != nil {
+		return err
+	}
+	err := r.waitMarker(ctx)
+	m.catchup = time.Since(t1).Seconds()
+	m.rssMB = r.eng.stop()
+	return err
+}
+
+// live runs the workload with the subscriber applying, samples the lag from
+// a heartbeat row the publisher updates every 100 ms, and reports the
+// sustained rate: transactions / (writing time + time to catch up after).
+func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
+	if err := r.prime(ctx); err != nil {
+		return err
+	}
+	hctx, stopHeartbeat := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	var hbErr, sampleErr error
+	wg.Add(2)
+	go func() { defer wg.Done(); hbErr = heartbeat(hctx, r.pubDSN) }()
+	go func() { defer wg.Done(); m.lag, sampleErr = sampleLag(hctx, r.subDSN, t0) }()
+	txns, err := w.write(ctx, r)
+	m.publisher = time.Since(t0).Seconds()
+	if err == nil {
+		err = r.mark(ctx)
+	}
+	if err == nil {
+		err = r.waitMarker(ctx)
+	}
+	total := time.Since(t0).Seconds()
+	stopHeartbeat()
+	wg.Wait()
+	m.rssMB = r.eng.stop()
+	if err != nil {
+		return err
+	}
+	if hbErr != nil && hctx.Err() == nil {
+		return hbErr
+	}
+	if sampleErr != nil && hctx.Err() == nil {
+		return sampleErr
+	}
+	m.catchup = total - m.publisher
+	m.sustainedTPS = float64(txns) / total
+	logf("live: %d transactions, publisher %.1f TPS, sustained %.1f TPS, %.2fs behind at the end", txns, float64(txns)/m.publisher, m.sustainedTPS, m.catchup)
+	return nil
+}
+
+func heartbeat(ctx context.Context, dsn string) error {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := c.Exec(ctx, "UPDATE "+heartbeatTable+" SET at = clock_timestamp() WHERE id = 1"); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+// sampleLag reads, every 250 ms, how old the heartbeat visible on the
+// subscriber is: the replication lag, to 100 ms.
+func sampleLag(ctx context.Context, dsn string, t0 time.Time) ([]lagSample, error) {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(context.Background())
+	var out []lagSample
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case <-t.C:
+		}
+		var lag float64
+		if err := c.QueryRow(ctx, "SELECT extract(epoch FROM clock_timestamp() - at)::float8 FROM "+heartbeatTable+" WHERE id = 1").Scan(&lag); err != nil {
+			if ctx.Err() != nil {
+				return out, nil
+			}
+			return out, err
+		}
+		out = append(out, lagSample{T: time.Since(t0).Seconds(), Lag: lag})
+	}
+}
+
+func (r *runEnv) initial(ctx context.Context, m *measurement) error {
+	if err := r.mark(ctx); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := r.eng.start(ctx); err != nil {
+		return err
+	}
+	for {
+		var pending int
+		if err := r.sub.QueryRow(ctx, "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").Scan(&pending); err != nil {
+			return err
+		}
+		if pending == 0 {
+			break
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	err := r.waitMarker(ctx)
+	m.catchup = time.Since(t0).Seconds()
+	m.rssMB = r.eng.stop()
+	return err
+}
+
+// mark writes the marker row: once it is visible on the subscriber,
+// everything the publisher committed before it is too.
+func (r *runEnv) mark(ctx context.Context) error {
+	_, err := r.pub.Exec(ctx, "INSERT INTO "+markerTable+" VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = now()")
+	return err
+}
+
+func (r *runEnv) waitSlot(ctx context.Context, active bool) error {
 	for i := 0; i < 1200; i++ {
+		if p, ok := r.eng.(*parapplyEngine); ok && active {
+			if err := p.exited(); err != nil {
+				return err
+			}
+		}
 		var a bool
-		err := pub.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&a)
+		err := r.pub.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench'").Scan(&a)
 		if err == nil && a == active {
 			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("slot %s did not become active=%v within 60s", slot, active)
-}
-
-// waitMarker waits, polling every 5 ms, for the marker row: both engines
-// commit in source order, so once it is visible everything before it is.
-func waitMarker(ctx context.Context, sub *pgx.Conn) error {
-	deadline := time.Now().Add(2 * time.Hour)
-	for time.Now().Before(deadline) {
-		var n int
-		if err := sub.QueryRow(ctx, "SELECT count(*) FROM "+markerTable).Scan(&n); err != nil {
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
-		if n > 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
-	return fmt.Errorf("subscriber did not catch up within 2 hours")
+	return fmt.Errorf("slot bench did not become active=%v within 60s", active)
 }
 
-type process struct {
-	cmd  *exec.Cmd
-	out  bytes.Buffer
-	done chan struct{}
+// waitMarker waits, polling every 5 ms, for the marker row.
+func (r *runEnv) waitMarker(ctx context.Context) error {
+	return r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable, 2*time.Hour)
 }
 
-func startProcess(bin string, args []string) (*process, error) {
-	p := &process{cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
-// stop ends the process with SIGTERM and returns its peak RSS in MB.
-func (p *process) stop() float64 {
-	rss := peakRSS(p.cmd.Process.Pid)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-	return rss
-}
-
-// peakRSS reads VmHWM (the peak resident set) of a live process, in MB.
-func peakRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				return kb / 1024
+// waitFor polls a boolean query on the subscriber every 5 ms.
+func (r *runEnv) waitFor(ctx context.Context, query string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if p, ok := r.eng.(*parapplyEngine); ok {
+			if err := p.exited(); err != nil {
+				return err
 			}
 		}
+		var done bool
+		if err := r.sub.QueryRow(ctx, query).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
 	}
-	return 0
+	return fmt.Errorf("subscriber did not catch up within %s", limit)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }

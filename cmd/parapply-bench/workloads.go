@@ -3,63 +3,176 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 var workloads = map[string]workload{
-	// parallel-apply-benchmark.txt, case 1: 1000 transactions of 1000 inserts.
 	"insert": {
+		doc:    "1000 transactions of 1000 inserted rows (parallel-apply-benchmark.txt, case 1)",
+		method: methodCatchup,
 		schema: "CREATE TABLE foo (id int PRIMARY KEY, value double precision)",
 		tables: []string{"foo"},
-		write: func(ctx context.Context, c *pgx.Conn, scale float64) error {
-			n := scaled(1000, scale)
+		write: func(ctx context.Context, r *runEnv) (int64, error) {
+			n := scaled(1000, r.o.scale)
 			for i := 0; i < n; i++ {
-				if _, err := c.Exec(ctx, "INSERT INTO foo SELECT g, random() FROM generate_series($1::int, $2::int) g", i*1000+1, i*1000+1000); err != nil {
-					return err
+				if _, err := r.pub.Exec(ctx, "INSERT INTO foo SELECT g, random() FROM generate_series($1::int, $2::int) g", i*1000+1, i*1000+1000); err != nil {
+					return int64(i), err
 				}
 			}
-			return nil
+			return int64(n), nil
 		},
 	},
-	// Case 2: 1M rows preloaded, 1000 transactions of 1000 updates, each on
-	// different rows.
 	"update": {
-		schema: "CREATE TABLE foo (id int PRIMARY KEY, value double precision)",
-		preload: func(scale float64) string {
-			return fmt.Sprintf("INSERT INTO foo SELECT g, 0 FROM generate_series(1, %d) g", scaled(1000, scale)*1000)
+		doc:     "1M rows, 1000 transactions of 1000 updates on different rows (case 2)",
+		method:  methodCatchup,
+		schema:  "CREATE TABLE foo (id int PRIMARY KEY, value double precision)",
+		preload: fooRows(1000),
+		tables:  []string{"foo"},
+		write:   rangeUpdates(1000),
+	},
+	"update-full": {
+		doc:     "no key, REPLICA IDENTITY FULL: 40k rows, 200 transactions of 200 updates",
+		method:  methodCatchup,
+		schema:  "CREATE TABLE foo (id int, value double precision); ALTER TABLE foo REPLICA IDENTITY FULL",
+		preload: fooRows(200),
+		tables:  []string{"foo"},
+		write:   rangeUpdates(200),
+	},
+	"point-update": {
+		doc:    "100k rows (fillfactor 10, 1 kB filler), 10 clients x 20 s of single-row updates (logical-replication-prefetch.txt, scenario 1)",
+		method: methodCatchup,
+		schema: "CREATE TABLE t (pk integer PRIMARY KEY, counter integer, filler text DEFAULT repeat('x', 1000)) WITH (fillfactor = 10)",
+		preload: func(scale float64) []string {
+			return []string{fmt.Sprintf("INSERT INTO t (pk, counter) SELECT g, 0 FROM generate_series(1, %d) g", scaled(100000, scale))}
 		},
-		tables: []string{"foo"},
-		write: func(ctx context.Context, c *pgx.Conn, scale float64) error {
-			n := scaled(1000, scale)
-			for i := 0; i < n; i++ {
-				if _, err := c.Exec(ctx, "UPDATE foo SET value = value + 1 WHERE id BETWEEN $1 AND $2", i*1000+1, i*1000+1000); err != nil {
-					return err
-				}
-			}
-			return nil
+		tables: []string{"t"},
+		write: func(ctx context.Context, r *runEnv) (int64, error) {
+			rows := scaled(100000, r.o.scale)
+			return clients(ctx, r.pubDSN, 10, seconds(20, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+				_, err := c.Exec(ctx, "UPDATE t SET counter = counter + 1 WHERE pk = $1", 1+rnd.IntN(rows))
+				return err
+			})
 		},
 	},
-	// The extra case: no primary key, REPLICA IDENTITY FULL; 40k rows,
-	// 200 transactions of 200 updates at scale 1.
-	"update-full": {
-		schema: "CREATE TABLE foo (id int, value double precision); ALTER TABLE foo REPLICA IDENTITY FULL",
-		preload: func(scale float64) string {
-			return fmt.Sprintf("INSERT INTO foo SELECT g, 0 FROM generate_series(1, %d) g", scaled(200, scale)*200)
-		},
-		tables: []string{"foo"},
-		write: func(ctx context.Context, c *pgx.Conn, scale float64) error {
-			n := scaled(200, scale)
-			for i := 0; i < n; i++ {
-				if _, err := c.Exec(ctx, "UPDATE foo SET value = value + 1 WHERE id BETWEEN $1 AND $2", i*200+1, i*200+200); err != nil {
-					return err
-				}
+	"secondary-insert": {
+		doc:    "1M rows with an index on sk, 10 clients x 20 s of single-row inserts (scenario 2, at the size measured in WORKLOADS.md)",
+		method: methodCatchup,
+		schema: "CREATE TABLE t (pk serial PRIMARY KEY, sk integer, counter integer DEFAULT 0); CREATE INDEX ON t (sk)",
+		preload: func(scale float64) []string {
+			n := scaled(1000000, scale)
+			return []string{
+				fmt.Sprintf("INSERT INTO t (sk) SELECT (random() * %d)::int FROM generate_series(1, %d)", n, n),
 			}
-			return nil
 		},
+		tables: []string{"t"},
+		write: func(ctx context.Context, r *runEnv) (int64, error) {
+			n := scaled(1000000, r.o.scale)
+			return clients(ctx, r.pubDSN, 10, seconds(20, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+				_, err := c.Exec(ctx, "INSERT INTO t (sk) VALUES ($1)", rnd.IntN(n))
+				return err
+			})
+		},
+	},
+	"tpcb": {
+		doc:         "pgbench's TPC-B-like transaction, scale 10, 16 clients x 30 s, publisher synchronous_commit = off, subscriber live (bdr-3.7-parallel-writers.txt)",
+		method:      methodLive,
+		pubSettings: map[string]string{"synchronous_commit": "off"},
+		schema: `CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
+			CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
+			CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84)) WITH (fillfactor = 100);
+			CREATE TABLE pgbench_history (hid bigserial PRIMARY KEY, tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))`,
+		preload: func(scale float64) []string {
+			s := tpcbScale(scale)
+			return []string{
+				fmt.Sprintf("INSERT INTO pgbench_branches SELECT g, 0 FROM generate_series(1, %d) g", s),
+				fmt.Sprintf("INSERT INTO pgbench_tellers SELECT g, (g - 1) / 10 + 1, 0 FROM generate_series(1, %d) g", 10*s),
+				fmt.Sprintf("INSERT INTO pgbench_accounts SELECT g, (g - 1) / 100000 + 1, 0, '' FROM generate_series(1, %d) g", 100000*s),
+			}
+		},
+		tables: []string{"pgbench_branches", "pgbench_tellers", "pgbench_accounts", "pgbench_history"},
+		write: func(ctx context.Context, r *runEnv) (int64, error) {
+			s := tpcbScale(r.o.scale)
+			return clients(ctx, r.pubDSN, 16, seconds(30, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+				aid, bid, tid, delta := 1+rnd.IntN(100000*s), 1+rnd.IntN(s), 1+rnd.IntN(10*s), rnd.IntN(10001)-5000
+				b := &pgx.Batch{}
+				b.Queue("BEGIN")
+				b.Queue("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", delta, aid)
+				b.Queue("SELECT abalance FROM pgbench_accounts WHERE aid = $1", aid)
+				b.Queue("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", delta, tid)
+				b.Queue("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", delta, bid)
+				b.Queue("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)", tid, bid, aid, delta)
+				b.Queue("COMMIT")
+				return c.SendBatch(ctx, b).Close()
+			})
+		},
+	},
+	"big-transaction": {
+		doc:    "one transaction of 1M inserted rows: delay from its commit to its visibility on the subscriber; then publisher TPS with the subscriber as synchronous standby under ~36 kB-WAL transactions (physical-unflushed-wal.txt's wal_test.sql), 8 clients x 20 s",
+		method: methodBigTxn,
+		schema: "CREATE TABLE big (id int PRIMARY KEY, v text); " + walBloatTables,
+		tables: append([]string{"big"}, walBloatNames()...),
+	},
+	"initial-sync": {
+		doc:    "one 5M-row table and three 1M-row tables (816 MB at scale 1) on the publisher, an empty subscriber: time until every table is in sync",
+		method: methodInitial,
+		schema: "CREATE TABLE big (id int PRIMARY KEY, a int, b text, c timestamptz); CREATE TABLE m1 (id int PRIMARY KEY, a int, b text); CREATE TABLE m2 (LIKE m1 INCLUDING ALL); CREATE TABLE m3 (LIKE m1 INCLUDING ALL)",
+		preload: func(scale float64) []string {
+			big, m := scaled(5000000, scale), scaled(1000000, scale)
+			return []string{
+				fmt.Sprintf("INSERT INTO big SELECT g, g %% 1000, md5(g::text) || md5((g+1)::text), now() FROM generate_series(1, %d) g", big),
+				fmt.Sprintf("INSERT INTO m1 SELECT g, g %% 7, repeat(md5(g::text), 2) FROM generate_series(1, %d) g", m),
+				fmt.Sprintf("INSERT INTO m2 SELECT g, g %% 7, repeat(md5(g::text), 2) FROM generate_series(1, %d) g", m),
+				fmt.Sprintf("INSERT INTO m3 SELECT g, g %% 7, repeat(md5(g::text), 2) FROM generate_series(1, %d) g", m),
+			}
+		},
+		tables: []string{"big", "m1", "m2", "m3"},
 	},
 }
+
+const walBloatCount = 10
+
+var walBloatTables = func() string {
+	s := ""
+	for i := 1; i <= walBloatCount; i++ {
+		s += fmt.Sprintf("CREATE TABLE wal_bloat_%d (id bigserial PRIMARY KEY, data text); ", i)
+	}
+	return s
+}()
+
+func walBloatNames() []string {
+	var n []string
+	for i := 1; i <= walBloatCount; i++ {
+		n = append(n, fmt.Sprintf("wal_bloat_%d", i))
+	}
+	return n
+}
+
+func fooRows(perTxn int) func(float64) []string {
+	return func(scale float64) []string {
+		return []string{fmt.Sprintf("INSERT INTO foo SELECT g, 0 FROM generate_series(1, %d) g", scaled(perTxn, scale)*perTxn)}
+	}
+}
+
+// rangeUpdates writes n transactions of n updates, each on different rows.
+func rangeUpdates(n int) func(context.Context, *runEnv) (int64, error) {
+	return func(ctx context.Context, r *runEnv) (int64, error) {
+		txns := scaled(n, r.o.scale)
+		for i := 0; i < txns; i++ {
+			if _, err := r.pub.Exec(ctx, "UPDATE foo SET value = value + 1 WHERE id BETWEEN $1 AND $2", i*n+1, i*n+n); err != nil {
+				return int64(i), err
+			}
+		}
+		return int64(txns), nil
+	}
+}
+
+func tpcbScale(scale float64) int { return scaled(10, scale) }
 
 func scaled(n int, scale float64) int {
 	v := int(float64(n)*scale + 0.5)
@@ -67,6 +180,43 @@ func scaled(n int, scale float64) int {
 		v = 1
 	}
 	return v
+}
+
+func seconds(s float64, scale float64) time.Duration {
+	d := time.Duration(s * scale * float64(time.Second))
+	return max(d, time.Second)
+}
+
+// clients runs fn in n connections until d has passed; each call is one
+// transaction. It returns the transactions committed.
+func clients(ctx context.Context, dsn string, n int, d time.Duration, fn func(context.Context, *pgx.Conn, *rand.Rand) error) (int64, error) {
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	deadline := time.Now().Add(d)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close(context.Background())
+			rnd := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if err := fn(ctx, c, rnd); err != nil {
+					errs <- err
+					return
+				}
+				count.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	return count.Load(), <-errs
 }
 
 func workloadNames() []string {

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestVerificationCatchesCorruption runs a tiny update workload against the
+// built-in subscription, corrupts one subscriber row before verification,
+// and expects the cell to be reported as failed, not as a time.
+func TestVerificationCatchesCorruption(t *testing.T) {
+	o := options{scale: 0.01, runs: 1, workers: []int{0}}
+	ctx := context.Background()
+
+	ok := runCell(ctx, o, "update", "builtin", 0)
+	if !ok.Verified || ok.CatchupS <= 0 {
+		t.Fatalf("clean run: verified %v, catch-up %.2fs, error %q", ok.Verified, ok.CatchupS, ok.Error)
+	}
+
+	beforeVerify = func(ctx context.Context, sub *pgx.Conn) error {
+		_, err := sub.Exec(ctx, "UPDATE foo SET value = -42 WHERE id = 7")
+		return err
+	}
+	defer func() { beforeVerify = nil }()
+	bad := runCell(ctx, o, "update", "builtin", 0)
+	if bad.Verified {
+		t.Fatal("a corrupted subscriber row was reported as verified")
+	}
+	if !strings.Contains(bad.Error, "verification") || !strings.Contains(bad.Error, "foo differs") {
+		t.Fatalf("failure does not name the verification and the table: %q", bad.Error)
+	}
+	if bad.CatchupS != 0 || speedup(methodCatchup, &ok, &bad) != 0 {
+		t.Fatalf("a failed cell carries a time: %+v", bad)
+	}
+}

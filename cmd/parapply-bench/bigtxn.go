@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// bigTxn measures (a) the delay between the publisher's commit of one big
+// transaction and its visibility on the subscriber, with the subscriber
+// running, and (b) the publisher's TPS under ~36 kB-WAL transactions with
+// the subscriber as its synchronous standby.
+func (r *runEnv) bigTxn(ctx context.Context, w workload, m *measurement) error {
+	if err := r.prime(ctx); err != nil {
+		return err
+	}
+	rows := scaled(1000000, r.o.scale)
+	t0 := time.Now()
+	if _, err := r.pub.Exec(ctx, "INSERT INTO big SELECT g, 'row ' || g FROM generate_series(1, $1::int) g", rows); err != nil {
+		return err
+	}
+	committed := time.Now()
+	m.publisher = committed.Sub(t0).Seconds()
+	if err := r.waitFor(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM big WHERE id = %d)", rows), time.Hour); err != nil {
+		return err
+	}
+	m.catchup = time.Since(committed).Seconds()
+	logf("big transaction: %d rows in %.2fs on the publisher, visible on the subscriber %.2fs after its commit", rows, m.publisher, m.catchup)
+
+	// (b) synchronous standby.
+	for _, q := range []string{
+		fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '\"%s\"'", r.eng.appName()),
+		"SELECT pg_reload_conf()",
+	} {
+		if _, err := r.pub.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if err := r.waitFor0(ctx); err != nil {
+		return err
+	}
+	d := seconds(20, r.o.scale)
+	txns, err := clients(ctx, r.pubDSN, 8, d, func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+		// wal_test.sql: 80 rows of 8000 characters, about 36 kB of WAL.
+		_, err := c.Exec(ctx, fmt.Sprintf("INSERT INTO wal_bloat_%d (data) SELECT repeat('x', 8000) FROM generate_series(1, 80)", 1+rnd.IntN(walBloatCount)))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	m.sustainedTPS = float64(txns) / d.Seconds()
+	logf("synchronous standby: %d transactions in %s: %.1f TPS", txns, d, m.sustainedTPS)
+	for _, q := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
+		if _, err := r.pub.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if err := r.mark(ctx); err != nil {
+		return err
+	}
+	err = r.waitMarker(ctx)
+	m.rssMB = r.eng.stop()
+	return err
+}
+
+// waitFor0 waits until the publisher lists the subscriber as synchronous.
+func (r *runEnv) waitFor0(ctx context.Context) error {
+	for i := 0; i < 600; i++ {
+		var n int
+		if err := r.pub.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'").Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("the subscriber (%s) never became the publisher's synchronous standby", r.eng.appName())
+}
