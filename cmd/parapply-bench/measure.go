@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -107,11 +108,12 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		}
 	}
 	tables := append(append([]string(nil), w.tables...), markerTable, heartbeatTable)
-	if _, err := r.pub.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, clock_timestamp())"); err != nil {
-		return m, err
-	}
-	if w.method != methodInitial {
-		if _, err := r.sub.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, clock_timestamp())"); err != nil {
+	// The heartbeat row starts identical on both sides; live runs update it.
+	for i, c := range []*pgx.Conn{r.pub, r.sub} {
+		if i == 1 && w.method == methodInitial {
+			break
+		}
+		if _, err := c.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, '2000-01-01 00:00:00+00')"); err != nil {
 			return m, err
 		}
 	}
@@ -201,15 +203,29 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 	if err := r.prime(ctx); err != nil {
 		return err
 	}
+	// A first heartbeat, applied before the clock starts.
+	if _, err := r.pub.Exec(ctx, "UPDATE "+heartbeatTable+" SET at = clock_timestamp() WHERE id = 1"); err != nil {
+		return err
+	}
+	if err := r.waitFor(ctx, "SELECT at > '2001-01-01' FROM "+heartbeatTable, time.Minute); err != nil {
+		return err
+	}
+	var last atomic.Int64 // the last heartbeat written, unix microseconds, once writing stopped
 	hctx, stopHeartbeat := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	sctx, stopSampling := context.WithCancel(ctx)
+	var hb, sampler sync.WaitGroup
 	t0 := time.Now()
 	var hbErr, sampleErr error
-	wg.Add(2)
-	go func() { defer wg.Done(); hbErr = heartbeat(hctx, r.pubDSN) }()
-	go func() { defer wg.Done(); m.lag, sampleErr = sampleLag(hctx, r.subDSN, t0) }()
+	hb.Add(1)
+	sampler.Add(1)
+	go func() { defer hb.Done(); hbErr = heartbeat(hctx, r.pubDSN, &last) }()
+	go func() { defer sampler.Done(); m.lag, sampleErr = sampleLag(sctx, r.subDSN, t0, &last) }()
 	txns, err := w.write(ctx, r)
 	m.publisher = time.Since(t0).Seconds()
+	// The heartbeat stops before the marker, so the marker is the last
+	// thing the publisher writes.
+	stopHeartbeat()
+	hb.Wait()
 	if err == nil {
 		err = r.mark(ctx)
 	}
@@ -217,16 +233,16 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 		err = r.waitMarker(ctx)
 	}
 	total := time.Since(t0).Seconds()
-	stopHeartbeat()
-	wg.Wait()
+	stopSampling()
+	sampler.Wait()
 	m.rssMB = r.eng.stop()
 	if err != nil {
 		return err
 	}
-	if hbErr != nil && hctx.Err() == nil {
+	if hbErr != nil {
 		return hbErr
 	}
-	if sampleErr != nil && hctx.Err() == nil {
+	if sampleErr != nil {
 		return sampleErr
 	}
 	m.catchup = total - m.publisher
@@ -235,7 +251,9 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 	return nil
 }
 
-func heartbeat(ctx context.Context, dsn string) error {
+// heartbeat updates the heartbeat row every 100 ms; when it stops it
+// stores the last time it wrote in last.
+func heartbeat(ctx context.Context, dsn string, last *atomic.Int64) error {
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -243,21 +261,25 @@ func heartbeat(ctx context.Context, dsn string) error {
 	defer c.Close(context.Background())
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var at time.Time
 	for {
 		select {
 		case <-ctx.Done():
+			last.Store(at.UnixMicro())
 			return nil
 		case <-t.C:
 		}
-		if _, err := c.Exec(ctx, "UPDATE "+heartbeatTable+" SET at = clock_timestamp() WHERE id = 1"); err != nil && ctx.Err() == nil {
+		err := c.QueryRow(context.Background(), "UPDATE "+heartbeatTable+" SET at = clock_timestamp() WHERE id = 1 RETURNING at").Scan(&at)
+		if err != nil {
 			return err
 		}
 	}
 }
 
 // sampleLag reads, every 250 ms, how old the heartbeat visible on the
-// subscriber is: the replication lag, to 100 ms.
-func sampleLag(ctx context.Context, dsn string, t0 time.Time) ([]lagSample, error) {
+// subscriber is: the replication lag, to 100 ms. Once the heartbeat has
+// stopped and its last beat is visible, the subscriber has caught up.
+func sampleLag(ctx context.Context, dsn string, t0 time.Time, last *atomic.Int64) ([]lagSample, error) {
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, err
@@ -272,12 +294,16 @@ func sampleLag(ctx context.Context, dsn string, t0 time.Time) ([]lagSample, erro
 			return out, nil
 		case <-t.C:
 		}
+		var at time.Time
 		var lag float64
-		if err := c.QueryRow(ctx, "SELECT extract(epoch FROM clock_timestamp() - at)::float8 FROM "+heartbeatTable+" WHERE id = 1").Scan(&lag); err != nil {
+		if err := c.QueryRow(ctx, "SELECT at, extract(epoch FROM clock_timestamp() - at)::float8 FROM "+heartbeatTable+" WHERE id = 1").Scan(&at, &lag); err != nil {
 			if ctx.Err() != nil {
 				return out, nil
 			}
 			return out, err
+		}
+		if l := last.Load(); l != 0 && at.UnixMicro() >= l {
+			lag = 0
 		}
 		out = append(out, lagSample{T: time.Since(t0).Seconds(), Lag: lag})
 	}

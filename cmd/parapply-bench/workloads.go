@@ -67,7 +67,8 @@ var workloads = map[string]workload{
 		preload: func(scale float64) []string {
 			n := scaled(1000000, scale)
 			return []string{
-				fmt.Sprintf("INSERT INTO t (sk) SELECT (random() * %d)::int FROM generate_series(1, %d)", n, n),
+				// Deterministic, so publisher and subscriber start identical.
+				fmt.Sprintf("INSERT INTO t (sk) SELECT (hashtext(g::text) & 2147483647) %% %d FROM generate_series(1, %d) g", n, n),
 			}
 		},
 		tables: []string{"t"},
