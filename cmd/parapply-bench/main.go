@@ -154,6 +154,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		logf("%s / %s: run %d: publisher %.2fs, catch-up %.2fs, sustained %.1f TPS, peak RSS %.0f MB", w, e, i+1, m.publisher, m.catchup, m.sustainedTPS, m.rssMB)
 		pubs, catchups, tps = append(pubs, m.publisher), append(catchups, m.catchup), append(tps, m.sustainedTPS)
 		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
+		res.Transactions = m.txns
 		if i == 0 {
 			res.Lag = m.lag
 		}
@@ -195,6 +196,7 @@ type result struct {
 	CatchupS     float64     `json:"catchup_s"`
 	CatchupRuns  []float64   `json:"catchup_runs_s"`
 	SustainedTPS float64     `json:"sustained_tps,omitempty"`
+	Transactions int64       `json:"transactions"`
 	Speedup      float64     `json:"speedup_vs_builtin"`
 	PeakRSSMB    float64     `json:"peak_rss_mb"`
 	Verified     bool        `json:"verified"`

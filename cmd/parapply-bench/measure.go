@@ -51,6 +51,7 @@ type runEnv struct {
 type measurement struct {
 	publisher, catchup, rssMB float64
 	sustainedTPS              float64
+	txns                      int64
 	lag                       []lagSample
 	pgVersion                 string
 }
@@ -178,19 +179,20 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 		return err
 	}
 	t0 := time.Now()
-	if _, err := w.write(ctx, r); err != nil {
+	txns, err := w.write(ctx, r)
+	if err != nil {
 		return fmt.Errorf("workload: %w", err)
 	}
-	m.publisher = time.Since(t0).Seconds()
+	m.publisher, m.txns = time.Since(t0).Seconds(), txns
 	if err := r.mark(ctx); err != nil {
 		return err
 	}
-	logf("publisher wrote the workload in %.2fs; starting the subscriber", m.publisher)
+	logf("publisher wrote %d transactions in %.2fs; starting the subscriber", txns, m.publisher)
 	t1 := time.Now()
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
-	err := r.waitMarker(ctx)
+	err = r.waitMarker(ctx)
 	m.catchup = time.Since(t1).Seconds()
 	m.rssMB = r.eng.stop()
 	return err
@@ -246,6 +248,7 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 		return sampleErr
 	}
 	m.catchup = total - m.publisher
+	m.txns = txns
 	m.sustainedTPS = float64(txns) / total
 	logf("live: %d transactions, publisher %.1f TPS, sustained %.1f TPS, %.2fs behind at the end", txns, float64(txns)/m.publisher, m.sustainedTPS, m.catchup)
 	return nil
