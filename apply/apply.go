@@ -72,8 +72,11 @@ type Txn struct {
 // Applier owns one target connection and applies one transaction at a time.
 // Not goroutine safe.
 type Applier struct {
-	cfg    Config
-	conn   *pgx.Conn
+	cfg  Config
+	conn *pgx.Conn
+	// Warn reports a condition worth an operator's attention; it defaults
+	// to doing nothing.
+	Warn   func(string)
 	tables map[uint32]*Table
 	sql    map[string]string
 	Stats  Stats
@@ -88,6 +91,14 @@ type Applier struct {
 
 	mask, keybuf, key2buf []byte
 	syncCommit            bool
+
+	// synced holds, when set, the sync LSN of every table whose initial
+	// copy is done, by qualified name; tables absent from it are skipped.
+	synced map[string]parapply.LSN
+	warned map[string]bool
+	// Skipped counts changes skipped because the table's copy holds them
+	// or the table is not copied yet.
+	Skipped atomic.Int64
 }
 
 type op struct {
@@ -140,7 +151,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
-	a := &Applier{cfg: cfg, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}}
+	a := &Applier{cfg: cfg, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}, Warn: func(string) {}}
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
 		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
@@ -182,6 +193,10 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	if err != nil {
 		return err
 	}
+	if a.synced != nil {
+		lsn, ok := a.synced[t.Name]
+		t.SyncLSN, t.Unsynced = lsn, !ok
+	}
 	a.tables[rel.ID] = t
 	for k := range a.sql {
 		if binary.BigEndian.Uint32([]byte(k)) == rel.ID {
@@ -197,6 +212,37 @@ func (a *Applier) table(id uint32) (*Table, error) {
 		return nil, fmt.Errorf("change for relation id %d before its relation message (protocol error)", id)
 	}
 	return t, nil
+}
+
+// SetSynced tells the applier which tables' initial copies are done and at
+// which position, by qualified name.
+func (a *Applier) SetSynced(synced map[string]parapply.LSN) {
+	a.synced = synced
+	for _, t := range a.tables {
+		lsn, ok := synced[t.Name]
+		t.SyncLSN, t.Unsynced = lsn, !ok
+	}
+}
+
+// skip reports whether a change to t is already in t's initial copy, or t
+// has not been copied yet.
+func (a *Applier) skip(t *Table) bool {
+	if t.Unsynced {
+		if a.warned == nil {
+			a.warned = map[string]bool{}
+		}
+		if !a.warned[t.Name] {
+			a.warned[t.Name] = true
+			a.Warn(fmt.Sprintf("table %s joined the publication after parapply started; its changes are skipped until the next start copies it (restart parapply to sync it)", t.Name))
+		}
+		a.Skipped.Add(1)
+		return true
+	}
+	if a.txn.CommitLSN <= t.SyncLSN {
+		a.Skipped.Add(1)
+		return true
+	}
+	return false
 }
 
 // Begin starts applying a source transaction. Nothing is sent until the
@@ -385,6 +431,9 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 	if err := checkTuple(t, tup, "insert"); err != nil {
 		return err
 	}
+	if a.skip(t) {
+		return nil
+	}
 	cols := a.present(t, tup, nil)
 	if len(cols) == 0 {
 		// Nothing to send but the row itself: one NULL per row counts them.
@@ -418,6 +467,9 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	}
 	if err := checkTuple(t, new, "update"); err != nil {
 		return err
+	}
+	if a.skip(t) {
+		return nil
 	}
 	if oldKind != 0 {
 		if err := checkTuple(t, old, "update"); err != nil {
@@ -543,6 +595,9 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	if err := checkTuple(t, old, "delete"); err != nil {
 		return err
 	}
+	if a.skip(t) {
+		return nil
+	}
 	a.Stats.Deletes.Add(1)
 	if t.Full {
 		return a.full(ctx, t, 'X', old, nil)
@@ -583,6 +638,9 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		t, err := a.table(id)
 		if err != nil {
 			return err
+		}
+		if a.skip(t) {
+			continue
 		}
 		names = append(names, t.Target())
 	}

@@ -24,6 +24,13 @@ type Table struct {
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
 	// values, NULL-safe, one target row per change.
 	Full bool
+	// SyncLSN is the position the table's initial copy holds: changes of
+	// transactions committed at or before it are in the copy already.
+	SyncLSN parapply.LSN
+	// Unsynced marks a published table parapply has not copied yet (it
+	// joined the publication while parapply ran): its changes are skipped
+	// until the next start copies it.
+	Unsynced bool
 	// Partitioned is true for a partitioned target table: statements then
 	// reach its partitions; for a plain table they use ONLY, so rows of
 	// inheritance children are never touched, as with the built-in apply.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,10 @@ type Config struct {
 	AppName string
 	// StatusInterval bounds the time between standby status updates.
 	StatusInterval time.Duration
+	// ExportSnapshot, when the slot is created, exports its snapshot for
+	// the initial copy (Source.Snapshot); the connection must then stay
+	// idle until the copy is done.
+	ExportSnapshot bool
 }
 
 // Source is an open replication connection to the publisher.
@@ -43,6 +48,15 @@ type Source struct {
 	SystemID      string // the publisher's system identifier
 	Database      string
 	Proto         int // negotiated pgoutput protocol version
+	// Created is true when Connect created the slot.
+	Created bool
+	// Snapshot and ConsistentPoint are set when Connect created the slot
+	// with an exported snapshot.
+	Snapshot        string
+	ConsistentPoint parapply.LSN
+	// Published lists what the publications send, read before the slot
+	// was created.
+	Published []PublishedTable
 }
 
 // Connect opens the replication connection and checks everything that would
@@ -142,15 +156,26 @@ func (s *Source) check(ctx context.Context) error {
 			return fmt.Errorf("publication %q does not exist in source database %s; create it there with CREATE PUBLICATION %s FOR TABLE ...", pub, s.Database, parapply.QuoteIdent(pub))
 		}
 	}
+	if s.Published, err = s.publishedTables(ctx); err != nil {
+		return err
+	}
 	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type FROM pg_catalog.pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
 	if len(rows) == 0 {
-		_, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+		action := "NOEXPORT_SNAPSHOT"
+		if s.cfg.ExportSnapshot {
+			action = "EXPORT_SNAPSHOT"
+		}
+		res, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
 		if err != nil {
 			return fmt.Errorf("creating replication slot %s on the source: %w (check max_replication_slots and that the role has REPLICATION)", s.cfg.Slot, err)
+		}
+		s.Created, s.Snapshot = true, res.SnapshotName
+		if s.ConsistentPoint, err = parapply.ParseLSN(res.ConsistentPoint); err != nil {
+			return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
 		}
 		return nil
 	}
@@ -366,34 +391,107 @@ func quotePubs(pubs []string) string {
 }
 
 // PublishedTable is a table the publications send, with its published
-// columns.
+// columns (nil: all) and row filter ("" for none).
 type PublishedTable struct {
 	Schema, Name string
 	Columns      []string
+	RowFilter    string
 }
 
-// PublishedTables lists what the publications send, so the target can be
-// checked before anything is applied.
-func (s *Source) PublishedTables(ctx context.Context) ([]PublishedTable, error) {
+// publishedTables lists what the publications send, combining several
+// publications of one table as PostgreSQL does: a row passes if any
+// publication's filter passes it (no filter passes all), and the columns
+// are the union of the column lists (no list means all).
+func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) {
 	pubs := make([]string, len(s.cfg.Publications))
 	for i, p := range s.cfg.Publications {
 		pubs[i] = quoteLiteral(p)
 	}
-	cols := "NULL::text"
+	cols, filter := "NULL::text", "NULL::text"
 	if s.ServerVersion >= 150000 {
-		cols = "array_to_string(attnames, ',')"
+		cols, filter = "array_to_string(attnames, ',')", "rowfilter"
 	}
-	rows, err := s.query(ctx, "SELECT DISTINCT schemaname, tablename, "+cols+" FROM pg_catalog.pg_publication_tables WHERE pubname IN ("+strings.Join(pubs, ",")+") ORDER BY 1, 2")
+	rows, err := s.query(ctx, "SELECT schemaname, tablename, "+cols+", "+filter+" FROM pg_catalog.pg_publication_tables WHERE pubname IN ("+strings.Join(pubs, ",")+") ORDER BY 1, 2")
 	if err != nil {
 		return nil, fmt.Errorf("listing published tables: %w", err)
 	}
-	out := make([]PublishedTable, 0, len(rows))
+	var out []PublishedTable
+	allCols, noFilter := map[int]bool{}, map[int]bool{}
 	for _, r := range rows {
-		t := PublishedTable{Schema: string(r[0]), Name: string(r[1])}
-		if r[2] != nil && len(r[2]) > 0 {
-			t.Columns = strings.Split(string(r[2]), ",")
+		schema, name := string(r[0]), string(r[1])
+		i := len(out) - 1
+		if i < 0 || out[i].Schema != schema || out[i].Name != name {
+			out = append(out, PublishedTable{Schema: schema, Name: name})
+			i++
 		}
-		out = append(out, t)
+		t := &out[i]
+		if r[2] == nil || len(r[2]) == 0 {
+			allCols[i] = true
+		} else {
+			for _, c := range strings.Split(string(r[2]), ",") {
+				if !slices.Contains(t.Columns, c) {
+					t.Columns = append(t.Columns, c)
+				}
+			}
+		}
+		if r[3] == nil {
+			noFilter[i] = true
+		} else if t.RowFilter == "" {
+			t.RowFilter = "(" + string(r[3]) + ")"
+		} else {
+			t.RowFilter += " OR (" + string(r[3]) + ")"
+		}
+	}
+	for i := range out {
+		if allCols[i] {
+			out[i].Columns = nil
+		}
+		if noFilter[i] {
+			out[i].RowFilter = ""
+		}
 	}
 	return out, nil
+}
+
+// SnapshotSlot is a temporary slot whose exported snapshot serves a copy
+// of tables that join later; closing it drops the slot.
+type SnapshotSlot struct {
+	conn            *pgconn.PgConn
+	Snapshot        string
+	ConsistentPoint parapply.LSN
+}
+
+// NewSnapshotSlot creates a temporary logical slot with an exported
+// snapshot on a connection of its own.
+func NewSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) {
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("source DSN: %w", err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	pc.RuntimeParams["application_name"] = cfg.AppName + " copy"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+	}
+	name := fmt.Sprintf("%s_sync_%d", cfg.Slot, time.Now().UnixNano()%1_000_000_000)
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, parapply.QuoteIdent(name), "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("creating temporary slot %s for the copy: %w", name, err)
+	}
+	l, err := parapply.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return &SnapshotSlot{conn: conn, Snapshot: res.SnapshotName, ConsistentPoint: l}, nil
+}
+
+// Close ends the connection, which drops the temporary slot.
+func (s *SnapshotSlot) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.conn.Close(ctx)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // Config is everything a subscriber needs.
@@ -24,6 +25,17 @@ type Config struct {
 	Source source.Config
 	Target apply.Config
 	Log    *slog.Logger
+	// CopyData copies the rows published tables already hold before
+	// streaming their changes (tables parapply has not synced before);
+	// without it, tables are taken as already in sync.
+	CopyData bool
+	// CopyWorkers is the number of connection pairs the copy uses.
+	CopyWorkers int
+	// ExistingData is the policy for target tables that already hold rows
+	// when they are to be copied (tablesync.Existing*).
+	ExistingData string
+	// CopyProgress, if set, receives copy progress every two seconds.
+	CopyProgress func(tablesync.Progress)
 }
 
 // Subscriber applies one slot's stream to one target.
@@ -89,7 +101,9 @@ func (s *Subscriber) Status() Status {
 // Run connects, checks the setup, and applies the stream until ctx ends
 // (returning nil) or an error stops it.
 func (s *Subscriber) Run(ctx context.Context) (err error) {
-	src, err := source.Connect(ctx, s.cfg.Source)
+	scfg := s.cfg.Source
+	scfg.ExportSnapshot = s.cfg.CopyData
+	src, err := source.Connect(ctx, scfg)
 	if err != nil {
 		return err
 	}
@@ -99,10 +113,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer app.Close(context.Background())
-	published, err := src.PublishedTables(ctx)
-	if err != nil {
-		return err
-	}
+	published := src.Published
 	rels := make([]*parapply.Relation, len(published))
 	for i, pt := range published {
 		rels[i] = &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
@@ -115,6 +126,12 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	}
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
 	if err != nil {
+		return err
+	}
+	if src.Created && resumed {
+		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
+	}
+	if err := s.sync(ctx, src, app, published); err != nil {
 		return err
 	}
 	tracker := progress.NewTracker(pos.EndLSN)
@@ -381,4 +398,62 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 		}
 	}
 	return l.commit(ctx, m.EndLSN)
+}
+
+// sync copies the published tables this target has not synced yet, then
+// tells the applier each table's sync position.
+func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Applier, published []source.PublishedTable) error {
+	slot := s.cfg.Source.Slot
+	state, err := tablesync.LoadState(ctx, app.Conn(), slot)
+	if err != nil {
+		return err
+	}
+	var pending []tablesync.Table
+	for _, pt := range published {
+		t := tablesync.Table{Schema: pt.Schema, Name: pt.Name, Columns: pt.Columns, RowFilter: pt.RowFilter}
+		if state[t.QualifiedName()].State != "done" {
+			pending = append(pending, t)
+		}
+	}
+	if len(pending) > 0 {
+		if !s.cfg.CopyData {
+			s.log.Info("taking tables as already in sync (copy_data = off)", "tables", len(pending))
+			if err := tablesync.MarkSynced(ctx, app.Conn(), slot, pending, 0); err != nil {
+				return err
+			}
+		} else {
+			snapshot, lsn := src.Snapshot, src.ConsistentPoint
+			if snapshot == "" {
+				// The slot existed: copy under a temporary slot's snapshot.
+				tmp, err := source.NewSnapshotSlot(ctx, s.cfg.Source)
+				if err != nil {
+					return err
+				}
+				defer tmp.Close()
+				snapshot, lsn = tmp.Snapshot, tmp.ConsistentPoint
+			}
+			s.log.Info("copying existing rows", "tables", len(pending), "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
+			err := tablesync.Copy(ctx, tablesync.Config{
+				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,
+				Snapshot: snapshot, SyncLSN: lsn, Slot: slot,
+				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData,
+				Log: s.log, Progress: s.cfg.CopyProgress,
+			}, pending)
+			if err != nil {
+				return err
+			}
+		}
+		if state, err = tablesync.LoadState(ctx, app.Conn(), slot); err != nil {
+			return err
+		}
+	}
+	synced := map[string]parapply.LSN{}
+	for name, st := range state {
+		if st.State == "done" {
+			synced[name] = st.SyncLSN
+		}
+	}
+	app.SetSynced(synced)
+	app.Warn = func(msg string) { s.log.Warn(msg) }
+	return nil
 }

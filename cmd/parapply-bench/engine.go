@@ -69,11 +69,15 @@ type parapplyEngine struct {
 	p    *process
 }
 
-func newParapply(bin, pubDSN, subDSN string, workers int, extra ...string) (*parapplyEngine, error) {
+func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool) (*parapplyEngine, error) {
 	if workers != 0 {
 		return nil, fmt.Errorf("--workers %d: parapply has no worker pool yet: %w", workers, errUnsupported)
 	}
-	args := append([]string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply"}, extra...)
+	cp := "off"
+	if copyData {
+		cp = "on"
+	}
+	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp}
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 

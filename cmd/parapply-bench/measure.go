@@ -127,10 +127,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	case "builtin":
 		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
 	case "parapply":
-		if copyData {
-			return m, fmt.Errorf("initial data copy: %w", errUnsupported)
-		}
-		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers)
+		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData)
 	}
 	if err != nil {
 		return m, err
@@ -145,7 +142,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	case methodBigTxn:
 		err = r.bigTxn(ctx, w, &m)
 	case methodInitial:
-		err = r.initial(ctx, &m)
+		err = r.initial(ctx, &m, tables)
 	}
 	if err != nil {
 		return m, err
@@ -312,7 +309,7 @@ func sampleLag(ctx context.Context, dsn string, t0 time.Time, last *atomic.Int64
 	}
 }
 
-func (r *runEnv) initial(ctx context.Context, m *measurement) error {
+func (r *runEnv) initial(ctx context.Context, m *measurement, tables []string) error {
 	if err := r.mark(ctx); err != nil {
 		return err
 	}
@@ -320,17 +317,18 @@ func (r *runEnv) initial(ctx context.Context, m *measurement) error {
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
-	for {
-		var pending int
-		if err := r.sub.QueryRow(ctx, "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").Scan(&pending); err != nil {
+	// In sync: every table copied (the built-in's tables "ready"; parapply's
+	// sync_state "done"), and a marker written before the start applied.
+	ready := "SELECT count(*) = 0 FROM pg_subscription_rel WHERE srsubstate <> 'r'"
+	if _, ok := r.eng.(*parapplyEngine); ok {
+		// parapply creates its state table when it starts.
+		if err := r.waitFor(ctx, "SELECT to_regclass('parapply.sync_state') IS NOT NULL", time.Minute); err != nil {
 			return err
 		}
-		if pending == 0 {
-			break
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
+		ready = fmt.Sprintf("SELECT count(*) FILTER (WHERE state = 'done') = %d FROM parapply.sync_state", len(tables))
+	}
+	if err := r.waitFor(ctx, ready, 2*time.Hour); err != nil {
+		return err
 	}
 	err := r.waitMarker(ctx)
 	m.catchup = time.Since(t0).Seconds()

@@ -15,6 +15,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 func usageFor(fs *flag.FlagSet, synopsis string) {
@@ -59,6 +60,18 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	case "on", "off", "local", "remote_write", "remote_apply":
 	default:
 		return cfg, fmt.Errorf("invalid value for synchronous_commit: %q (on, off, local, remote_write or remote_apply)", c["synchronous_commit"])
+	}
+	if cfg.CopyData, err = c.bool("copy_data"); err != nil {
+		return cfg, err
+	}
+	if cfg.CopyWorkers, err = c.int("copy_workers", 1); err != nil {
+		return cfg, err
+	}
+	switch c["existing_data"] {
+	case tablesync.ExistingError, tablesync.ExistingTruncate, tablesync.ExistingKeep:
+		cfg.ExistingData = c["existing_data"]
+	default:
+		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
 	}
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
@@ -107,6 +120,7 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg.CopyProgress = copyProgressPrinter(os.Stderr, log)
 	sub := subscriber.New(cfg)
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
@@ -128,6 +142,39 @@ func runCommand(ctx context.Context, args []string) error {
 				"lag", st.Lag.Round(time.Millisecond).String(), "txns", st.Txns, "rows", st.Rows,
 				"rows_per_s", int64(float64(st.Rows-lastRows)/interval.Seconds()), "missing_rows", st.Missing)
 			lastRows = st.Rows
+		}
+	}
+}
+
+// copyProgressPrinter shows the initial copy's progress: a bar redrawn in
+// place on a terminal, a log line otherwise.
+func copyProgressPrinter(w *os.File, log *slog.Logger) func(tablesync.Progress) {
+	tty := false
+	if fi, err := w.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		tty = true
+	}
+	return func(p tablesync.Progress) {
+		frac := 0.0
+		if p.EstRows > 0 {
+			frac = min(float64(p.Rows)/float64(p.EstRows), 1)
+		}
+		rate := float64(p.Bytes) / max(p.Elapsed.Seconds(), 0.001) / (1 << 20)
+		eta := "?"
+		if frac > 0 && frac < 1 {
+			eta = (time.Duration(p.Elapsed.Seconds()*(1-frac)/frac) * time.Second).Round(time.Second).String()
+		} else if p.TablesDone == p.Tables {
+			eta = "0s"
+		}
+		if !tty {
+			log.Info("copy progress", "tables_done", p.TablesDone, "tables", p.Tables, "rows", p.Rows, "rows_estimated", p.EstRows,
+				"mb", p.Bytes>>20, "mb_per_s", int(rate), "percent", int(frac*100), "eta", eta)
+			return
+		}
+		const width = 30
+		bar := strings.Repeat("#", int(frac*width)) + strings.Repeat(".", width-int(frac*width))
+		fmt.Fprintf(w, "\rcopy [%s] %3d%%  %d/%d tables  %d rows  %d MB  %.0f MB/s  eta %s   ", bar, int(frac*100), p.TablesDone, p.Tables, p.Rows, p.Bytes>>20, rate, eta)
+		if p.TablesDone == p.Tables {
+			fmt.Fprintln(w)
 		}
 	}
 }

@@ -110,7 +110,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("value the target cannot accept", func(t *testing.T) {
 		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_typed', 'pgoutput')`)
 		e.exec(e.pub, `BEGIN; INSERT INTO typed VALUES (1, '10'), (2, 'twenty'); INSERT INTO typed VALUES (3, '30'); COMMIT`)
-		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_typed")
+		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_typed", "--copy-data", "off")
 		if err == nil {
 			t.Fatalf("exit 0, want an error; output:\n%s", out)
 		}

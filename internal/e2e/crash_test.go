@@ -96,7 +96,7 @@ func TestCrashRestart(t *testing.T) {
 	e.exec(e.pub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 200) g`)
 	e.exec(e.sub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 200) g`)
 	r := rand.New(rand.NewPCG(seed(t), 3))
-	args := []string{"--publication", "pub", "--slot", "crash", "--status-interval", "200ms"}
+	args := []string{"--publication", "pub", "--slot", "crash", "--status-interval", "200ms", "--copy-data", "off"}
 
 	wctx, stopWriting := context.WithCancel(ctx)
 	defer stopWriting()

@@ -1,0 +1,575 @@
+// Package tablesync copies the rows a publication already holds to the target
+// before streaming starts, from one consistent snapshot of the publisher, over
+// several connections at once.
+//
+// # Consistency
+//
+// A logical slot created with an exported snapshot marks a point: the
+// snapshot holds exactly the transactions committed before the slot's
+// consistent point, and the slot streams exactly those committed after it.
+// Every table is copied under that snapshot (SET TRANSACTION SNAPSHOT), and
+// the table's sync LSN is recorded as the consistent point: the applier
+// skips a change to the table whose transaction committed at or before it.
+// A table synced later (added to the publication, or left unfinished by a
+// crash) is copied under the snapshot of a temporary slot created for the
+// purpose, with that slot's consistent point as its sync LSN; the stream,
+// resumed from an earlier position, skips the changes the copy already
+// holds. So no change is lost or applied twice at the boundary.
+//
+// # Interruption
+//
+// A table counts as synced only when the row saying so in parapply.sync_state
+// is committed, after all its rows. A table whose copy was interrupted is
+// found in state "copying" at the next start: its partial rows are truncated
+// and it is copied again, whole, under a new snapshot.
+//
+// # Parallelism
+//
+// Large tables are split into ranges of pages (ctid ranges, which
+// PostgreSQL scans with a TID range scan), so one big table keeps every
+// worker busy. Each range is one COPY from the publisher piped into one COPY
+// on the target, in binary format when the column types on both sides are
+// the same built-in types, in text otherwise.
+package tablesync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+)
+
+// Existing-data policies for target tables that already hold rows.
+const (
+	ExistingError    = "error"
+	ExistingTruncate = "truncate"
+	ExistingKeep     = "keep"
+)
+
+// Table is one published table to copy.
+type Table struct {
+	Schema, Name string
+	// Columns are the published columns; the publication's column list
+	// when it has one.
+	Columns []string
+	// RowFilter is the publication's row filter (a SQL expression), "" for
+	// none.
+	RowFilter string
+}
+
+// QualifiedName is the quoted, schema-qualified name.
+func (t Table) QualifiedName() string {
+	return parapply.QuoteIdent(t.Schema) + "." + parapply.QuoteIdent(t.Name)
+}
+
+// Config says what to copy from where.
+type Config struct {
+	SourceDSN, TargetDSN string
+	// Snapshot is the exported snapshot every copy runs under.
+	Snapshot string
+	// SyncLSN is the consistent point that goes with the snapshot.
+	SyncLSN parapply.LSN
+	Slot    string
+	// Workers is the number of connection pairs copying at once.
+	Workers int
+	// Existing says what to do with a target table that already holds rows
+	// parapply did not copy: ExistingError (default), ExistingTruncate or
+	// ExistingKeep.
+	Existing string
+	Log      *slog.Logger
+	// Progress, if set, is called about every ProgressEvery with the
+	// state of the copy.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+}
+
+// Progress is a snapshot of a running copy.
+type Progress struct {
+	Tables, TablesDone int
+	Rows, EstRows      int64
+	Bytes              int64
+	Elapsed            time.Duration
+	PerTable           []TableProgress
+}
+
+// TableProgress is one table's share of a Progress.
+type TableProgress struct {
+	Name          string
+	Rows, EstRows int64
+	Bytes         int64
+	Done          bool
+}
+
+const stateSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
+CREATE TABLE IF NOT EXISTS parapply.sync_state (
+	slot_name   text NOT NULL,
+	table_name  text NOT NULL,
+	state       text NOT NULL CHECK (state IN ('copying', 'done')),
+	sync_lsn    pg_lsn NOT NULL,
+	rows        bigint,
+	started_at  timestamptz,
+	finished_at timestamptz,
+	PRIMARY KEY (slot_name, table_name)
+);
+COMMENT ON TABLE parapply.sync_state IS 'parapply: initial copy state per slot and table; do not edit';`
+
+// State is what the target records about a table's sync.
+type State struct {
+	State   string
+	SyncLSN parapply.LSN
+}
+
+// LoadState reads the sync state of every table of a slot, keyed by
+// qualified name, creating the state table if needed.
+func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]State, error) {
+	if _, err := conn.Exec(ctx, stateSQL); err != nil {
+		return nil, fmt.Errorf("creating parapply.sync_state on the target: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT table_name, state, sync_lsn::text FROM parapply.sync_state WHERE slot_name = $1`, slot)
+	if err != nil {
+		return nil, fmt.Errorf("reading parapply.sync_state: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]State{}
+	for rows.Next() {
+		var name, state, lsn string
+		if err := rows.Scan(&name, &state, &lsn); err != nil {
+			return nil, err
+		}
+		l, err := parapply.ParseLSN(lsn)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = State{State: state, SyncLSN: l}
+	}
+	return out, rows.Err()
+}
+
+// MarkSynced records tables as in sync without copying (copy_data off).
+func MarkSynced(ctx context.Context, conn *pgx.Conn, slot string, tables []Table, lsn parapply.LSN) error {
+	for _, t := range tables {
+		if _, err := conn.Exec(ctx, `INSERT INTO parapply.sync_state (slot_name, table_name, state, sync_lsn, finished_at) VALUES ($1, $2, 'done', $3::text::pg_lsn, now())
+			ON CONFLICT (slot_name, table_name) DO UPDATE SET state = 'done', sync_lsn = EXCLUDED.sync_lsn, finished_at = now()`, slot, t.QualifiedName(), lsn.String()); err != nil {
+			return fmt.Errorf("recording %s as synced: %w", t.QualifiedName(), err)
+		}
+	}
+	return nil
+}
+
+// chunk is one COPY: a whole table or a range of its pages.
+type chunk struct {
+	t      *tableJob
+	lo, hi int64 // page range [lo, hi); hi < 0: to the end; lo < 0: no range
+}
+
+type tableJob struct {
+	Table
+	format     string // "binary" or "text"
+	only       bool   // ONLY on the source (plain table)
+	pages      int64
+	estRows    int64
+	chunks     int
+	left       atomic.Int64
+	rows       atomic.Int64
+	bytes      atomic.Int64
+	done       atomic.Bool
+	targetCols string
+	sourceSel  string
+}
+
+// Copy copies tables under cfg.Snapshot and records each as synced at
+// cfg.SyncLSN. It returns once every table is done, or at the first error.
+func Copy(ctx context.Context, cfg Config, tables []Table) error {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Existing == "" {
+		cfg.Existing = ExistingError
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	src, err := pgx.Connect(ctx, cfg.SourceDSN)
+	if err != nil {
+		return fmt.Errorf("copy: connecting to the source: %w", err)
+	}
+	defer src.Close(context.Background())
+	dst, err := pgx.Connect(ctx, cfg.TargetDSN)
+	if err != nil {
+		return fmt.Errorf("copy: connecting to the target: %w", err)
+	}
+	defer dst.Close(context.Background())
+	state, err := LoadState(ctx, dst, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	jobs := make([]*tableJob, 0, len(tables))
+	for _, t := range tables {
+		j, err := plan(ctx, src, dst, t)
+		if err != nil {
+			return err
+		}
+		if err := prepareTarget(ctx, dst, cfg, j, state[t.QualifiedName()]); err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	// Biggest first, so the long tail is small tables.
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].pages > jobs[b].pages })
+	var chunks []chunk
+	for _, j := range jobs {
+		cs := split(j, cfg.Workers)
+		j.chunks = len(cs)
+		j.left.Store(int64(len(cs)))
+		chunks = append(chunks, cs...)
+	}
+
+	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan chunk)
+	errs := make(chan error, cfg.Workers)
+	var wg sync.WaitGroup
+	for i := 0; i < min(cfg.Workers, len(chunks)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := worker(ctx, cfg, work); err != nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	stopReport := make(chan struct{})
+	var reportWG sync.WaitGroup
+	if cfg.Progress != nil {
+		every := cfg.ProgressEvery
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		reportWG.Add(1)
+		go func() {
+			defer reportWG.Done()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopReport:
+					cfg.Progress(progressOf(jobs, start))
+					return
+				case <-t.C:
+					cfg.Progress(progressOf(jobs, start))
+				}
+			}
+		}()
+	}
+feed:
+	for _, c := range chunks {
+		select {
+		case work <- c:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(stopReport)
+	reportWG.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := progressOf(jobs, start)
+	cfg.Log.Info("initial copy done", "tables", p.Tables, "rows", p.Rows, "bytes", p.Bytes, "seconds", p.Elapsed.Seconds())
+	return nil
+}
+
+func progressOf(jobs []*tableJob, start time.Time) Progress {
+	p := Progress{Tables: len(jobs), Elapsed: time.Since(start)}
+	for _, j := range jobs {
+		tp := TableProgress{Name: j.QualifiedName(), Rows: j.rows.Load(), EstRows: j.estRows, Bytes: j.bytes.Load(), Done: j.done.Load()}
+		if tp.Done {
+			p.TablesDone++
+			tp.EstRows = tp.Rows
+		}
+		p.Rows += tp.Rows
+		p.EstRows += max(tp.EstRows, tp.Rows)
+		p.Bytes += tp.Bytes
+		p.PerTable = append(p.PerTable, tp)
+	}
+	return p
+}
+
+// plan reads what the copy of one table needs from both catalogs.
+func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
+	j := &tableJob{Table: t}
+	name := t.QualifiedName()
+	var kind string
+	var pages, tuples float64
+	err := src.QueryRow(ctx, `SELECT c.relkind::text, c.relpages::float8, greatest(c.reltuples, 0)::float8 FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, name).Scan(&kind, &pages, &tuples)
+	if err != nil {
+		return nil, fmt.Errorf("copy: reading %s on the source: %w", name, err)
+	}
+	j.only = kind != "p"
+	j.pages, j.estRows = int64(pages), int64(tuples)
+	if kind == "p" {
+		// A partitioned root: its size is its partitions'.
+		if err := src.QueryRow(ctx, `SELECT coalesce(sum(c.relpages), 0)::float8, coalesce(sum(greatest(c.reltuples, 0)), 0)::float8 FROM pg_catalog.pg_partition_tree($1::regclass) p JOIN pg_catalog.pg_class c ON c.oid = p.relid WHERE p.isleaf`, name).Scan(&pages, &tuples); err != nil {
+			return nil, fmt.Errorf("copy: reading partitions of %s: %w", name, err)
+		}
+		j.pages, j.estRows = int64(pages), int64(tuples)
+	}
+	types := func(c *pgx.Conn) (map[string]string, error) {
+		rows, err := c.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, atttypmod), (atttypid >= 16384 OR coalesce((SELECT typelem >= 16384 FROM pg_catalog.pg_type WHERE oid = atttypid), false))
+			FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`, name)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var n, typ string
+			var user bool
+			if err := rows.Scan(&n, &typ, &user); err != nil {
+				return nil, err
+			}
+			if user {
+				typ = "user:" + typ
+			}
+			out[n] = typ
+		}
+		return out, rows.Err()
+	}
+	st, err := types(src)
+	if err != nil {
+		return nil, fmt.Errorf("copy: columns of %s on the source: %w", name, err)
+	}
+	tt, err := types(dst)
+	if err != nil {
+		return nil, fmt.Errorf("copy: columns of %s on the target: %w", name, err)
+	}
+	cols := t.Columns
+	if len(cols) == 0 {
+		for c := range st {
+			cols = append(cols, c)
+		}
+		sort.Strings(cols)
+	}
+	j.format = "binary"
+	var q []string
+	for _, c := range cols {
+		s, ok := st[c]
+		if !ok {
+			// Generated on the source: not published.
+			continue
+		}
+		d, ok := tt[c]
+		if !ok {
+			return nil, fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
+		}
+		if s != d || strings.HasPrefix(s, "user:") {
+			j.format = "text"
+		}
+		q = append(q, parapply.QuoteIdent(c))
+	}
+	j.targetCols = strings.Join(q, ", ")
+	j.sourceSel = strings.Join(q, ", ")
+	return j, nil
+}
+
+// prepareTarget applies the existing-data policy, or clears what an
+// interrupted copy left, and records the table as being copied.
+func prepareTarget(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, st State) error {
+	name := j.QualifiedName()
+	var has bool
+	if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&has); err != nil {
+		return fmt.Errorf("copy: reading %s on the target: %w", name, err)
+	}
+	if has {
+		switch {
+		case st.State == "copying":
+			cfg.Log.Info("an earlier copy was interrupted; copying the table again", "table", name)
+			if _, err := dst.Exec(ctx, "TRUNCATE "+onlyFor(j)+name); err != nil {
+				return fmt.Errorf("copy: clearing the interrupted copy of %s: %w", name, err)
+			}
+		case cfg.Existing == ExistingTruncate:
+			if _, err := dst.Exec(ctx, "TRUNCATE "+onlyFor(j)+name); err != nil {
+				return fmt.Errorf("copy: truncating %s on the target: %w", name, err)
+			}
+		case cfg.Existing == ExistingKeep:
+		default:
+			return fmt.Errorf("target table %s already holds rows; empty it, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if it is already in sync", name)
+		}
+	}
+	_, err := dst.Exec(ctx, `INSERT INTO parapply.sync_state (slot_name, table_name, state, sync_lsn, started_at) VALUES ($1, $2, 'copying', $3::text::pg_lsn, now())
+		ON CONFLICT (slot_name, table_name) DO UPDATE SET state = 'copying', sync_lsn = EXCLUDED.sync_lsn, rows = NULL, started_at = now(), finished_at = NULL`, cfg.Slot, name, cfg.SyncLSN.String())
+	if err != nil {
+		return fmt.Errorf("copy: recording %s in parapply.sync_state: %w", name, err)
+	}
+	return nil
+}
+
+func onlyFor(j *tableJob) string {
+	if j.only {
+		return "ONLY "
+	}
+	return ""
+}
+
+// chunkPages is the smallest range worth a COPY of its own.
+const chunkPages = 2048
+
+// split cuts a table into page ranges: about four per worker for a big
+// table, one chunk for a small one.
+func split(j *tableJob, workers int) []chunk {
+	n := j.pages / chunkPages
+	if n > int64(workers*4) {
+		n = int64(workers * 4)
+	}
+	if n < 2 {
+		return []chunk{{t: j, lo: -1, hi: -1}}
+	}
+	step := (j.pages + n - 1) / n
+	var cs []chunk
+	for lo := int64(0); lo < j.pages; lo += step {
+		hi := lo + step
+		if hi >= j.pages {
+			hi = -1 // the last range is open: pages added since relpages was read
+		}
+		cs = append(cs, chunk{t: j, lo: lo, hi: hi})
+		if hi < 0 {
+			break
+		}
+	}
+	return cs
+}
+
+func (c chunk) sourceSQL() string {
+	j := c.t
+	var where []string
+	if j.RowFilter != "" {
+		where = append(where, "("+j.RowFilter+")")
+	}
+	if c.lo >= 0 {
+		where = append(where, fmt.Sprintf("ctid >= '(%d,0)'::tid", c.lo))
+		if c.hi >= 0 {
+			where = append(where, fmt.Sprintf("ctid < '(%d,0)'::tid", c.hi))
+		}
+	}
+	q := "SELECT " + j.sourceSel + " FROM " + onlyFor(j) + j.QualifiedName()
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return "COPY (" + q + ") TO STDOUT (FORMAT " + j.format + ")"
+}
+
+func (c chunk) targetSQL() string {
+	j := c.t
+	return "COPY " + j.QualifiedName() + " (" + j.targetCols + ") FROM STDIN (FORMAT " + j.format + ")"
+}
+
+// worker copies chunks over its own pair of connections.
+func worker(ctx context.Context, cfg Config, work <-chan chunk) error {
+	src, err := pgx.Connect(ctx, cfg.SourceDSN)
+	if err != nil {
+		return fmt.Errorf("copy: connecting to the source: %w", err)
+	}
+	defer src.Close(context.Background())
+	dcfg, err := pgx.ParseConfig(cfg.TargetDSN)
+	if err != nil {
+		return err
+	}
+	dcfg.RuntimeParams["application_name"] = "parapply copy"
+	dst, err := pgx.ConnectConfig(ctx, dcfg)
+	if err != nil {
+		return fmt.Errorf("copy: connecting to the target: %w", err)
+	}
+	defer dst.Close(context.Background())
+	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
+		return fmt.Errorf("copy: preparing the target session: %w", err)
+	}
+	for c := range work {
+		if err := copyChunk(ctx, cfg, src, dst, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) error {
+	name := c.t.QualifiedName()
+	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return fmt.Errorf("copy %s: %w", name, err)
+	}
+	defer src.Exec(context.Background(), "ROLLBACK")
+	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(cfg.Snapshot, "'", "''")+"'"); err != nil {
+		return fmt.Errorf("copy %s: importing the snapshot %s (it lives only while the slot's connection is idle): %w", name, cfg.Snapshot, err)
+	}
+	tx, err := dst.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", name, err)
+	}
+	defer tx.Rollback(context.Background())
+	pr, pw := io.Pipe()
+	var readErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, readErr = src.PgConn().CopyTo(ctx, countingWriter{pw, &c.t.bytes}, c.sourceSQL())
+		pw.CloseWithError(readErr)
+	}()
+	ct, err := dst.PgConn().CopyFrom(ctx, pr, c.targetSQL())
+	pr.CloseWithError(errors.New("target copy ended"))
+	<-done
+	if readErr != nil {
+		return fmt.Errorf("copy %s: reading from the source: %w", name, readErr)
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Where != "" {
+			return fmt.Errorf("copy %s: writing to the target: %w (%s); the target's column types must accept the publisher's values", name, err, pe.Where)
+		}
+		return fmt.Errorf("copy %s: writing to the target: %w", name, err)
+	}
+	c.t.rows.Add(ct.RowsAffected())
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("copy %s: %w", name, err)
+	}
+	// The table is done once its last range is committed; a crash before
+	// this row commits means the table is copied again.
+	if c.t.left.Add(-1) == 0 {
+		if _, err := dst.Exec(ctx, `UPDATE parapply.sync_state SET state = 'done', rows = $3, finished_at = now() WHERE slot_name = $1 AND table_name = $2`, cfg.Slot, name, c.t.rows.Load()); err != nil {
+			return fmt.Errorf("copy %s: recording it as done: %w", name, err)
+		}
+		c.t.done.Store(true)
+		cfg.Log.Info("table copied", "table", name, "rows", c.t.rows.Load(), "bytes", c.t.bytes.Load(), "format", c.t.format, "chunks", c.t.chunks)
+	}
+	return nil
+}
