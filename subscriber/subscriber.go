@@ -34,6 +34,9 @@ type Config struct {
 	// ExistingData is the policy for target tables that already hold rows
 	// when they are to be copied (tablesync.Existing*).
 	ExistingData string
+	// CopyDeferIndexes builds the indexes of empty target tables after
+	// their copy instead of during it.
+	CopyDeferIndexes bool
 	// CopyProgress, if set, receives copy progress every two seconds.
 	CopyProgress func(tablesync.Progress)
 }
@@ -436,7 +439,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 			err := tablesync.Copy(ctx, tablesync.Config{
 				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,
 				Snapshot: snapshot, SyncLSN: lsn, Slot: slot,
-				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData,
+				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
 				Log: s.log, Progress: s.cfg.CopyProgress,
 			}, pending)
 			if err != nil {

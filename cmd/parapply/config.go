@@ -28,6 +28,7 @@ var settings = []setting{
 	{"streaming", "off", "ask the publisher to stream large in-progress transactions (on/off); streamed changes are held in memory until commit"},
 	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync"},
 	{"copy_workers", "4", "connection pairs the initial copy uses at once"},
+	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
 	{"batch_rows", "10000", "most rows in one set-based statement"},
 	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},

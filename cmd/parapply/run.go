@@ -64,6 +64,9 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.CopyData, err = c.bool("copy_data"); err != nil {
 		return cfg, err
 	}
+	if cfg.CopyDeferIndexes, err = c.bool("copy_defer_indexes"); err != nil {
+		return cfg, err
+	}
 	if cfg.CopyWorkers, err = c.int("copy_workers", 1); err != nil {
 		return cfg, err
 	}
