@@ -33,6 +33,7 @@
 package tablesync
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -628,7 +629,13 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, readErr = src.PgConn().CopyTo(ctx, countingWriter{pw, &c.t.bytes}, c.sourceSQL())
+		// CopyTo writes one message per row: buffer them, so the pipe hands
+		// the target whole blocks rather than a goroutine switch per row.
+		bw := bufio.NewWriterSize(countingWriter{pw, &c.t.bytes}, 256<<10)
+		_, readErr = src.PgConn().CopyTo(ctx, bw, c.sourceSQL())
+		if readErr == nil {
+			readErr = bw.Flush()
+		}
 		pw.CloseWithError(readErr)
 	}()
 	ct, err := dst.PgConn().CopyFrom(ctx, pr, c.targetSQL())
@@ -670,6 +677,12 @@ func finish(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) error {
 	}
 	defer tx.Rollback(context.Background())
 	start := time.Now()
+	if len(j.deferred) > 0 {
+		// A sort that fits in memory builds an index several times faster.
+		if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '256MB'"); err != nil {
+			return err
+		}
+	}
 	for _, q := range j.deferred {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("copy %s: rebuilding an index after the copy (%s): %w", name, q, err)

@@ -95,6 +95,9 @@ func (e *parapplyEngine) stop() float64 {
 		return 0
 	}
 	rss := e.p.stop()
+	if os.Getenv("PARAPPLY_BENCH_SHOW_LOG") != "" {
+		fmt.Fprint(os.Stderr, e.p.out.String())
+	}
 	e.p = nil
 	return rss
 }
