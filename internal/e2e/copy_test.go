@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const copySchema = `
+CREATE TABLE large (id int PRIMARY KEY, a int, b text);
+CREATE TABLE parts (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE parts_east PARTITION OF parts FOR VALUES IN ('east');
+CREATE TABLE parts_west PARTITION OF parts FOR VALUES IN ('west');
+CREATE TABLE filtered (id int PRIMARY KEY, keep bool, secret text, v int);
+CREATE INDEX ON large (a);
+`
+
+// copyEnv prepares a publisher holding rows in a large table, a
+// partitioned one (published through its root) and one with a row filter
+// and a column list, and an empty target.
+func copyEnv(t *testing.T) *env {
+	e := newEnv(t, "")
+	e.both(copySchema)
+	e.exec(e.pub, `INSERT INTO large SELECT g, g % 100, md5(g::text) FROM generate_series(1, 200000) g;
+		INSERT INTO parts SELECT g, CASE WHEN g % 2 = 0 THEN 'east' ELSE 'west' END, g FROM generate_series(1, 20000) g;
+		INSERT INTO filtered SELECT g, g % 3 = 0, 'secret ' || g, g FROM generate_series(1, 9000) g;
+		ANALYZE;
+		CREATE PUBLICATION pub FOR TABLE large, parts, filtered (id, keep, v) WHERE (id % 3 = 0)
+			WITH (publish_via_partition_root = true)`)
+	return e
+}
+
+// writer keeps changing every table on the publisher until stopped.
+func (e *env) writer(t *testing.T) (stop func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var n int
+	var werr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := pgx.Connect(ctx, e.pair.Publisher.DSN("postgres"))
+		if err != nil {
+			werr = err
+			return
+		}
+		defer c.Close(context.Background())
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := 0; ctx.Err() == nil; i++ {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			id := 1 + r.IntN(200000)
+			b.Queue("UPDATE large SET a = a + 1, b = 'changed' WHERE id = $1", id)
+			b.Queue("INSERT INTO large VALUES ($1, 0, 'new') ON CONFLICT (id) DO NOTHING", 300000+i)
+			b.Queue("DELETE FROM large WHERE id = $1", 1+r.IntN(200000))
+			b.Queue("UPDATE parts SET v = v + 1 WHERE id = $1", 1+r.IntN(20000))
+			b.Queue("INSERT INTO parts VALUES ($1, 'east', 0) ON CONFLICT DO NOTHING", 50000+i)
+			b.Queue("UPDATE filtered SET v = v + 1 WHERE id = $1", 3*(1+r.IntN(3000)))
+			b.Queue("INSERT INTO filtered VALUES ($1, $2, 'x', 0)", 20000+i, i%2 == 0)
+			b.Queue("COMMIT")
+			if err := c.SendBatch(ctx, b).Close(); err != nil {
+				if ctx.Err() == nil {
+					werr = err
+				}
+				return
+			}
+			n++
+		}
+	}()
+	return func() int {
+		cancel()
+		wg.Wait()
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		return n
+	}
+}
+
+// verifyCopy compares every table, the filtered one against the rows and
+// columns its publication sends.
+func (e *env) verifyCopy(t *testing.T) {
+	e.verify("public.large", "public.parts")
+	ctx := context.Background()
+	q := func(c *pgx.Conn, sql string) string {
+		var s string
+		if err := c.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	want := q(e.pub, `SELECT count(*) || ':' || coalesce(sum(hashtext(id || '/' || v)), 0) FROM filtered WHERE id % 3 = 0`)
+	got := q(e.sub, `SELECT count(*) || ':' || coalesce(sum(hashtext(id || '/' || v)), 0) FROM filtered`)
+	if want != got {
+		t.Fatalf("filtered table: target %s, publisher's filtered rows %s", got, want)
+	}
+	if s := q(e.sub, `SELECT count(*)::text FROM filtered WHERE secret IS NOT NULL OR id % 3 <> 0`); s != "0" {
+		t.Fatalf("%s filtered rows carry an unpublished column or fail the row filter", s)
+	}
+}
+
+// TestInitialCopy copies a publisher's existing rows while writes go on,
+// then streams, and checks the target equals the publisher.
+func TestInitialCopy(t *testing.T) {
+	e := copyEnv(t)
+	stop := e.writer(t)
+	cfg := e.config("copy")
+	cfg.CopyData, cfg.CopyWorkers, cfg.CopyDeferIndexes = true, 3, true
+	r := e.start(cfg)
+	time.Sleep(time.Second)
+	n := stop()
+	t.Logf("%d transactions written during the copy", n)
+	e.waitCaughtUp(r)
+	e.verifyCopy(t)
+	var indexes int
+	if err := e.sub.QueryRow(context.Background(), `SELECT count(*) FROM pg_indexes WHERE tablename = 'large'`).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	if indexes != 2 {
+		t.Fatalf("large has %d indexes after the copy, want its 2 back", indexes)
+	}
+}
+
+// TestInitialCopyKilled kills parapply with SIGKILL during its initial copy,
+// restarts it, and checks nothing is lost or doubled.
+func TestInitialCopyKilled(t *testing.T) {
+	e := copyEnv(t)
+	stop := e.writer(t)
+	args := []string{"--publication", "pub", "--slot", "copykill", "--copy-workers", "2", "--copy-defer-indexes", "on", "--status-interval", "200ms"}
+	for k, wait := range []time.Duration{150 * time.Millisecond, 400 * time.Millisecond, 700 * time.Millisecond} {
+		p := e.runProcess(t, args...)
+		time.Sleep(wait)
+		if err := p.alive(); err != nil {
+			t.Fatal(err)
+		}
+		p.signal(syscall.SIGKILL)
+		var state string
+		_ = e.sub.QueryRow(context.Background(), `SELECT coalesce(string_agg(table_name || '=' || state, ' ' ORDER BY table_name), 'none') FROM parapply.sync_state`).Scan(&state)
+		t.Logf("kill %d after %s: sync state %s", k+1, wait, state)
+		e.waitSlotReleased(t, "copykill")
+	}
+	p := e.runProcess(t, args...)
+	time.Sleep(500 * time.Millisecond)
+	n := stop()
+	t.Logf("%d transactions written during the copies", n)
+	e.waitSlotConfirmed("copykill", 3*time.Minute, p.alive)
+	p.signal(syscall.SIGTERM)
+	e.verifyCopy(t)
+}
+
+// TestTableAddedLater adds a table with rows to the publication while
+// parapply runs; its changes wait, and the next start copies it.
+func TestTableAddedLater(t *testing.T) {
+	e := newEnv(t, "")
+	e.both(`CREATE TABLE first (id int PRIMARY KEY, v int); CREATE TABLE later (id int PRIMARY KEY, v int)`)
+	e.exec(e.pub, `INSERT INTO first SELECT g, g FROM generate_series(1, 1000) g; INSERT INTO later SELECT g, g FROM generate_series(1, 1000) g;
+		CREATE PUBLICATION pub FOR TABLE first`)
+	cfg := e.config("later")
+	cfg.CopyData = true
+	r := e.start(cfg)
+	e.exec(e.pub, `UPDATE first SET v = -v WHERE id <= 10; ALTER PUBLICATION pub ADD TABLE later`)
+	e.exec(e.pub, `UPDATE later SET v = -v WHERE id <= 10; INSERT INTO later VALUES (5000, 5000)`)
+	e.waitCaughtUp(r)
+	e.verify("public.first")
+	var n int
+	if err := e.sub.QueryRow(context.Background(), `SELECT count(*) FROM later`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("later holds %d rows before it was copied", n)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSlotReleased(t, "later")
+	r = e.start(cfg) // copies "later" under a new snapshot
+	e.exec(e.pub, `UPDATE later SET v = 0 WHERE id BETWEEN 11 AND 20`)
+	e.waitCaughtUp(r)
+	e.verify("public.first", "public.later")
+}
+
+func (e *env) waitSlotReleased(t *testing.T, slot string) {
+	t.Helper()
+	for i := 0; i < 300; i++ {
+		var active bool
+		if err := e.pub.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil || !active {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("slot %s still in use after 30s", slot)
+}
