@@ -70,9 +70,6 @@ func demoCommand(ctx context.Context, args []string) error {
 		CREATE PUBLICATION demo FOR TABLE accounts, events, notes`); err != nil {
 		return err
 	}
-	if _, err := sub.Exec(ctx, `INSERT INTO accounts SELECT g, 'owner ' || g, 100, ARRAY['new'], 'calm', now() FROM generate_series(1, 1000) g`); err != nil {
-		return err
-	}
 
 	var logs io.Writer = io.Discard
 	if os.Getenv("PARAPPLY_DEMO_LOG") != "" {
@@ -82,6 +79,9 @@ func demoCommand(ctx context.Context, args []string) error {
 		Source: source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: "parapply_demo", Publications: []string{"demo"}, AppName: "parapply", StatusInterval: time.Second},
 		Target: apply.Config{DSN: pair.Subscriber.DSN("postgres"), AppName: "parapply apply", Slot: "parapply_demo"},
 		Log:    slog.New(slog.NewTextHandler(logs, nil)),
+		// The publisher's existing accounts reach the empty subscriber by
+		// the initial copy.
+		CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true,
 	})
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -97,6 +97,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 
+	fmt.Fprintln(out, "parapply copied the publisher's 1000 existing accounts and is streaming")
 	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies:\n", *duration, *clients)
 	var txns atomic.Int64
 	wctx, wcancel := context.WithTimeout(ctx, *duration)
