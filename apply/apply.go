@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,7 @@ type Applier struct {
 	run    run
 
 	mask, keybuf, key2buf []byte
+	cols, oldCols, all    []int // reused per change
 	syncCommit            bool
 
 	// synced holds, when set, the sync LSN of every table whose initial
@@ -115,6 +117,7 @@ type op struct {
 
 type run struct {
 	cols     []int // published column carried by each parameter
+	split    int   // cols[:split] locate rows (key or old image), cols[split:] carry values
 	table    *Table
 	kind     byte
 	shape    []byte
@@ -303,54 +306,92 @@ func (a *Applier) send(ctx context.Context) error {
 	return br.Close()
 }
 
-func (a *Applier) sqlFor(t *Table, kind byte, shape []byte, build func() string) string {
-	key := make([]byte, 5, 5+len(shape))
-	binary.BigEndian.PutUint32(key, t.Rel.ID)
-	key[4] = kind
-	key = append(key, shape...)
+// sqlFor returns the statement for a run of one table, kind and column
+// set, building it once.
+func (a *Applier) sqlFor(r *run) string {
+	key := make([]byte, 5, 5+len(r.shape))
+	binary.BigEndian.PutUint32(key, r.table.Rel.ID)
+	key[4] = r.kind
+	key = append(key, r.shape...)
 	if s, ok := a.sql[string(key)]; ok {
 		return s
 	}
-	s := build()
+	t, head, tail := r.table, r.cols[:r.split], r.cols[r.split:]
+	var s string
+	switch r.kind {
+	case 'I':
+		if len(tail) == 1 && tail[0] < 0 {
+			tail = nil // a row with no column the target takes
+		}
+		s = InsertSQL(t, tail)
+	case 'U':
+		s = UpdateSQL(t, head, tail)
+	case 'D':
+		s = DeleteSQL(t, head)
+	case 'F':
+		s = UpdateFullSQL(t, head, tail)
+	case 'X':
+		s = DeleteFullSQL(t, head)
+	}
 	a.sql[string(key)] = s
 	return s
 }
 
-// startRun opens a new run, closing the current one if it cannot take a
-// change of this table, kind and shape.
-func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, cols []int, build func() string) error {
+// startRun makes the current run one for a change of this table and kind
+// whose parameters are the columns head then tail (a.mask describing them),
+// and which touches none of keys: it keeps the current run when it can,
+// else closes it and opens a new one.
+func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, head, tail []int, keys ...[]byte) error {
 	r := &a.run
 	if r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, a.mask) && r.rows < a.cfg.BatchRows {
-		return nil
+		clash := false
+		for _, k := range keys {
+			clash = clash || r.has(k)
+		}
+		if !clash {
+			return nil
+		}
 	}
 	if err := a.flushRun(ctx); err != nil {
 		return err
 	}
 	r.table, r.kind, r.closed = t, kind, false
 	r.shape = append(r.shape[:0], a.mask...)
-	r.sql = a.sqlFor(t, kind, a.mask, build)
-	r.params = make([][][]byte, len(cols))
-	r.cols = cols
+	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
+	r.split = len(head)
+	r.sql = a.sqlFor(r)
+	r.params = make([][][]byte, len(r.cols))
 	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
 	return nil
 }
 
-// touch records a key in the current run; it reports false when the run
-// already holds it (the change must go to a new statement).
-func (r *run) touch(key []byte) bool {
+// touch records keys the current run now touches.
+func (r *run) touch(keys ...[]byte) {
 	if r.keys == nil {
 		r.keys = map[string]struct{}{}
 	}
-	if _, ok := r.keys[string(key)]; ok {
-		return false
+	for _, k := range keys {
+		if len(k) > 0 {
+			r.keys[string(k)] = struct{}{}
+		}
 	}
-	r.keys[string(key)] = struct{}{}
-	return true
 }
 
 func (r *run) has(key []byte) bool {
+	if len(key) == 0 {
+		return false
+	}
 	_, ok := r.keys[string(key)]
 	return ok
+}
+
+// push appends the values of tup's columns cols to the run's parameters,
+// starting at parameter off.
+func (r *run) push(off int, tup parapply.Tuple, cols []int) {
+	for i, c := range cols {
+		r.params[off+i] = append(r.params[off+i], data(tup[c]))
+		r.bytes += len(tup[c].Data)
+	}
 }
 
 func appendKey(buf []byte, tup parapply.Tuple, cols []int) []byte {
@@ -362,14 +403,6 @@ func appendKey(buf []byte, tup parapply.Tuple, cols []int) []byte {
 		buf = append(buf, v.Data...)
 	}
 	return buf
-}
-
-func (r *run) add(vals ...[]byte) {
-	for i, v := range vals {
-		r.params[i] = append(r.params[i], v)
-		r.bytes += len(v)
-	}
-	r.rows++
 }
 
 func data(v parapply.Value) []byte {
@@ -394,33 +427,24 @@ func checkTuple(t *Table, tup parapply.Tuple, what string) error {
 	return nil
 }
 
-// present fills a.mask with the columns of tup that carry a value the target
-// takes, returning their indexes.
-func (a *Applier) present(t *Table, tup parapply.Tuple, skip []int) []int {
-	a.mask = a.mask[:0]
-	var cols []int
+// present appends to mask one byte per column of tup (1 when it carries a
+// value the target takes) and returns those columns' indexes in buf.
+func present(t *Table, tup parapply.Tuple, skip []int, mask []byte, buf []int) ([]byte, []int) {
+	buf = buf[:0]
 	for i, v := range tup {
-		ok := v.Kind != parapply.ValueUnchanged && t.Types[i] != "" && !contains(skip, i)
-		if ok {
-			cols = append(cols, i)
-			a.mask = append(a.mask, 1)
+		if v.Kind != parapply.ValueUnchanged && t.Types[i] != "" && !slices.Contains(skip, i) {
+			buf = append(buf, i)
+			mask = append(mask, 1)
 		} else {
-			a.mask = append(a.mask, 0)
+			mask = append(mask, 0)
 		}
 	}
-	return cols
+	return mask, buf
 }
 
-func concat(a, b []int) []int { return append(append(make([]int, 0, len(a)+len(b)), a...), b...) }
-
-func contains(s []int, x int) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
-}
+// emptyRow stands for "no column" in an insert run whose rows carry no
+// column the target takes: one NULL parameter per row counts them.
+var emptyRow = []int{-1}
 
 // Insert queues an INSERT of tup into relation rel.
 func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
@@ -434,27 +458,20 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 	if a.skip(t) {
 		return nil
 	}
-	cols := a.present(t, tup, nil)
-	if len(cols) == 0 {
-		// Nothing to send but the row itself: one NULL per row counts them.
-		if err := a.startRun(ctx, t, 'I', []int{-1}, func() string { return InsertSQL(t, nil) }); err != nil {
+	a.Stats.Inserts.Add(1)
+	a.mask, a.cols = present(t, tup, nil, a.mask[:0], a.cols)
+	if len(a.cols) == 0 {
+		if err := a.startRun(ctx, t, 'I', nil, emptyRow); err != nil {
 			return err
 		}
 		a.run.params[0] = append(a.run.params[0], nil)
-		a.run.rows++
-		a.Stats.Inserts.Add(1)
-		return a.maybeFlush(ctx)
+	} else {
+		if err := a.startRun(ctx, t, 'I', nil, a.cols); err != nil {
+			return err
+		}
+		a.run.push(0, tup, a.run.cols)
 	}
-	if err := a.startRun(ctx, t, 'I', cols, func() string { return InsertSQL(t, cols) }); err != nil {
-		return err
-	}
-	r := &a.run
-	for i, c := range cols {
-		r.params[i] = append(r.params[i], data(tup[c]))
-		r.bytes += len(tup[c].Data)
-	}
-	r.rows++
-	a.Stats.Inserts.Add(1)
+	a.run.rows++
 	return a.maybeFlush(ctx)
 }
 
@@ -468,13 +485,13 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	if err := checkTuple(t, new, "update"); err != nil {
 		return err
 	}
-	if a.skip(t) {
-		return nil
-	}
 	if oldKind != 0 {
 		if err := checkTuple(t, old, "update"); err != nil {
 			return err
 		}
+	}
+	if a.skip(t) {
+		return nil
 	}
 	a.Stats.Updates.Add(1)
 	if t.Full {
@@ -486,100 +503,68 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	if len(t.Key) == 0 {
 		return fmt.Errorf("update of %s: the table has no replica identity key on the publisher; set REPLICA IDENTITY there", t.Name)
 	}
-	keySrc := new
-	var skip []int
+	// Without an old image the key is unchanged: locate by the new row's
+	// key and leave the key columns out of SET.
+	keySrc, skip := new, t.Key
 	if oldKind != 0 {
-		keySrc = old
-	} else {
-		skip = t.Key // key unchanged: no need to set it
+		keySrc, skip = old, nil
 	}
-	set := a.present(t, new, skip)
-	if len(set) == 0 {
+	a.mask, a.cols = present(t, new, skip, a.mask[:0], a.cols)
+	if len(a.cols) == 0 {
 		return nil
 	}
-	key := t.Key
-	if err := a.startRun(ctx, t, 'U', concat(key, set), func() string { return UpdateSQL(t, key, set) }); err != nil {
+	a.keybuf = appendKey(a.keybuf, keySrc, t.Key)
+	a.key2buf = a.key2buf[:0]
+	if oldKind != 0 {
+		a.key2buf = appendKey(a.key2buf, new, t.Key)
+	}
+	if err := a.startRun(ctx, t, 'U', t.Key, a.cols, a.keybuf, a.key2buf); err != nil {
 		return err
 	}
-	a.keybuf = appendKey(a.keybuf, keySrc, key)
-	a.key2buf = appendKey(a.key2buf, new, key)
-	if oldKind == 0 {
-		a.key2buf = a.key2buf[:0]
-	}
-	if a.run.has(a.keybuf) || (len(a.key2buf) > 0 && a.run.has(a.key2buf)) {
-		a.run.closed = true
-		if err := a.startRun(ctx, t, 'U', concat(key, set), func() string { return UpdateSQL(t, key, set) }); err != nil {
-			return err
-		}
-	}
-	a.run.touch(a.keybuf)
-	if len(a.key2buf) > 0 {
-		a.run.touch(a.key2buf)
-	}
 	r := &a.run
-	for i, c := range key {
-		r.params[i] = append(r.params[i], data(keySrc[c]))
-	}
-	for i, c := range set {
-		r.params[len(key)+i] = append(r.params[len(key)+i], data(new[c]))
-		r.bytes += len(new[c].Data)
-	}
+	r.touch(a.keybuf, a.key2buf)
+	r.push(0, keySrc, t.Key)
+	r.push(len(t.Key), new, a.cols)
 	r.rows++
 	return a.maybeFlush(ctx)
 }
 
 // full queues an update ('F') or delete ('X') under REPLICA IDENTITY FULL.
+// The key of a row is its whole old image; an update also touches its new
+// image, which the next change of the row names as old.
 func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapply.Tuple) error {
-	oldCols := a.present(t, old, nil)
-	oldMask := append([]byte(nil), a.mask...)
 	var set []int
-	build := func() string { return DeleteFullSQL(t, oldCols) }
+	a.mask = a.mask[:0]
 	if kind == 'F' {
-		set = a.present(t, new, nil)
-		if len(set) == 0 {
+		a.mask, a.cols = present(t, new, nil, a.mask, a.cols)
+		if len(a.cols) == 0 {
 			return nil
 		}
-		build = func() string { return UpdateFullSQL(t, oldCols, set) }
-	} else {
-		a.mask = a.mask[:0]
+		set = a.cols
 	}
-	a.mask = append(a.mask, oldMask...)
-	all := make([]int, len(t.Rel.Columns))
-	for i := range all {
-		all[i] = i
-	}
-	a.keybuf = appendKey(a.keybuf, old, all)
-	for attempt := 0; ; attempt++ {
-		if err := a.startRun(ctx, t, kind, concat(oldCols, set), build); err != nil {
-			return err
+	a.mask, a.oldCols = present(t, old, nil, a.mask, a.oldCols)
+	if len(a.all) != len(t.Rel.Columns) {
+		a.all = a.all[:0]
+		for i := range t.Rel.Columns {
+			a.all = append(a.all, i)
 		}
-		if !a.run.has(a.keybuf) || attempt > 0 {
-			break
-		}
-		a.run.closed = true
 	}
-	a.run.touch(a.keybuf)
+	a.keybuf = appendKey(a.keybuf, old, a.all)
+	if err := a.startRun(ctx, t, kind, a.oldCols, set, a.keybuf); err != nil {
+		return err
+	}
 	r := &a.run
-	for i, c := range oldCols {
-		r.params[i] = append(r.params[i], data(old[c]))
-		r.bytes += len(old[c].Data)
-	}
-	for i, c := range set {
-		r.params[len(oldCols)+i] = append(r.params[len(oldCols)+i], data(new[c]))
-		r.bytes += len(new[c].Data)
-	}
+	r.touch(a.keybuf)
+	r.push(0, old, a.oldCols)
+	r.push(len(a.oldCols), new, set)
 	r.rows++
 	if kind == 'F' {
-		unchanged := false
-		for _, v := range new {
-			unchanged = unchanged || v.Kind == parapply.ValueUnchanged
-		}
-		if unchanged {
+		if slices.ContainsFunc(new, func(v parapply.Value) bool { return v.Kind == parapply.ValueUnchanged }) {
 			// The next change of this row names an old image we cannot
 			// spell out here: let it start a new statement.
 			r.closed = true
 		} else {
-			a.keybuf = appendKey(a.keybuf, new, all)
+			a.keybuf = appendKey(a.keybuf, new, a.all)
 			r.touch(a.keybuf)
 		}
 	}
@@ -605,24 +590,14 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	if len(t.Key) == 0 {
 		return fmt.Errorf("delete from %s: the table has no replica identity key on the publisher; set REPLICA IDENTITY there", t.Name)
 	}
-	key := t.Key
 	a.mask = a.mask[:0]
-	if err := a.startRun(ctx, t, 'D', key, func() string { return DeleteSQL(t, key) }); err != nil {
+	a.keybuf = appendKey(a.keybuf, old, t.Key)
+	if err := a.startRun(ctx, t, 'D', t.Key, nil, a.keybuf); err != nil {
 		return err
 	}
-	a.keybuf = appendKey(a.keybuf, old, key)
-	if a.run.has(a.keybuf) {
-		a.run.closed = true
-		if err := a.startRun(ctx, t, 'D', key, func() string { return DeleteSQL(t, key) }); err != nil {
-			return err
-		}
-	}
-	a.run.touch(a.keybuf)
 	r := &a.run
-	for i, c := range key {
-		r.params[i] = append(r.params[i], data(old[c]))
-		r.bytes += len(old[c].Data)
-	}
+	r.touch(a.keybuf)
+	r.push(0, old, t.Key)
 	r.rows++
 	return a.maybeFlush(ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,7 +68,7 @@ func generatedTable() *Table {
 func takenCols(t *Table, skip []int) []int {
 	var cols []int
 	for i, typ := range t.Types {
-		if typ != "" && !contains(skip, i) {
+		if typ != "" && !slices.Contains(skip, i) {
 			cols = append(cols, i)
 		}
 	}
