@@ -57,6 +57,11 @@ type Stats struct {
 	// Missing counts updates and deletes whose row was not found on the
 	// target (the built-in subscription's update_missing / delete_missing).
 	Missing atomic.Int64
+	// Collapsed counts updates folded into an earlier update of the same
+	// row in the same statement (see Applier.collapse).
+	Collapsed atomic.Int64
+	// Groups counts target transactions; Txns/Groups is the grouping factor.
+	Groups atomic.Int64
 }
 
 // Rows returns the number of row changes applied.
@@ -85,10 +90,14 @@ type Applier struct {
 	txn    Txn
 	inTxn  bool
 	began  bool
+	grp    group
 	batch  *pgx.Batch
 	ops    []op
 	qbytes int
-	run    run
+	// Open runs, at most one per table, in the order they were opened;
+	// cur is the one the change being added goes to.
+	runs []*run
+	cur  *run
 
 	mask, keybuf, key2buf []byte
 	cols, oldCols, all    []int // reused per change
@@ -101,6 +110,17 @@ type Applier struct {
 	// Skipped counts changes skipped because the table's copy holds them
 	// or the table is not copied yet.
 	Skipped atomic.Int64
+}
+
+// group is the target transaction being built: one or more consecutive
+// source transactions, committed together.
+type group struct {
+	open          bool
+	txns, changes int
+	bytes         int // parameter bytes of statements already queued or sent
+	first, last   Txn
+	end           parapply.LSN // end LSN of the last finished source transaction
+	opened        time.Time
 }
 
 type op struct {
@@ -125,7 +145,7 @@ type run struct {
 	params   [][][]byte
 	rows     int
 	bytes    int
-	keys     map[string]struct{}
+	keys     map[string]int // row index of each key's change; -1: not collapsible
 	closed   bool
 	fallback bool
 }
@@ -187,8 +207,8 @@ func (a *Applier) Close(ctx context.Context) error { return a.conn.Close(ctx) }
 // Relation records (or replaces, on a schema change) the description of a
 // published table and maps it onto the target table.
 func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
-	if a.run.table != nil && a.run.table.Rel.ID == rel.ID {
-		if err := a.flushRun(ctx); err != nil {
+	if r := a.openRun(rel.ID); r != nil {
+		if err := a.flushRun(ctx, r); err != nil {
 			return err
 		}
 	}
@@ -241,23 +261,51 @@ func (a *Applier) skip(t *Table) bool {
 		a.Skipped.Add(1)
 		return true
 	}
-	if a.txn.CommitLSN <= t.SyncLSN {
+	// The copy's snapshot holds what committed before its consistent
+	// point; a commit record starting at that point is not in it (the
+	// built-in applies such a transaction too: statelsn <= final LSN).
+	if a.txn.CommitLSN < t.SyncLSN {
 		a.Skipped.Add(1)
 		return true
 	}
 	return false
 }
 
-// Begin starts applying a source transaction. Nothing is sent until the
-// first statement is due.
+// Begin starts applying a source transaction: in the open target
+// transaction (a group) if there is one, else in a new one. Nothing is sent
+// until the first statement is due.
 func (a *Applier) Begin(txn Txn) {
 	a.txn = txn
 	a.inTxn = true
-	a.began = false
+	if !a.grp.open {
+		a.grp = group{open: true, first: txn, opened: time.Now()}
+		a.began = false
+	}
+	a.grp.txns++
+}
+
+// End finishes the source transaction being applied; it stays in the open
+// group until Commit.
+func (a *Applier) End(endLSN parapply.LSN) {
+	a.inTxn = false
+	a.grp.last, a.grp.end = a.txn, endLSN
 }
 
 // InTxn reports whether a source transaction is being applied.
 func (a *Applier) InTxn() bool { return a.inTxn }
+
+// InGroup reports whether a target transaction is open (source
+// transactions applied but not yet committed).
+func (a *Applier) InGroup() bool { return a.grp.open }
+
+// GroupSize reports the open group's source transactions, changes and
+// parameter bytes, and how long it has been open.
+func (a *Applier) GroupSize() (txns, changes, bytes int, age time.Duration) {
+	if !a.grp.open {
+		return 0, 0, 0, 0
+	}
+	return a.grp.txns, a.grp.changes, a.grp.bytes + a.runBytes(), time.Since(a.grp.opened)
+}
 
 func (a *Applier) queue(sql string, what string, rows int, args ...any) {
 	if !a.began {
@@ -270,7 +318,12 @@ func (a *Applier) queue(sql string, what string, rows int, args ...any) {
 }
 
 func (a *Applier) describe() string {
-	return fmt.Sprintf("source transaction %d (commit %s)", a.txn.XID, a.txn.CommitLSN)
+	g := a.grp
+	if !g.open || g.txns <= 1 || g.first.XID == a.txn.XID {
+		return fmt.Sprintf("source transaction %d (commit %s)", a.txn.XID, a.txn.CommitLSN)
+	}
+	return fmt.Sprintf("source transactions %d to %d (commits %s to %s, applied as one group of %d; group_max_changes = 1 applies them one by one)",
+		g.first.XID, a.txn.XID, g.first.CommitLSN, a.txn.CommitLSN, g.txns)
 }
 
 // send performs one round trip with everything queued.
@@ -337,44 +390,79 @@ func (a *Applier) sqlFor(r *run) string {
 	return s
 }
 
-// startRun makes the current run one for a change of this table and kind
-// whose parameters are the columns head then tail (a.mask describing them),
-// and which touches none of keys: it keeps the current run when it can,
-// else closes it and opens a new one.
-func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, head, tail []int, keys ...[]byte) error {
-	r := &a.run
-	if r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, a.mask) && r.rows < a.cfg.BatchRows {
-		clash := false
-		for _, k := range keys {
-			clash = clash || r.has(k)
-		}
-		if !clash {
-			return nil
+// openRun returns the open run of the table with relation id rel, if any.
+func (a *Applier) openRun(rel uint32) *run {
+	for _, r := range a.runs {
+		if r.table.Rel.ID == rel {
+			return r
 		}
 	}
-	if err := a.flushRun(ctx); err != nil {
-		return err
-	}
-	r.table, r.kind, r.closed = t, kind, false
-	r.shape = append(r.shape[:0], a.mask...)
-	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
-	r.split = len(head)
-	r.sql = a.sqlFor(r)
-	r.params = make([][][]byte, len(r.cols))
-	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
 	return nil
 }
 
-// touch records keys the current run now touches.
-func (r *run) touch(keys ...[]byte) {
-	if r.keys == nil {
-		r.keys = map[string]struct{}{}
+// fits reports whether a change of this table and kind, whose parameters
+// a.mask describes, can join r.
+func (a *Applier) fits(r *run, t *Table, kind byte) bool {
+	return r != nil && r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, a.mask) && r.rows < a.cfg.BatchRows
+}
+
+// startRun makes a.cur a run for a change of this table and kind whose
+// parameters are the columns head then tail (a.mask describing them), and
+// which touches none of keys: the table's open run when it can take the
+// change, else a new one, after the table's open run has become a
+// statement.
+//
+// Runs of different tables stay open side by side, so interleaved changes to
+// several tables still become one statement per table: their statements may
+// then run in another order than the changes arrived in, which no one can
+// observe (the group commits at once, and session_replication_role = replica
+// keeps foreign key checks out), unless a trigger fires on the target: a run
+// of such a table is only ever open alone.
+func (a *Applier) startRun(ctx context.Context, t *Table, kind byte, head, tail []int, keys ...[]byte) error {
+	r := a.openRun(t.Rel.ID)
+	if a.fits(r, t, kind) && !slices.ContainsFunc(keys, r.has) {
+		a.cur = r
+		return nil
 	}
-	for _, k := range keys {
-		if len(k) > 0 {
-			r.keys[string(k)] = struct{}{}
+	if r != nil {
+		if err := a.flushRun(ctx, r); err != nil {
+			return err
 		}
 	}
+	if len(a.runs) > 0 && (t.Triggers || a.runs[0].table.Triggers) {
+		if err := a.flushRuns(ctx); err != nil {
+			return err
+		}
+	}
+	r = &run{table: t, kind: kind, split: len(head)}
+	r.shape = append(r.shape, a.mask...)
+	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
+	r.sql = a.sqlFor(r)
+	r.params = make([][][]byte, len(r.cols))
+	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
+	a.runs = append(a.runs, r)
+	a.cur = r
+	return nil
+}
+
+// touch records keys the current run now touches, none of them
+// collapsible.
+func (r *run) touch(keys ...[]byte) {
+	for _, k := range keys {
+		r.mark(k, -1)
+	}
+}
+
+// mark records that the run's row i changes the row key names; i < 0 when a
+// later change of that row must not be collapsed into it.
+func (r *run) mark(key []byte, i int) {
+	if len(key) == 0 {
+		return
+	}
+	if r.keys == nil {
+		r.keys = map[string]int{}
+	}
+	r.keys[string(key)] = i
 }
 
 func (r *run) has(key []byte) bool {
@@ -383,6 +471,28 @@ func (r *run) has(key []byte) bool {
 	}
 	_, ok := r.keys[string(key)]
 	return ok
+}
+
+// collapse overwrites, in place, the values of an earlier update of the same
+// row in the current run with those of a later one, when the result is
+// provably the same as applying both: neither changes the key, both set the
+// same columns, and no trigger on the target would see the difference.
+func (a *Applier) collapse(t *Table, key []byte, new parapply.Tuple) bool {
+	r := a.openRun(t.Rel.ID)
+	if t.Triggers || !a.fits(r, t, 'U') {
+		return false
+	}
+	i, ok := r.keys[string(key)]
+	if !ok || i < 0 {
+		return false
+	}
+	for j, c := range r.cols[r.split:] {
+		p := r.params[r.split+j]
+		r.bytes += len(new[c].Data) - len(p[i])
+		p[i] = data(new[c])
+	}
+	a.Stats.Collapsed.Add(1)
+	return true
 }
 
 // push appends the values of tup's columns cols to the run's parameters,
@@ -459,19 +569,20 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 		return nil
 	}
 	a.Stats.Inserts.Add(1)
+	a.grp.changes++
 	a.mask, a.cols = present(t, tup, nil, a.mask[:0], a.cols)
 	if len(a.cols) == 0 {
 		if err := a.startRun(ctx, t, 'I', nil, emptyRow); err != nil {
 			return err
 		}
-		a.run.params[0] = append(a.run.params[0], nil)
+		a.cur.params[0] = append(a.cur.params[0], nil)
 	} else {
 		if err := a.startRun(ctx, t, 'I', nil, a.cols); err != nil {
 			return err
 		}
-		a.run.push(0, tup, a.run.cols)
+		a.cur.push(0, tup, a.cur.cols)
 	}
-	a.run.rows++
+	a.cur.rows++
 	return a.maybeFlush(ctx)
 }
 
@@ -494,6 +605,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 		return nil
 	}
 	a.Stats.Updates.Add(1)
+	a.grp.changes++
 	if t.Full {
 		if oldKind != 'O' {
 			return fmt.Errorf("update of %s (REPLICA IDENTITY FULL) came without its old row (protocol error)", t.Name)
@@ -517,12 +629,18 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	a.key2buf = a.key2buf[:0]
 	if oldKind != 0 {
 		a.key2buf = appendKey(a.key2buf, new, t.Key)
+	} else if a.collapse(t, a.keybuf, new) {
+		return nil
 	}
 	if err := a.startRun(ctx, t, 'U', t.Key, a.cols, a.keybuf, a.key2buf); err != nil {
 		return err
 	}
-	r := &a.run
-	r.touch(a.keybuf, a.key2buf)
+	r := a.cur
+	if oldKind == 0 {
+		r.mark(a.keybuf, r.rows)
+	} else {
+		r.touch(a.keybuf, a.key2buf)
+	}
 	r.push(0, keySrc, t.Key)
 	r.push(len(t.Key), new, a.cols)
 	r.rows++
@@ -553,7 +671,7 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 	if err := a.startRun(ctx, t, kind, a.oldCols, set, a.keybuf); err != nil {
 		return err
 	}
-	r := &a.run
+	r := a.cur
 	r.touch(a.keybuf)
 	r.push(0, old, a.oldCols)
 	r.push(len(a.oldCols), new, set)
@@ -584,6 +702,7 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 		return nil
 	}
 	a.Stats.Deletes.Add(1)
+	a.grp.changes++
 	if t.Full {
 		return a.full(ctx, t, 'X', old, nil)
 	}
@@ -595,7 +714,7 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	if err := a.startRun(ctx, t, 'D', t.Key, nil, a.keybuf); err != nil {
 		return err
 	}
-	r := &a.run
+	r := a.cur
 	r.touch(a.keybuf)
 	r.push(0, old, t.Key)
 	r.rows++
@@ -605,7 +724,7 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 // Truncate queues a TRUNCATE of the given relations with the publisher's
 // options.
 func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart bool) error {
-	if err := a.flushRun(ctx); err != nil {
+	if err := a.flushRuns(ctx); err != nil {
 		return err
 	}
 	names := make([]string, 0, len(rels))
@@ -627,9 +746,23 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 	return nil
 }
 
+// runBytes is the parameter bytes held in open runs.
+func (a *Applier) runBytes() int {
+	n := 0
+	for _, r := range a.runs {
+		n += r.bytes
+	}
+	return n
+}
+
 func (a *Applier) maybeFlush(ctx context.Context) error {
-	if a.run.rows >= a.cfg.BatchRows || a.run.bytes+a.qbytes >= a.cfg.PipelineBytes {
-		if err := a.flushRun(ctx); err != nil {
+	if a.cur.rows >= a.cfg.BatchRows {
+		if err := a.flushRun(ctx, a.cur); err != nil {
+			return err
+		}
+	}
+	if a.qbytes+a.runBytes() >= a.cfg.PipelineBytes {
+		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}
 		return a.send(ctx)
@@ -639,11 +772,26 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 
 var kindNames = map[byte]string{'I': "insert", 'U': "update", 'F': "update", 'D': "delete", 'X': "delete"}
 
-// flushRun turns the current run into a queued statement.
-func (a *Applier) flushRun(ctx context.Context) error {
-	r := &a.run
-	if r.table == nil || r.rows == 0 {
-		r.table, r.rows, r.bytes, r.keys = nil, 0, 0, nil
+// flushRuns turns every open run into a queued statement, in the order they
+// were opened.
+func (a *Applier) flushRuns(ctx context.Context) error {
+	for len(a.runs) > 0 {
+		if err := a.flushRun(ctx, a.runs[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushRun turns the open run r into a queued statement.
+func (a *Applier) flushRun(ctx context.Context, r *run) error {
+	if i := slices.Index(a.runs, r); i >= 0 {
+		a.runs = slices.Delete(a.runs, i, i+1)
+	}
+	if a.cur == r {
+		a.cur = nil
+	}
+	if r.rows == 0 {
 		return nil
 	}
 	args := make([]any, len(r.params))
@@ -655,17 +803,15 @@ func (a *Applier) flushRun(ctx context.Context) error {
 	if r.kind == 'I' {
 		expect = -1
 	}
-	var err error
+	a.grp.bytes += r.bytes
 	if r.fallback {
-		err = a.withFallback(ctx, r, args, what, expect)
-	} else {
-		a.queue(r.sql, what, expect, args...)
-		o := &a.ops[len(a.ops)-1]
-		o.table, o.cols, o.args = r.table, r.cols, args
-		a.qbytes += r.bytes
+		return a.withFallback(ctx, r, args, what, expect)
 	}
-	r.table, r.rows, r.bytes, r.keys, r.params = nil, 0, 0, nil, nil
-	return err
+	a.queue(r.sql, what, expect, args...)
+	o := &a.ops[len(a.ops)-1]
+	o.table, o.cols, o.args = r.table, r.cols, args
+	a.qbytes += r.bytes
+	return nil
 }
 
 // withFallback runs an UPDATE on a table with unique indexes beyond its key
@@ -699,15 +845,21 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	return a.send(ctx)
 }
 
-// Commit finishes the source transaction: its last statements, the progress
-// row and COMMIT go in one round trip. It returns the target's WAL insert
-// position after the commit and its flush position, for the Tracker.
-func (a *Applier) Commit(ctx context.Context, endLSN parapply.LSN) (local, flushed parapply.LSN, err error) {
-	a.inTxn = false
-	if err := a.flushRun(ctx); err != nil {
-		return 0, 0, err
+// Commit commits the open group: its last statements, the progress row
+// (naming the group's last source transaction) and COMMIT go in one round
+// trip. It returns the end LSN and commit time of that last transaction, the
+// target's WAL insert position after the commit and its flush position, for
+// the Tracker.
+func (a *Applier) Commit(ctx context.Context) (end parapply.LSN, commitTime time.Time, local, flushed parapply.LSN, err error) {
+	g := a.grp
+	if !g.open || a.inTxn {
+		return 0, time.Time{}, 0, 0, fmt.Errorf("commit without a finished source transaction (internal error)")
 	}
-	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, a.txn.CommitLSN.String(), endLSN.String(), int64(a.txn.XID), a.txn.CommitTime)
+	if err := a.flushRuns(ctx); err != nil {
+		a.rollback(ctx)
+		return 0, time.Time{}, 0, 0, err
+	}
+	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
 	a.batch.Queue("COMMIT")
 	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
 	// The WAL positions ride in the same round trip, right after COMMIT.
@@ -716,10 +868,13 @@ func (a *Applier) Commit(ctx context.Context, endLSN parapply.LSN) (local, flush
 	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&ins, &fl}})
 	if err := a.send(ctx); err != nil {
 		a.rollback(ctx)
-		return 0, 0, err
+		return 0, time.Time{}, 0, 0, err
 	}
-	a.Stats.Txns.Add(1)
-	return parseWALPositions(ins, fl)
+	a.grp.open, a.began = false, false
+	a.Stats.Txns.Add(int64(g.txns))
+	a.Stats.Groups.Add(1)
+	local, flushed, err = parseWALPositions(ins, fl)
+	return g.end, g.last.CommitTime, local, flushed, err
 }
 
 const walPositionsSQL = "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text"
@@ -743,11 +898,11 @@ func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN,
 
 func (a *Applier) rollback(ctx context.Context) {
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
-	a.run = run{}
+	a.runs, a.cur = nil, nil
 	if a.began {
 		_, _ = a.conn.Exec(ctx, "ROLLBACK")
 	}
-	a.began, a.inTxn = false, false
+	a.began, a.inTxn, a.grp = false, false, group{}
 }
 
 // Abort abandons the transaction being applied.

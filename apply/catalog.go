@@ -24,8 +24,9 @@ type Table struct {
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
 	// values, NULL-safe, one target row per change.
 	Full bool
-	// SyncLSN is the position the table's initial copy holds: changes of
-	// transactions committed at or before it are in the copy already.
+	// SyncLSN is the position the table's initial copy holds (its
+	// snapshot's consistent point): changes of transactions whose commit
+	// record starts before it are in the copy already.
 	SyncLSN parapply.LSN
 	// Unsynced marks a published table parapply has not copied yet (it
 	// joined the publication while parapply ran): its changes are skipped
@@ -40,6 +41,10 @@ type Table struct {
 	// that row-by-row order would not, so such updates run under a savepoint
 	// and fall back to row order.
 	ExtraUnique bool
+	// Triggers is true when a trigger fires on the target for replicated
+	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
+	// partition): every change must then reach it as it happened.
+	Triggers bool
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a
@@ -133,7 +138,15 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 			t.ExtraUnique = true
 		}
 	}
-	return t, irows.Err()
+	if err := irows.Err(); err != nil {
+		return nil, err
+	}
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R')
+		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`, oid).Scan(&t.Triggers)
+	if err != nil {
+		return nil, fmt.Errorf("reading triggers of %s on the target: %w", t.Name, err)
+	}
+	return t, nil
 }
 
 func sortedCopy(s []string) []string {

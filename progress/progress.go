@@ -180,3 +180,56 @@ func (t *Tracker) Positions() (applied, durable parapply.LSN, lastCommit time.Ti
 	defer t.mu.Unlock()
 	return t.applied, t.durable, t.lastTime
 }
+
+// A killed parapply's target sessions outlive it: a backend keeps executing
+// the statements already in its socket, COMMIT included, until it notices
+// the client is gone. Were a restarted parapply to read the progress row
+// before such a commit, it would apply those changes a second time. Every
+// target session that writes for a slot therefore holds a shared advisory
+// lock named after the slot, and a starting parapply first waits for the
+// exclusive one.
+
+const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
+
+// Claim waits until no earlier session of this slot is left on the target,
+// then holds the slot's shared lock on conn. wait, if set, is told every ten
+// seconds which backends are still there.
+func Claim(ctx context.Context, conn *pgx.Conn, slot string, wait func(pids []int32)) error {
+	start := time.Now()
+	reported := start
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+lockKey+")", slot).Scan(&ok); err != nil {
+			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
+		}
+		if ok {
+			_, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock("+lockKey+"), pg_catalog.pg_advisory_lock_shared("+lockKey+")", slot)
+			if err != nil {
+				return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
+			}
+			return nil
+		}
+		if wait != nil && time.Since(reported) >= 10*time.Second {
+			reported = time.Now()
+			var pids []int32
+			_ = conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
+				WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+				AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot).Scan(&pids)
+			wait(pids)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Share holds the slot's shared lock on another target session of a
+// parapply that has claimed the slot.
+func Share(ctx context.Context, conn *pgx.Conn, slot string) error {
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock_shared("+lockKey+")", slot); err != nil {
+		return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
+	}
+	return nil
+}

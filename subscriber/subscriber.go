@@ -39,7 +39,30 @@ type Config struct {
 	CopyDeferIndexes bool
 	// CopyProgress, if set, receives copy progress every two seconds.
 	CopyProgress func(tablesync.Progress)
+	// Group bounds transaction grouping.
+	Group GroupLimits
 }
+
+// GroupLimits bound a group: consecutive source transactions applied as one
+// target transaction. A group is committed when the stream has nothing more
+// waiting, or when one of the limits is reached at a source commit.
+type GroupLimits struct {
+	// MaxChanges: a group that reached this many row changes is committed
+	// (1 turns grouping off).
+	MaxChanges int
+	// MaxBytes: likewise for the bytes of values.
+	MaxBytes int
+	// MaxDelay: a group open this long is committed at the next source
+	// commit, even while more data is waiting.
+	MaxDelay time.Duration
+}
+
+// Defaults for GroupLimits.
+const (
+	DefaultGroupMaxChanges = 20000
+	DefaultGroupMaxBytes   = 16 << 20
+	DefaultGroupMaxDelay   = 200 * time.Millisecond
+)
 
 // Subscriber applies one slot's stream to one target.
 type Subscriber struct {
@@ -56,6 +79,15 @@ type Subscriber struct {
 
 // New returns a subscriber; Run starts it.
 func New(cfg Config) *Subscriber {
+	if cfg.Group.MaxChanges <= 0 {
+		cfg.Group.MaxChanges = DefaultGroupMaxChanges
+	}
+	if cfg.Group.MaxBytes <= 0 {
+		cfg.Group.MaxBytes = DefaultGroupMaxBytes
+	}
+	if cfg.Group.MaxDelay <= 0 {
+		cfg.Group.MaxDelay = DefaultGroupMaxDelay
+	}
 	l := cfg.Log
 	if l == nil {
 		l = slog.Default()
@@ -69,7 +101,8 @@ type Status struct {
 	// Lag is the age of the last applied source commit while more is
 	// waiting; zero when caught up.
 	Lag                       time.Duration
-	Txns, Rows, Missing       int64
+	Txns, Groups, Rows        int64
+	Missing, Collapsed        int64
 	Inserts, Updates, Deletes int64
 	Statements, Replays       int64
 }
@@ -91,7 +124,8 @@ func (s *Subscriber) Status() Status {
 		}
 	}
 	if ap != nil {
-		st.Txns = ap.Stats.Txns.Load()
+		st.Txns, st.Groups = ap.Stats.Txns.Load(), ap.Stats.Groups.Load()
+		st.Collapsed = ap.Stats.Collapsed.Load()
 		st.Inserts, st.Updates, st.Deletes = ap.Stats.Inserts.Load(), ap.Stats.Updates.Load(), ap.Stats.Deletes.Load()
 		st.Rows = ap.Stats.Rows()
 		st.Missing = ap.Stats.Missing.Load()
@@ -127,6 +161,12 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	if err := apply.CheckTables(ctx, app.Conn(), rels); err != nil {
 		return err
 	}
+	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, func(pids []int32) {
+		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
+	})
+	if err != nil {
+		return err
+	}
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
 	if err != nil {
 		return err
@@ -155,13 +195,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
 	close(s.ready)
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}}
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group}
 	l.dec.ProtoVersion = src.Proto
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	defer func() {
 		cancel()
-		if app.InTxn() {
+		if app.InGroup() {
 			app.Abort(context.Background())
 		}
 		<-streamErr
@@ -177,7 +217,11 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			return err
 		case <-tick.C:
-			if err := l.checkFlush(ctx); err != nil {
+			err := l.checkFlush(ctx)
+			if _, _, _, age := app.GroupSize(); err == nil && !app.InTxn() && age >= l.limits.MaxDelay {
+				err = l.commitGroup(ctx)
+			}
+			if err != nil {
 				return err
 			}
 		case batch := <-frames:
@@ -186,6 +230,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 					if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 						return nil
 					}
+					return err
+				}
+			}
+			// Nothing more waiting: commit what the group holds now
+			// rather than wait for more.
+			if len(frames) == 0 && app.InGroup() && !app.InTxn() {
+				if err := l.commitGroup(ctx); err != nil {
 					return err
 				}
 			}
@@ -204,6 +255,7 @@ type loop struct {
 	streams   map[parapply.XID]*stream
 	streamXID parapply.XID
 	inStream  bool
+	limits    GroupLimits
 }
 
 // stream buffers a transaction the publisher streams before it commits.
@@ -213,7 +265,7 @@ type stream struct {
 }
 
 func (l *loop) checkFlush(ctx context.Context) error {
-	if l.app.InTxn() || !l.tracker.NeedsFlush() {
+	if l.app.InGroup() || !l.tracker.NeedsFlush() {
 		return nil
 	}
 	if l.app.SyncCommit() {
@@ -230,7 +282,7 @@ func (l *loop) checkFlush(ctx context.Context) error {
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if f.Data == nil {
-		if !l.app.InTxn() && !l.inStream {
+		if !l.app.InGroup() && !l.inStream {
 			l.tracker.Reached(f.WALStart)
 		}
 		return nil
@@ -314,14 +366,32 @@ func (l *loop) begin(txn apply.Txn) error {
 func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 	if l.skipping {
 		l.skipping = false
+		if l.app.InGroup() {
+			// Not expected (skipped transactions precede applied ones), but
+			// the tracker must never pass an uncommitted group.
+			if err := l.commitGroup(ctx); err != nil {
+				return err
+			}
+		}
 		l.tracker.Reached(end)
 		return nil
 	}
-	local, flushed, err := l.app.Commit(ctx, end)
+	l.app.End(end)
+	_, changes, bytes, age := l.app.GroupSize()
+	if l.limits.MaxChanges <= 1 || changes >= l.limits.MaxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
+		return l.commitGroup(ctx)
+	}
+	return nil
+}
+
+// commitGroup commits the source transactions applied so far as one target
+// transaction.
+func (l *loop) commitGroup(ctx context.Context) error {
+	end, commitTime, local, flushed, err := l.app.Commit(ctx)
 	if err != nil {
 		return err
 	}
-	l.tracker.Committed(end, local, l.txn.CommitTime)
+	l.tracker.Committed(end, local, commitTime)
 	if l.app.SyncCommit() {
 		l.tracker.AllDurable()
 	} else {

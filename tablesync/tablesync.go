@@ -48,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/progress"
 )
 
 // Existing-data policies for target tables that already hold rows.
@@ -230,6 +231,9 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 		return fmt.Errorf("copy: connecting to the target: %w", err)
 	}
 	defer dst.Close(context.Background())
+	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+		return err
+	}
 	state, err := LoadState(ctx, dst, cfg.Slot)
 	if err != nil {
 		return err
@@ -588,6 +592,9 @@ func worker(ctx context.Context, cfg Config, work <-chan chunk) error {
 		return fmt.Errorf("copy: connecting to the target: %w", err)
 	}
 	defer dst.Close(context.Background())
+	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+		return err
+	}
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
 	}

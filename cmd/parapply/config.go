@@ -31,6 +31,9 @@ var settings = []setting{
 	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
 	{"batch_rows", "10000", "most rows in one set-based statement"},
+	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
+	{"group_max_bytes", "16MB", "... or this many bytes of values"},
+	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting"},
 	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},
 	{"log_format", "text", "log format: text or json"},
 	{"log_level", "info", "log level: debug, info, warn or error"},
@@ -173,6 +176,22 @@ func (c config) int(name string, min int) (int, error) {
 		return 0, fmt.Errorf("invalid value for %s: %q (an integer of at least %d)", name, c[name], min)
 	}
 	return v, nil
+}
+
+// size parses a byte count with an optional unit (B, kB, MB, GB, TB), as
+// PostgreSQL's memory settings are written; a bare number is bytes.
+func (c config) size(name string) (int, error) {
+	s := strings.TrimSpace(c[name])
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s[:i]))
+	mult := map[string]int{"": 1, "b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if err != nil || mult == 0 || n <= 0 {
+		return 0, fmt.Errorf("invalid value for %s: %q (a size such as 16MB; units B, kB, MB, GB, TB)", name, c[name])
+	}
+	return n * mult, nil
 }
 
 func (c config) duration(name string) (time.Duration, error) {

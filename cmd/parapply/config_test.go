@@ -407,6 +407,39 @@ func TestConfigDuration(t *testing.T) {
 	}
 }
 
+func TestSizeSetting(t *testing.T) {
+	tests := []struct {
+		v       string
+		want    int
+		wantErr bool
+	}{
+		{v: "16MB", want: 16 << 20},
+		{v: "16 MB", want: 16 << 20},
+		{v: "64kB", want: 64 << 10},
+		{v: "1GB", want: 1 << 30},
+		{v: "4096", want: 4096},
+		{v: "100B", want: 100},
+		{v: "", wantErr: true},
+		{v: "MB", wantErr: true},
+		{v: "0MB", wantErr: true},
+		{v: "-1MB", wantErr: true},
+		{v: "16XB", wantErr: true},
+		{v: "1.5MB", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := config{"s": tt.v}.size("s")
+		if tt.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "invalid value for s") {
+				t.Errorf("size(%q) = %v, %v; want an invalid value error", tt.v, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("size(%q) = %v, %v; want %v", tt.v, got, err, tt.want)
+		}
+	}
+}
+
 // validConfig returns the defaults plus the three required settings.
 func validConfig() config {
 	c := config{}

@@ -76,6 +76,15 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	default:
 		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
 	}
+	if cfg.Group.MaxChanges, err = c.int("group_max_changes", 1); err != nil {
+		return cfg, err
+	}
+	if cfg.Group.MaxBytes, err = c.size("group_max_bytes"); err != nil {
+		return cfg, err
+	}
+	if cfg.Group.MaxDelay, err = c.duration("group_max_delay"); err != nil {
+		return cfg, err
+	}
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
 	cfg.Log = log
@@ -142,7 +151,7 @@ func runCommand(ctx context.Context, args []string) error {
 		case <-tick.C:
 			st := sub.Status()
 			log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
-				"lag", st.Lag.Round(time.Millisecond).String(), "txns", st.Txns, "rows", st.Rows,
+				"lag", st.Lag.Round(time.Millisecond).String(), "txns", st.Txns, "target_txns", st.Groups, "rows", st.Rows,
 				"rows_per_s", int64(float64(st.Rows-lastRows)/interval.Seconds()), "missing_rows", st.Missing)
 			lastRows = st.Rows
 		}
