@@ -1,0 +1,239 @@
+package schedule
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func TestWaits(t *testing.T) {
+	a, b, c := MakeKey([]byte("t"), []byte("1")), MakeKey([]byte("t"), []byte("2")), MakeKey([]byte("u"), []byte("1"))
+	type add struct {
+		keys    []Key
+		barrier bool
+		want    []ID
+	}
+	tests := []struct {
+		name string
+		adds []add
+	}{
+		{"disjoint units wait for nothing", []add{{[]Key{a}, false, nil}, {[]Key{b}, false, nil}, {[]Key{c}, false, nil}}},
+		{"a shared key waits for its last toucher only", []add{{[]Key{a}, false, nil}, {[]Key{a}, false, []ID{1}}, {[]Key{a, b}, false, []ID{2}}}},
+		{"two keys, two owners", []add{{[]Key{a}, false, nil}, {[]Key{b}, false, nil}, {[]Key{a, b, a}, false, []ID{1, 2}}}},
+		{"a barrier waits for all and all wait for it", []add{{[]Key{a}, false, nil}, {[]Key{b}, false, nil}, {nil, true, []ID{1, 2}}, {[]Key{c}, false, []ID{3}}}},
+		{"a unit without keys waits for nothing", []add{{[]Key{a}, false, nil}, {nil, false, nil}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			for i, ad := range tt.adds {
+				id, deps := s.Add(ad.keys, ad.barrier)
+				if id != ID(i+1) {
+					t.Fatalf("unit %d got ID %d", i+1, id)
+				}
+				if !slices.Equal(deps, ad.want) {
+					t.Errorf("unit %d waits for %v, want %v", id, deps, ad.want)
+				}
+			}
+		})
+	}
+}
+
+func TestDoneReleasesInOrder(t *testing.T) {
+	s := New()
+	k := MakeKey([]byte("k"))
+	s.Add([]Key{k}, false)
+	s.Add([]Key{k}, false)
+	s.Add(nil, false)
+	if got := s.Ready(); !slices.Equal(got, []ID{1, 3}) {
+		t.Fatalf("ready %v, want [1 3]", got)
+	}
+	if s.MayCommit(3) || !s.MayCommit(1) {
+		t.Fatal("only the oldest unit may commit")
+	}
+	if err := s.Done(2); err == nil {
+		t.Fatal("Done of a unit not started must fail")
+	}
+	if err := s.Done(3); err != nil {
+		t.Fatal(err)
+	}
+	if s.Oldest() != 1 {
+		t.Fatalf("oldest %d, want 1", s.Oldest())
+	}
+	if err := s.Done(1); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := s.Next(); !ok || id != 2 {
+		t.Fatalf("next %d %v, want 2", id, ok)
+	}
+	if !s.MayCommit(2) {
+		t.Fatal("unit 2 is the oldest now")
+	}
+	if err := s.Done(2); err != nil {
+		t.Fatal(err)
+	}
+	if s.InFlight() != 0 || s.Keys() != 0 || s.Oldest() != 0 {
+		t.Fatalf("after all done: %d in flight, %d keys, oldest %d", s.InFlight(), s.Keys(), s.Oldest())
+	}
+}
+
+// TestRandomSchedules drives the scheduler with random units over a small key
+// space (so they overlap often) and random completion order, as a pool of
+// workers would, and checks every promise: a unit starts only after every
+// earlier unit it shares a key with (or any earlier unit, around a barrier)
+// is done; a unit that conflicts with nothing in flight is ready at once;
+// with commit order preserved only the oldest commits; the run never gets
+// stuck; memory holds only what is in flight.
+func TestRandomSchedules(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			units := 50 + r.IntN(300)
+			keySpace := 1 + r.IntN(40)
+			workers := 1 + r.IntN(8)
+			preserve := r.IntN(2) == 0
+			runSchedule(t, r, units, keySpace, workers, preserve)
+		})
+	}
+}
+
+type simUnit struct {
+	keys    []Key
+	barrier bool
+	done    bool
+	started bool
+}
+
+func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve bool) {
+	t.Helper()
+	s := New()
+	all := map[ID]*simUnit{}
+	var running []ID  // started, being applied
+	var finished []ID // applied, waiting to commit (preserve)
+	added := 0
+	conflicts := func(a, b *simUnit) bool {
+		if a.barrier || b.barrier {
+			return true
+		}
+		for _, k := range a.keys {
+			if slices.Contains(b.keys, k) {
+				return true
+			}
+		}
+		return false
+	}
+	start := func(id ID) {
+		u := all[id]
+		for e, eu := range all {
+			if e < id && !eu.done && conflicts(eu, u) {
+				t.Fatalf("unit %d started while earlier unit %d, which it conflicts with, is not done", id, e)
+			}
+		}
+		u.started = true
+		running = append(running, id)
+	}
+	for steps := 0; ; steps++ {
+		if steps > 100*n {
+			t.Fatalf("stuck: %d in flight, %d running, %d waiting to commit", s.InFlight(), len(running), len(finished))
+		}
+		switch {
+		case added < n && (r.IntN(3) > 0 || len(running)+len(finished) == 0):
+			u := &simUnit{barrier: r.IntN(40) == 0}
+			for range r.IntN(4) {
+				u.keys = append(u.keys, MakeKey([]byte{byte(r.IntN(keySpace))}))
+			}
+			id, deps := s.Add(u.keys, u.barrier)
+			all[id] = u
+			added++
+			if len(deps) == 0 {
+				for e, eu := range all {
+					if e < id && !eu.done && conflicts(eu, u) {
+						t.Fatalf("unit %d waits for nothing though it conflicts with unit %d in flight", id, e)
+					}
+				}
+			}
+		case len(finished) > 0 && (!preserve || slices.Contains(finished, s.Oldest())):
+			// Commit: in preserve mode only the oldest; otherwise any.
+			i := r.IntN(len(finished))
+			if preserve {
+				i = slices.Index(finished, s.Oldest())
+			}
+			id := finished[i]
+			if preserve && !s.MayCommit(id) {
+				t.Fatalf("unit %d may not commit yet", id)
+			}
+			finished = slices.Delete(finished, i, i+1)
+			all[id].done = true
+			if err := s.Done(id); err != nil {
+				t.Fatal(err)
+			}
+		case len(running) > 0:
+			i := r.IntN(len(running))
+			finished = append(finished, running[i])
+			running = slices.Delete(running, i, i+1)
+		default:
+			if added == n && len(finished) == 0 && s.InFlight() == 0 {
+				if s.Keys() != 0 {
+					t.Fatalf("%d keys remembered after every unit is done", s.Keys())
+				}
+				return
+			}
+		}
+		// Hand ready units to free workers, oldest first.
+		for len(running)+len(finished) < workers {
+			id, ok := s.Next()
+			if !ok {
+				break
+			}
+			start(id)
+		}
+		held := 0
+		for _, u := range all {
+			if !u.done {
+				held += len(u.keys)
+			}
+		}
+		if s.Keys() > held {
+			t.Fatalf("%d keys remembered, only %d held by units in flight", s.Keys(), held)
+		}
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	trace := func() []ID {
+		s := New()
+		r := rand.New(rand.NewPCG(42, 42))
+		var out []ID
+		for range 500 {
+			keys := []Key{MakeKey([]byte{byte(r.IntN(10))}), MakeKey([]byte{byte(r.IntN(10))})}
+			_, deps := s.Add(keys, r.IntN(50) == 0)
+			out = append(out, deps...)
+			out = append(out, 0)
+			for _, id := range s.Ready() {
+				out = append(out, id)
+				if err := s.Done(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return out
+	}
+	if a, b := trace(), trace(); !slices.Equal(a, b) {
+		t.Fatal("the same inputs gave different schedules")
+	}
+}
+
+func BenchmarkAddDone(b *testing.B) {
+	s := New()
+	keys := make([][]Key, 1024)
+	for i := range keys {
+		keys[i] = []Key{MakeKey([]byte(fmt.Sprint(i))), MakeKey([]byte(fmt.Sprint(i * 7)))}
+	}
+	for i := 0; b.Loop(); i++ {
+		s.Add(keys[i%len(keys)], false)
+		if id, ok := s.Next(); ok {
+			_ = s.Done(id)
+		}
+	}
+}
