@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/schedule"
 )
 
 // Config shapes a target connection.
@@ -246,6 +247,9 @@ func (a *Applier) SetSynced(synced map[string]parapply.LSN) {
 		t.SyncLSN, t.Unsynced = lsn, !ok
 	}
 }
+
+// Synced returns what SetSynced was given, for the appliers of workers.
+func (a *Applier) Synced() map[string]parapply.LSN { return a.synced }
 
 // skip reports whether a change to t is already in t's initial copy, or t
 // has not been copied yet.
@@ -935,4 +939,48 @@ func (a *Applier) explain(ctx context.Context, o op, err error) error {
 		return fmt.Errorf("applying %s of %s:%s %w; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, a.describe(), col, err)
 	}
 	return fmt.Errorf("applying %s of %s: %w", o.what, a.describe(), err)
+}
+
+// RowKeys returns the scheduling keys of a change to relation rel whose
+// tuples (old and new images, whichever the change has) carry its key
+// columns, and whether the change must be applied alone (a barrier). A row
+// is named by its table and replica identity value; a table whose rows
+// cannot be told apart that way (REPLICA IDENTITY FULL or no key, or a
+// unique index beyond the key, whose freed values a later transaction could
+// take) is named as a whole; a table with a trigger that fires on the target
+// is a barrier, since the trigger may read anything.
+func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, tups ...parapply.Tuple) ([]schedule.Key, bool, error) {
+	t, err := a.table(rel)
+	if err != nil {
+		return keys, false, err
+	}
+	if t.Triggers {
+		return keys, true, nil
+	}
+	name := []byte(t.Name)
+	if t.Full || len(t.Key) == 0 || t.ExtraUnique {
+		return append(keys, schedule.MakeKey(name)), false, nil
+	}
+	for _, tup := range tups {
+		if len(tup) != len(t.Rel.Columns) {
+			return keys, false, fmt.Errorf("change of %s carries %d columns, its relation message %d (protocol error)", t.Name, len(tup), len(t.Rel.Columns))
+		}
+		a.keybuf = appendKey(a.keybuf, tup, t.Key)
+		keys = append(keys, schedule.MakeKey(name, a.keybuf))
+	}
+	return keys, false, nil
+}
+
+// Prepare sends every statement of the open group, so that only the
+// progress row and COMMIT are left for Commit.
+func (a *Applier) Prepare(ctx context.Context) error {
+	if err := a.flushRuns(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/schedule"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -41,6 +43,9 @@ type Config struct {
 	CopyProgress func(tablesync.Progress)
 	// Group bounds transaction grouping.
 	Group GroupLimits
+	// Workers is the number of target connections applying transactions
+	// in parallel; 0 applies them on the stream reader's own connection.
+	Workers int
 }
 
 // GroupLimits bound a group: consecutive source transactions applied as one
@@ -72,6 +77,7 @@ type Subscriber struct {
 	mu      sync.Mutex
 	tracker *progress.Tracker
 	applier *apply.Applier
+	pool    *pool
 
 	received atomic.Uint64
 	ready    chan struct{}
@@ -105,6 +111,20 @@ type Status struct {
 	Missing, Collapsed        int64
 	Inserts, Updates, Deletes int64
 	Statements, Replays       int64
+	// Workers holds per-worker figures when transactions are applied by
+	// workers.
+	Workers []WorkerStatus
+}
+
+// WorkerStatus is one worker's share of the work.
+type WorkerStatus struct {
+	Worker      int
+	Txns, Units int64 // source transactions, and target transactions they were applied in
+	Rows        int64
+	// Busy is time spent applying; DependencyWait, time idle while
+	// transactions in flight could not start; CommitWait, time waiting for
+	// earlier transactions to commit first.
+	Busy, DependencyWait, CommitWait time.Duration
 }
 
 // Ready is closed once the subscriber is streaming.
@@ -113,7 +133,7 @@ func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 // Status reports progress; safe to call from any goroutine.
 func (s *Subscriber) Status() Status {
 	s.mu.Lock()
-	tr, ap := s.tracker, s.applier
+	tr, ap, p := s.tracker, s.applier, s.pool
 	s.mu.Unlock()
 	st := Status{Received: parapply.LSN(s.received.Load())}
 	if tr != nil {
@@ -123,14 +143,31 @@ func (s *Subscriber) Status() Status {
 			st.Lag = time.Since(last)
 		}
 	}
+	apps := []*apply.Applier{}
 	if ap != nil {
-		st.Txns, st.Groups = ap.Stats.Txns.Load(), ap.Stats.Groups.Load()
-		st.Collapsed = ap.Stats.Collapsed.Load()
-		st.Inserts, st.Updates, st.Deletes = ap.Stats.Inserts.Load(), ap.Stats.Updates.Load(), ap.Stats.Deletes.Load()
-		st.Rows = ap.Stats.Rows()
-		st.Missing = ap.Stats.Missing.Load()
-		st.Statements = ap.Stats.Statements.Load()
-		st.Replays = ap.Stats.Replays.Load()
+		apps = append(apps, ap)
+	}
+	if p != nil {
+		for _, w := range p.workers {
+			apps = append(apps, w.app)
+			st.Workers = append(st.Workers, WorkerStatus{
+				Worker: w.n, Txns: w.app.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: w.app.Stats.Rows(),
+				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
+				CommitWait: time.Duration(w.stats.CommitWait.Load()),
+			})
+		}
+	}
+	for _, a := range apps {
+		st.Txns += a.Stats.Txns.Load()
+		st.Groups += a.Stats.Groups.Load()
+		st.Collapsed += a.Stats.Collapsed.Load()
+		st.Inserts += a.Stats.Inserts.Load()
+		st.Updates += a.Stats.Updates.Load()
+		st.Deletes += a.Stats.Deletes.Load()
+		st.Rows += a.Stats.Rows()
+		st.Missing += a.Stats.Missing.Load()
+		st.Statements += a.Stats.Statements.Load()
+		st.Replays += a.Stats.Replays.Load()
 	}
 	return st
 }
@@ -188,6 +225,31 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		s.log.Info("starting", "slot", s.cfg.Source.Slot, "publications", s.cfg.Source.Publications, "protocol", src.Proto)
 	}
 
+	var workers *pool
+	if s.cfg.Workers > 0 {
+		tcfg := s.cfg.Target
+		if tcfg.AppName == "" {
+			tcfg.AppName = "parapply"
+		}
+		tcfg.AppName = strings.TrimSuffix(tcfg.AppName, " apply")
+		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := p.each(func(a *apply.Applier) error { a.SetSynced(app.Synced()); a.Warn = app.Warn; return nil }); err != nil {
+			return err
+		}
+		p.start(ctx)
+		defer p.stop()
+		workers = p
+		s.mu.Lock()
+		s.pool = p
+		s.mu.Unlock()
+	}
+
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan []source.Frame, 4)
@@ -197,6 +259,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 
 	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group}
 	l.dec.ProtoVersion = src.Proto
+	l.pool = workers
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	defer func() {
@@ -216,9 +279,14 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 				return nil
 			}
 			return err
+		case <-l.poolFailed():
+			if ctx.Err() != nil {
+				return nil
+			}
+			return l.pool.err
 		case <-tick.C:
 			err := l.checkFlush(ctx)
-			if _, _, _, age := app.GroupSize(); err == nil && !app.InTxn() && age >= l.limits.MaxDelay {
+			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
 				err = l.commitGroup(ctx)
 			}
 			if err != nil {
@@ -235,7 +303,8 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			// Nothing more waiting: commit what the group holds now
 			// rather than wait for more.
-			if len(frames) == 0 && app.InGroup() && !app.InTxn() {
+			// (With workers all busy, the group may as well grow.)
+			if open, inTxn, _, _, _ := l.group(); len(frames) == 0 && open && !inTxn && (l.pool == nil || !l.pool.busy()) {
 				if err := l.commitGroup(ctx); err != nil {
 					return err
 				}
@@ -255,7 +324,43 @@ type loop struct {
 	streams   map[parapply.XID]*stream
 	streamXID parapply.XID
 	inStream  bool
+	inTxn     bool
 	limits    GroupLimits
+	// With workers: the pool, and the unit being built.
+	pool    *pool
+	cur     *unit
+	curOpen time.Time
+	curTxn  int // msgs of cur that belong to complete transactions
+	keys    []schedule.Key
+}
+
+func (l *loop) poolFailed() <-chan struct{} {
+	if l.pool == nil {
+		return nil
+	}
+	return l.pool.failed
+}
+
+// group describes the source transactions taken but not yet committed (or,
+// with workers, not yet handed over): whether there are any, whether one is
+// still open, and their size and age.
+func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration) {
+	if l.pool == nil {
+		_, changes, bytes, age = l.app.GroupSize()
+		return l.app.InGroup(), l.app.InTxn(), changes, bytes, age
+	}
+	if l.cur == nil {
+		return false, false, 0, 0, 0
+	}
+	return true, l.inTxn, len(l.cur.msgs), l.cur.bytes, time.Since(l.curOpen)
+}
+
+// quiet reports whether everything taken from the stream is committed.
+func (l *loop) quiet() bool {
+	if l.pool == nil {
+		return !l.app.InGroup()
+	}
+	return l.cur == nil && l.pool.idle()
 }
 
 // stream buffers a transaction the publisher streams before it commits.
@@ -265,7 +370,7 @@ type stream struct {
 }
 
 func (l *loop) checkFlush(ctx context.Context) error {
-	if l.app.InGroup() || !l.tracker.NeedsFlush() {
+	if open, _, _, _, _ := l.group(); open || !l.tracker.NeedsFlush() {
 		return nil
 	}
 	if l.app.SyncCommit() {
@@ -282,7 +387,7 @@ func (l *loop) checkFlush(ctx context.Context) error {
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if f.Data == nil {
-		if !l.app.InGroup() && !l.inStream {
+		if !l.inStream && l.quiet() {
 			l.tracker.Reached(f.WALStart)
 		}
 		return nil
@@ -308,27 +413,24 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		return l.commit(ctx, m.EndLSN)
 	case *pgoutput.RelationMessage:
 		rel := m.Relation
-		return l.app.Relation(ctx, &rel)
-	case *pgoutput.Insert:
+		if err := l.app.Relation(ctx, &rel); err != nil {
+			return err
+		}
+		if l.pool != nil {
+			l.pool.relation(&m.Relation)
+			if l.cur != nil {
+				l.cur.msgs = append(l.cur.msgs, m)
+			}
+		}
+		return nil
+	case *pgoutput.Insert, *pgoutput.Update, *pgoutput.Delete, *pgoutput.Truncate:
 		if l.skipping {
 			return nil
 		}
-		return l.app.Insert(ctx, m.RelationID, m.New)
-	case *pgoutput.Update:
-		if l.skipping {
-			return nil
+		if l.pool != nil {
+			return l.take(m)
 		}
-		return l.app.Update(ctx, m.RelationID, m.OldKind, m.Old, m.New)
-	case *pgoutput.Delete:
-		if l.skipping {
-			return nil
-		}
-		return l.app.Delete(ctx, m.RelationID, m.OldKind, m.Old)
-	case *pgoutput.Truncate:
-		if l.skipping {
-			return nil
-		}
-		return l.app.Truncate(ctx, m.RelationIDs, m.Cascade, m.RestartIdentity)
+		return applyChange(ctx, l.app, m)
 	case *pgoutput.Origin, *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
 		// Origins and logical messages are informational for a
 		// subscriber; types are taken from the target's catalog.
@@ -352,41 +454,101 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 }
 
 func (l *loop) begin(txn apply.Txn) error {
-	if l.app.InTxn() {
+	if l.inTxn {
 		return fmt.Errorf("BEGIN of transaction %d inside transaction %d (protocol error)", txn.XID, l.txn.XID)
 	}
-	l.txn = txn
+	l.txn, l.inTxn = txn, true
 	l.skipping = txn.CommitLSN <= l.skipBelow
-	if !l.skipping {
-		l.app.Begin(txn)
+	if l.skipping {
+		return nil
 	}
+	if l.pool != nil {
+		if l.cur == nil {
+			l.cur, l.curOpen = &unit{relSeq: l.pool.relSeq()}, time.Now()
+		}
+		return nil
+	}
+	l.app.Begin(txn)
 	return nil
 }
 
 func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
+	l.inTxn = false
 	if l.skipping {
 		l.skipping = false
-		if l.app.InGroup() {
+		if !l.quiet() {
 			// Not expected (skipped transactions precede applied ones), but
 			// the tracker must never pass an uncommitted group.
 			if err := l.commitGroup(ctx); err != nil {
 				return err
 			}
+			if l.pool != nil {
+				if err := l.pool.drain(); err != nil {
+					return err
+				}
+			}
 		}
 		l.tracker.Reached(end)
 		return nil
 	}
-	l.app.End(end)
-	_, changes, bytes, age := l.app.GroupSize()
+	if l.pool != nil {
+		l.cur.txns = append(l.cur.txns, unitTxn{txn: l.txn, end: end, upto: len(l.cur.msgs)})
+	} else {
+		l.app.End(end)
+	}
+	_, _, changes, bytes, age := l.group()
 	if l.limits.MaxChanges <= 1 || changes >= l.limits.MaxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
 		return l.commitGroup(ctx)
 	}
 	return nil
 }
 
-// commitGroup commits the source transactions applied so far as one target
-// transaction.
+// take adds a change to the unit being built, with its scheduling keys.
+func (l *loop) take(m pgoutput.Message) error {
+	u := l.cur
+	var err error
+	barrier := false
+	switch m := m.(type) {
+	case *pgoutput.Insert:
+		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.New)
+		u.bytes += tupleBytes(m.New)
+	case *pgoutput.Update:
+		if m.OldKind != 0 {
+			u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.Old, m.New)
+		} else {
+			u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.New)
+		}
+		u.bytes += tupleBytes(m.Old) + tupleBytes(m.New)
+	case *pgoutput.Delete:
+		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.Old)
+		u.bytes += tupleBytes(m.Old)
+	case *pgoutput.Truncate:
+		barrier = true
+	}
+	u.barrier = u.barrier || barrier
+	u.msgs = append(u.msgs, m)
+	return err
+}
+
+func tupleBytes(t parapply.Tuple) int {
+	n := 0
+	for _, v := range t {
+		n += len(v.Data) + 24
+	}
+	return n
+}
+
+// commitGroup commits the source transactions taken so far as one target
+// transaction: itself, or with workers by handing them over as one unit.
 func (l *loop) commitGroup(ctx context.Context) error {
+	if l.pool != nil {
+		u := l.cur
+		l.cur = nil
+		if u == nil || len(u.txns) == 0 {
+			return nil
+		}
+		return l.pool.add(u)
+	}
 	end, commitTime, local, flushed, err := l.app.Commit(ctx)
 	if err != nil {
 		return err

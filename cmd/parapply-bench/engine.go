@@ -70,14 +70,11 @@ type parapplyEngine struct {
 }
 
 func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool) (*parapplyEngine, error) {
-	if workers != 0 {
-		return nil, fmt.Errorf("--workers %d: parapply has no worker pool yet: %w", workers, errUnsupported)
-	}
 	cp := "off"
 	if copyData {
 		cp = "on"
 	}
-	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp}
+	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", strconv.Itoa(workers)}
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 

@@ -30,6 +30,7 @@ var settings = []setting{
 	{"copy_workers", "4", "connection pairs the initial copy uses at once"},
 	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
+	{"workers", "0", "target connections applying transactions in parallel (1 to 64), committing in source order; 0 applies on one connection, in the stream reader"},
 	{"batch_rows", "10000", "most rows in one set-based statement"},
 	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},

@@ -76,6 +76,12 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	default:
 		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
 	}
+	if cfg.Workers, err = c.int("workers", 0); err != nil {
+		return cfg, err
+	}
+	if cfg.Workers > 64 {
+		return cfg, fmt.Errorf("invalid value for workers: %d (0 to 64)", cfg.Workers)
+	}
 	if cfg.Group.MaxChanges, err = c.int("group_max_changes", 1); err != nil {
 		return cfg, err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -80,10 +81,18 @@ func (e *env) config(slot string) subscriber.Config {
 		w = os.Stderr
 	}
 	return subscriber.Config{
-		Source: source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
-		Target: apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
-		Log:    slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Source:  source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
+		Target:  apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
+		Log:     slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Workers: testWorkers(),
 	}
+}
+
+// testWorkers is the worker count the tests run parapply with:
+// PARAPPLY_TEST_WORKERS, or 0 (the stream reader applies by itself).
+func testWorkers() int {
+	n, _ := strconv.Atoi(os.Getenv("PARAPPLY_TEST_WORKERS"))
+	return n
 }
 
 // running is a subscriber running in the test process.

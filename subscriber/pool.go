@@ -1,0 +1,328 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/pgoutput"
+	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/schedule"
+)
+
+// unit is one or more consecutive source transactions that a worker applies
+// as one target transaction.
+type unit struct {
+	msgs    []pgoutput.Message // changes and relation messages, in stream order
+	relSeq  int                // relation messages logged before the unit's first message
+	txns    []unitTxn
+	keys    []schedule.Key
+	barrier bool
+	bytes   int
+}
+
+type unitTxn struct {
+	txn  apply.Txn
+	end  parapply.LSN
+	upto int // msgs[:upto] belong to this and earlier transactions
+}
+
+// WorkerStats are one worker's running totals.
+type WorkerStats struct {
+	// Units counts target transactions committed.
+	Units atomic.Int64
+	// Busy is the time spent applying (nanoseconds).
+	Busy atomic.Int64
+	// DependencyWait is the time spent idle while transactions were in
+	// flight but none could start (nanoseconds).
+	DependencyWait atomic.Int64
+	// CommitWait is the time spent waiting for earlier transactions to
+	// commit first (nanoseconds).
+	CommitWait atomic.Int64
+}
+
+// pool applies units on persistent worker connections, in parallel where
+// the scheduler allows, committing in source order.
+type pool struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	sched    *schedule.Scheduler
+	units    map[schedule.ID]*unit
+	bytes    int // bytes of units in flight
+	maxBytes int
+	err      error
+	closed   bool
+	failed   chan struct{}
+
+	// rels logs every relation message in stream order; a worker loads
+	// each into its applier before it applies anything that follows.
+	rels    []*parapply.Relation
+	workers []*worker
+	tracker *progress.Tracker
+	wg      sync.WaitGroup
+}
+
+type worker struct {
+	n     int
+	app   *apply.Applier
+	seen  int // relation messages loaded
+	stats WorkerStats
+}
+
+// openPool connects n workers to the target.
+func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker) (*pool, error) {
+	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker}
+	p.cond = sync.NewCond(&p.mu)
+	for i := 1; i <= n; i++ {
+		wcfg := cfg
+		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
+		app, err := apply.Open(ctx, wcfg)
+		if err == nil {
+			err = progress.Share(ctx, app.Conn(), cfg.Slot)
+		}
+		if err != nil {
+			p.closeConns()
+			return nil, err
+		}
+		p.workers = append(p.workers, &worker{n: i, app: app})
+	}
+	return p, nil
+}
+
+func (p *pool) closeConns() {
+	for _, w := range p.workers {
+		w.app.Close(context.Background())
+	}
+}
+
+// start runs the workers until stop.
+func (p *pool) start(ctx context.Context) {
+	for _, w := range p.workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := p.run(ctx, w); err != nil {
+				p.fail(err)
+			}
+		}()
+	}
+}
+
+// stop ends the workers (rolling back what they have not committed) and
+// closes their connections.
+func (p *pool) stop() {
+	p.mu.Lock()
+	p.closed = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.closeConns()
+}
+
+func (p *pool) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = err
+		close(p.failed)
+	}
+	p.cond.Broadcast()
+}
+
+// add hands a unit to the workers; it blocks while the units in flight
+// hold more than maxBytes.
+func (p *pool) add(u *unit) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.err == nil && !p.closed && p.bytes > 0 && p.bytes+u.bytes > p.maxBytes {
+		p.cond.Wait()
+	}
+	if p.err != nil {
+		return p.err
+	}
+	id, _ := p.sched.Add(u.keys, u.barrier)
+	p.units[id] = u
+	p.bytes += u.bytes
+	p.cond.Broadcast()
+	return nil
+}
+
+// relation logs a relation message; the reader calls it in stream order.
+func (p *pool) relation(rel *parapply.Relation) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rels = append(p.rels, rel)
+	return len(p.rels)
+}
+
+// relSeq returns the number of relation messages logged.
+func (p *pool) relSeq() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.rels)
+}
+
+// drain waits until every unit handed over is committed.
+func (p *pool) drain() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.err == nil && p.sched.InFlight() > 0 {
+		p.cond.Wait()
+	}
+	return p.err
+}
+
+// busy reports whether every worker has a unit to apply.
+func (p *pool) busy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sched.InFlight() >= len(p.workers)
+}
+
+// idle reports whether no unit is in flight.
+func (p *pool) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sched.InFlight() == 0
+}
+
+// each calls f on every worker's applier; only while the pool is drained.
+func (p *pool) each(f func(*apply.Applier) error) error {
+	for _, w := range p.workers {
+		if err := f(w.app); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *pool) run(ctx context.Context, w *worker) error {
+	for {
+		p.mu.Lock()
+		var id schedule.ID
+		waited := time.Now()
+		for {
+			if p.err != nil || p.closed {
+				p.mu.Unlock()
+				return nil
+			}
+			var ok bool
+			if id, ok = p.sched.Next(); ok {
+				break
+			}
+			p.cond.Wait()
+		}
+		u := p.units[id]
+		if p.sched.InFlight() > 1 {
+			w.stats.DependencyWait.Add(int64(time.Since(waited)))
+		}
+		catchUp := p.rels[w.seen:u.relSeq]
+		p.mu.Unlock()
+
+		began := time.Now()
+		var err error
+		// Only the latest description of each relation matters: nothing
+		// between them is applied here.
+		latest := map[uint32]int{}
+		for i, rel := range catchUp {
+			latest[rel.ID] = i
+		}
+		for i, rel := range catchUp {
+			if latest[rel.ID] == i {
+				if err = w.app.Relation(ctx, rel); err != nil {
+					return err
+				}
+			}
+		}
+		w.seen += len(catchUp)
+		err = w.apply(ctx, u)
+		if err == nil {
+			err = w.app.Prepare(ctx)
+		}
+		if err != nil {
+			w.app.Abort(context.Background())
+			return err
+		}
+		w.stats.Busy.Add(int64(time.Since(began)))
+
+		p.mu.Lock()
+		waited = time.Now()
+		for !p.sched.MayCommit(id) && p.err == nil && !p.closed {
+			p.cond.Wait()
+		}
+		w.stats.CommitWait.Add(int64(time.Since(waited)))
+		if p.err != nil || p.closed {
+			p.mu.Unlock()
+			w.app.Abort(context.Background())
+			return nil
+		}
+		p.mu.Unlock()
+
+		began = time.Now()
+		end, commitTime, local, flushed, err := w.app.Commit(ctx)
+		if err != nil {
+			return err
+		}
+		w.stats.Busy.Add(int64(time.Since(began)))
+		w.stats.Units.Add(1)
+		p.tracker.Committed(end, local, commitTime)
+		if w.app.SyncCommit() {
+			p.tracker.AllDurable()
+		} else {
+			p.tracker.Flushed(flushed)
+		}
+
+		p.mu.Lock()
+		err = p.sched.Done(id)
+		delete(p.units, id)
+		p.bytes -= u.bytes
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// apply applies a unit's source transactions in one target transaction,
+// leaving it open.
+func (w *worker) apply(ctx context.Context, u *unit) error {
+	from := 0
+	for _, t := range u.txns {
+		w.app.Begin(t.txn)
+		for _, m := range u.msgs[from:t.upto] {
+			if r, ok := m.(*pgoutput.RelationMessage); ok {
+				if err := w.app.Relation(ctx, &r.Relation); err != nil {
+					return err
+				}
+				w.seen++
+				continue
+			}
+			if err := applyChange(ctx, w.app, m); err != nil {
+				return err
+			}
+		}
+		w.app.End(t.end)
+		from = t.upto
+	}
+	return nil
+}
+
+// applyChange applies one row change or truncate.
+func applyChange(ctx context.Context, a *apply.Applier, m pgoutput.Message) error {
+	switch m := m.(type) {
+	case *pgoutput.Insert:
+		return a.Insert(ctx, m.RelationID, m.New)
+	case *pgoutput.Update:
+		return a.Update(ctx, m.RelationID, m.OldKind, m.Old, m.New)
+	case *pgoutput.Delete:
+		return a.Delete(ctx, m.RelationID, m.OldKind, m.Old)
+	case *pgoutput.Truncate:
+		return a.Truncate(ctx, m.RelationIDs, m.Cascade, m.RestartIdentity)
+	}
+	return fmt.Errorf("unexpected %T among a transaction's changes (internal error)", m)
+}
