@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,7 +55,7 @@ type proc struct {
 func (e *env) runProcess(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{exited: make(chan struct{})}
-	all := append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres")}, args...)
+	all := append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--workers", strconv.Itoa(testWorkers())}, args...)
 	p.cmd = exec.Command(parapplyBinary(t), all...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
