@@ -176,6 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
 	a := &Applier{cfg: cfg, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}, Warn: func(string) {}}
+	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
 		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
@@ -800,7 +801,7 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 	}
 	args := make([]any, len(r.params))
 	for i, p := range r.params {
-		args[i] = p
+		args[i] = encodeTextArray(p)
 	}
 	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
 	expect := r.rows
@@ -839,7 +840,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	for i := 0; i < r.rows; i++ {
 		one := make([]any, len(r.params))
 		for j, p := range r.params {
-			one[j] = [][]byte{p[i]}
+			one[j] = encodeTextArray(p[i : i+1])
 		}
 		a.queue(r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
 		o := &a.ops[len(a.ops)-1]

@@ -49,6 +49,18 @@ COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied
 // transaction. Parameters: slot, commit LSN, end LSN, xid, commit time.
 const UpdateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
 
+// Applied reports whether the progress row says the transaction committed at
+// commitLSN has been applied: after a connection died during COMMIT, whether
+// the commit happened.
+func Applied(ctx context.Context, conn *pgx.Conn, slot string, commitLSN parapply.LSN) (bool, error) {
+	var done bool
+	err := conn.QueryRow(ctx, `SELECT commit_lsn >= $2::text::pg_lsn FROM parapply.progress WHERE slot_name = $1`, slot, commitLSN.String()).Scan(&done)
+	if err != nil {
+		return false, fmt.Errorf("reading %s.progress: %w", Schema, err)
+	}
+	return done, nil
+}
+
 // ErrOtherSource means the progress row belongs to a slot on another
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")

@@ -2,11 +2,14 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
@@ -43,6 +46,9 @@ type WorkerStats struct {
 	// CommitWait is the time spent waiting for earlier transactions to
 	// commit first (nanoseconds).
 	CommitWait atomic.Int64
+	// Retries counts units tried again after a deadlock, a serialization
+	// failure or a lost connection.
+	Retries atomic.Int64
 }
 
 // pool applies units on persistent worker connections, in parallel where
@@ -63,19 +69,22 @@ type pool struct {
 	rels    []*parapply.Relation
 	workers []*worker
 	tracker *progress.Tracker
+	cfg     apply.Config
+	log     *slog.Logger
 	wg      sync.WaitGroup
 }
 
 type worker struct {
 	n     int
+	cfg   apply.Config
 	app   *apply.Applier
 	seen  int // relation messages loaded
 	stats WorkerStats
 }
 
 // openPool connects n workers to the target.
-func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker) (*pool, error) {
-	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker}
+func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
+	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log}
 	p.cond = sync.NewCond(&p.mu)
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
@@ -88,7 +97,7 @@ func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracke
 			p.closeConns()
 			return nil, err
 		}
-		p.workers = append(p.workers, &worker{n: i, app: app})
+		p.workers = append(p.workers, &worker{n: i, cfg: wcfg, app: app})
 	}
 	return p, nil
 }
@@ -220,62 +229,15 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 		if p.sched.InFlight() > 1 {
 			w.stats.DependencyWait.Add(int64(time.Since(waited)))
 		}
-		catchUp := p.rels[w.seen:u.relSeq]
 		p.mu.Unlock()
 
-		began := time.Now()
-		var err error
-		// Only the latest description of each relation matters: nothing
-		// between them is applied here.
-		latest := map[uint32]int{}
-		for i, rel := range catchUp {
-			latest[rel.ID] = i
-		}
-		for i, rel := range catchUp {
-			if latest[rel.ID] == i {
-				if err = w.app.Relation(ctx, rel); err != nil {
-					return err
-				}
-			}
-		}
-		w.seen += len(catchUp)
-		err = w.apply(ctx, u)
-		if err == nil {
-			err = w.app.Prepare(ctx)
-		}
-		if err != nil {
-			w.app.Abort(context.Background())
-			return err
-		}
-		w.stats.Busy.Add(int64(time.Since(began)))
-
-		p.mu.Lock()
-		waited = time.Now()
-		for !p.sched.MayCommit(id) && p.err == nil && !p.closed {
-			p.cond.Wait()
-		}
-		w.stats.CommitWait.Add(int64(time.Since(waited)))
-		if p.err != nil || p.closed {
-			p.mu.Unlock()
-			w.app.Abort(context.Background())
+		err := p.execute(ctx, w, id, u)
+		if errors.Is(err, errStopped) {
 			return nil
 		}
-		p.mu.Unlock()
-
-		began = time.Now()
-		end, commitTime, local, flushed, err := w.app.Commit(ctx)
 		if err != nil {
 			return err
 		}
-		w.stats.Busy.Add(int64(time.Since(began)))
-		w.stats.Units.Add(1)
-		p.tracker.Committed(end, local, commitTime)
-		if w.app.SyncCommit() {
-			p.tracker.AllDurable()
-		} else {
-			p.tracker.Flushed(flushed)
-		}
-
 		p.mu.Lock()
 		err = p.sched.Done(id)
 		delete(p.units, id)
@@ -288,28 +250,181 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 	}
 }
 
+// errStopped means the pool stopped (shutdown, or another worker failed)
+// while a unit was being applied; the unit is rolled back.
+var errStopped = errors.New("pool stopped")
+
+// maxAttempts bounds how often a unit is tried.
+const maxAttempts = 5
+
+// execute applies and commits a unit. A deadlock or serialization failure,
+// or a lost connection, is retried: the unit is rolled back (a lost
+// connection is reopened), and tried again once every earlier unit has
+// committed, so that it runs in source order with nothing of parapply's
+// beside it.
+func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
+	for attempt := 1; ; attempt++ {
+		err := p.try(ctx, w, id, u)
+		if err == nil || errors.Is(err, errStopped) {
+			return err
+		}
+		lost := w.app.Conn().IsClosed()
+		cause := retryCause(err, lost)
+		if cause == "" || attempt >= maxAttempts || ctx.Err() != nil {
+			return err
+		}
+		w.stats.Retries.Add(1)
+		p.log.Warn("retrying a transaction on its own", "worker", w.n, "cause", cause, "attempt", attempt+1, "error", err)
+		w.app.Abort(context.Background())
+		if !p.waitOldest(id) {
+			return errStopped
+		}
+		if lost {
+			if err := p.reopen(ctx, w); err != nil {
+				return err
+			}
+			// The connection may have died after COMMIT reached the
+			// target: the progress row tells.
+			last := u.txns[len(u.txns)-1]
+			done, err := progress.Applied(ctx, w.app.Conn(), p.cfg.Slot, last.txn.CommitLSN)
+			if err != nil {
+				return err
+			}
+			if done {
+				local, flushed, err := w.app.WALPositions(ctx)
+				if err != nil {
+					return err
+				}
+				p.committed(w, last.end, last.txn.CommitTime, local, flushed)
+				return nil
+			}
+		}
+	}
+}
+
+// retryCause names why a failed unit may be tried again, or returns "".
+func retryCause(err error, lost bool) string {
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "40P01":
+		return "deadlock"
+	case errors.As(err, &pe) && pe.Code == "40001":
+		return "serialization failure"
+	case lost:
+		return "lost connection"
+	}
+	return ""
+}
+
+// waitOldest waits until every unit before id has committed; false if the
+// pool stopped meanwhile.
+func (p *pool) waitOldest(id schedule.ID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.sched.MayCommit(id) && p.err == nil && !p.closed {
+		p.cond.Wait()
+	}
+	return p.err == nil && !p.closed
+}
+
+// reopen replaces a worker's lost connection.
+func (p *pool) reopen(ctx context.Context, w *worker) error {
+	synced, warn := w.app.Synced(), w.app.Warn
+	w.app.Close(context.Background())
+	app, err := apply.Open(ctx, w.cfg)
+	if err == nil {
+		err = progress.Share(ctx, app.Conn(), p.cfg.Slot)
+	}
+	if err != nil {
+		return fmt.Errorf("worker %d: reopening its lost target connection: %w", w.n, err)
+	}
+	app.SetSynced(synced)
+	app.Warn = warn
+	w.app, w.seen = app, 0
+	return nil
+}
+
+// try applies a unit and commits it once every earlier unit has.
+func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
+	p.mu.Lock()
+	catchUp := p.rels[w.seen:u.relSeq]
+	p.mu.Unlock()
+	began := time.Now()
+	// Only the latest description of each relation matters: nothing
+	// between them is applied here.
+	latest := map[uint32]int{}
+	for i, rel := range catchUp {
+		latest[rel.ID] = i
+	}
+	for i, rel := range catchUp {
+		if latest[rel.ID] == i {
+			if err := w.app.Relation(ctx, rel); err != nil {
+				return err
+			}
+		}
+	}
+	w.seen += len(catchUp)
+	rels, err := w.apply(ctx, u)
+	if err == nil {
+		err = w.app.Prepare(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	w.stats.Busy.Add(int64(time.Since(began)))
+
+	waited := time.Now()
+	ok := p.waitOldest(id)
+	w.stats.CommitWait.Add(int64(time.Since(waited)))
+	if !ok {
+		w.app.Abort(context.Background())
+		return errStopped
+	}
+	began = time.Now()
+	end, commitTime, local, flushed, err := w.app.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	w.stats.Busy.Add(int64(time.Since(began)))
+	w.seen += rels
+	p.committed(w, end, commitTime, local, flushed)
+	return nil
+}
+
+// committed reports a committed unit to the tracker; units reach it in
+// source order, since each commits only after every earlier one.
+func (p *pool) committed(w *worker, end parapply.LSN, commitTime time.Time, local, flushed parapply.LSN) {
+	w.stats.Units.Add(1)
+	p.tracker.Committed(end, local, commitTime)
+	if w.app.SyncCommit() {
+		p.tracker.AllDurable()
+	} else {
+		p.tracker.Flushed(flushed)
+	}
+}
+
 // apply applies a unit's source transactions in one target transaction,
-// leaving it open.
-func (w *worker) apply(ctx context.Context, u *unit) error {
+// leaving it open, and returns how many relation messages it loaded.
+func (w *worker) apply(ctx context.Context, u *unit) (rels int, err error) {
 	from := 0
 	for _, t := range u.txns {
 		w.app.Begin(t.txn)
 		for _, m := range u.msgs[from:t.upto] {
 			if r, ok := m.(*pgoutput.RelationMessage); ok {
 				if err := w.app.Relation(ctx, &r.Relation); err != nil {
-					return err
+					return rels, err
 				}
-				w.seen++
+				rels++
 				continue
 			}
 			if err := applyChange(ctx, w.app, m); err != nil {
-				return err
+				return rels, err
 			}
 		}
 		w.app.End(t.end)
 		from = t.upto
 	}
-	return nil
+	return rels, nil
 }
 
 // applyChange applies one row change or truncate.

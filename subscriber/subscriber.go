@@ -125,6 +125,9 @@ type WorkerStatus struct {
 	// transactions in flight could not start; CommitWait, time waiting for
 	// earlier transactions to commit first.
 	Busy, DependencyWait, CommitWait time.Duration
+	// Retries counts transactions tried again (deadlock, serialization
+	// failure, lost connection).
+	Retries int64
 }
 
 // Ready is closed once the subscriber is streaming.
@@ -153,7 +156,7 @@ func (s *Subscriber) Status() Status {
 			st.Workers = append(st.Workers, WorkerStatus{
 				Worker: w.n, Txns: w.app.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: w.app.Stats.Rows(),
 				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
-				CommitWait: time.Duration(w.stats.CommitWait.Load()),
+				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
 			})
 		}
 	}
@@ -232,7 +235,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			tcfg.AppName = "parapply"
 		}
 		tcfg.AppName = strings.TrimSuffix(tcfg.AppName, " apply")
-		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker)
+		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

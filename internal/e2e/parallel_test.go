@@ -108,3 +108,46 @@ func TestParallelAdversarial(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerConnectionLost terminates the workers' target sessions while
+// they apply: each unit in flight is retried on a new connection (or found
+// committed, when the session died after its COMMIT), and the target ends
+// equal to the publisher without parapply stopping.
+func TestWorkerConnectionLost(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	cfg := e.config("lost")
+	cfg.Workers = 2
+	cfg.Group.MaxChanges = 50
+	r := e.start(cfg)
+	ctx := context.Background()
+	killed := 0
+	for round := range 5 {
+		b := &pgx.Batch{}
+		for n := range 400 {
+			id := round*400 + n
+			b.Queue("BEGIN")
+			b.Queue("INSERT INTO t VALUES ($1, 0, repeat('x', 200))", id)
+			b.Queue("UPDATE t SET v = v + 1 WHERE id = $1", id/2)
+			b.Queue("COMMIT")
+		}
+		if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := e.sub.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'parapply test worker %'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+	}
+	e.waitCaughtUp(r)
+	e.verify("t")
+	st := r.s.Status()
+	var retries int64
+	for _, w := range st.Workers {
+		retries += w.Retries
+	}
+	t.Logf("terminated %d worker sessions; %d retries; %d source transactions", killed, retries, st.Txns)
+	if killed == 0 || retries == 0 {
+		t.Fatalf("terminated %d worker sessions, retried %d times: the test did not exercise the retry", killed, retries)
+	}
+}
