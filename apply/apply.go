@@ -95,6 +95,8 @@ type Applier struct {
 	batch  *pgx.Batch
 	ops    []op
 	qbytes int
+	inflight *inflight // round trip started by sendAsync
+	failed   error     // a failed round trip's error, until rollback
 	// Open runs, at most one per table, in the order they were opened;
 	// cur is the one the change being added goes to.
 	runs []*run
@@ -197,14 +199,20 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 
 // Conn exposes the target connection for progress bookkeeping between
 // transactions.
-func (a *Applier) Conn() *pgx.Conn { return a.conn }
+func (a *Applier) Conn() *pgx.Conn {
+	a.wait()
+	return a.conn
+}
 
 // SyncCommit reports whether target commits are durable when they return.
 func (a *Applier) SyncCommit() bool { return a.syncCommit }
 
 // Close closes the target connection; an open transaction is rolled back by
 // the server.
-func (a *Applier) Close(ctx context.Context) error { return a.conn.Close(ctx) }
+func (a *Applier) Close(ctx context.Context) error {
+	a.wait()
+	return a.conn.Close(ctx)
+}
 
 // Relation records (or replaces, on a schema change) the description of a
 // published table and maps it onto the target table.
@@ -213,6 +221,9 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		if err := a.flushRun(ctx, r); err != nil {
 			return err
 		}
+	}
+	if err := a.wait(); err != nil {
+		return err
 	}
 	t, err := LoadTable(ctx, a.conn, rel)
 	if err != nil {
@@ -331,26 +342,80 @@ func (a *Applier) describe() string {
 		g.first.XID, a.txn.XID, g.first.CommitLSN, a.txn.CommitLSN, g.txns)
 }
 
-// send performs one round trip with everything queued.
+// send performs one round trip with everything queued, after the one in
+// flight (if any) has finished.
 func (a *Applier) send(ctx context.Context) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
 	if len(a.ops) == 0 {
 		return nil
 	}
 	batch, ops := a.batch, a.ops
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
+	return a.exec(ctx, batch, ops, a.describe())
+}
+
+// sendAsync starts a round trip with everything queued and returns at once,
+// so that the next statements are built while the target executes these;
+// their outcome is taken by the next wait (every send, and anything else
+// that uses the connection, waits first). Within an open group only: the
+// group's COMMIT is sent synchronously after them.
+func (a *Applier) sendAsync(ctx context.Context) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
+	if len(a.ops) == 0 {
+		return nil
+	}
+	batch, ops := a.batch, a.ops
+	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
+	f := &inflight{done: make(chan struct{})}
+	desc := a.describe()
+	a.inflight = f
+	go func() {
+		f.err = a.exec(ctx, batch, ops, desc)
+		close(f.done)
+	}()
+	return nil
+}
+
+// inflight is a round trip started by sendAsync.
+type inflight struct {
+	done chan struct{}
+	err  error
+}
+
+// wait waits for the round trip in flight and returns its error. An error
+// stays until the group is rolled back: a statement that failed must never
+// be followed by a COMMIT that the target would turn into a rollback.
+func (a *Applier) wait() error {
+	if f := a.inflight; f != nil {
+		<-f.done
+		a.inflight = nil
+		if f.err != nil {
+			a.failed = f.err
+		}
+	}
+	return a.failed
+}
+
+// exec performs one round trip; desc names the source transactions for
+// errors.
+func (a *Applier) exec(ctx context.Context, batch *pgx.Batch, ops []op, desc string) error {
 	br := a.conn.SendBatch(ctx, batch)
 	for _, o := range ops {
 		if o.scan != nil {
 			if err := br.QueryRow().Scan(o.scan...); err != nil {
 				br.Close()
-				return fmt.Errorf("%s after %s: %w", o.what, a.describe(), err)
+				return fmt.Errorf("%s after %s: %w", o.what, desc, err)
 			}
 			continue
 		}
 		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
-			return a.explain(ctx, o, err)
+			return a.explain(ctx, o, err, desc)
 		}
 		if o.table != nil {
 			a.Stats.Statements.Add(1)
@@ -770,7 +835,7 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}
-		return a.send(ctx)
+		return a.sendAsync(ctx)
 	}
 	return nil
 }
@@ -895,6 +960,9 @@ func parseWALPositions(i, f string) (insert, flush parapply.LSN, err error) {
 // WALPositions reads the target's WAL insert and flush positions.
 func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN, err error) {
 	var i, f string
+	if err := a.wait(); err != nil {
+		return 0, 0, err
+	}
 	if err := a.conn.QueryRow(ctx, walPositionsSQL).Scan(&i, &f); err != nil {
 		return 0, 0, fmt.Errorf("reading the target's WAL position: %w", err)
 	}
@@ -902,6 +970,8 @@ func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN,
 }
 
 func (a *Applier) rollback(ctx context.Context) {
+	a.wait()
+	a.failed = nil
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
 	a.runs, a.cur = nil, nil
 	if a.began {
@@ -915,15 +985,12 @@ func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
 
 // explain turns a failed statement into an error naming the source
 // transaction, the table and, for a value the target cannot take, the column.
-func (a *Applier) explain(ctx context.Context, o op, err error) error {
+func (a *Applier) explain(ctx context.Context, o op, err error, desc string) error {
 	var pe *pgconn.PgError
 	col := ""
 	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == "22" || pe.Code == "23502" || pe.Code == "23514") && !a.conn.IsClosed() {
 		// Roll back, then cast each parameter on its own to find the column.
-		if a.began {
-			_, _ = a.conn.Exec(ctx, "ROLLBACK")
-			a.began = false
-		}
+		_, _ = a.conn.Exec(ctx, "ROLLBACK")
 		for i, c := range o.cols {
 			if pe.ColumnName != "" || i >= len(o.args) || c < 0 {
 				break
@@ -937,9 +1004,9 @@ func (a *Applier) explain(ctx context.Context, o op, err error) error {
 		if pe.ColumnName != "" {
 			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
 		}
-		return fmt.Errorf("applying %s of %s:%s %w; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, a.describe(), col, err)
+		return fmt.Errorf("applying %s of %s:%s %w; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err)
 	}
-	return fmt.Errorf("applying %s of %s: %w", o.what, a.describe(), err)
+	return fmt.Errorf("applying %s of %s: %w", o.what, desc, err)
 }
 
 // RowKeys returns the scheduling keys of a change to relation rel whose

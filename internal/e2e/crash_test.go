@@ -62,6 +62,18 @@ func (e *env) runProcess(t *testing.T, args ...string) *proc {
 		t.Fatal(err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		out := p.out.String()
+		if len(out) > 4000 {
+			out = "..." + out[len(out)-4000:]
+		}
+		t.Logf("output of parapply %v:\n%s", args, out)
+	})
 	return p
 }
 
