@@ -65,6 +65,16 @@ type Stats struct {
 	Groups atomic.Int64
 }
 
+// Absorb adds o's totals to s: a reopened connection's applier carries on
+// its predecessor's figures.
+func (s *Stats) Absorb(o *Stats) {
+	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
+		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
+		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}} {
+		p[0].Add(p[1].Load())
+	}
+}
+
 // Rows returns the number of row changes applied.
 func (s *Stats) Rows() int64 { return s.Inserts.Load() + s.Updates.Load() + s.Deletes.Load() }
 
@@ -191,7 +201,11 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	for _, s := range set {
 		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
 			conn.Close(ctx)
-			return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
+			var pe *pgconn.PgError
+			if s.hint != "" && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code[:2] == "22") {
+				return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
+			}
+			return nil, fmt.Errorf("setting %s = %s on the target: %w", s.name, s.value, err)
 		}
 	}
 	return a, nil
@@ -361,7 +375,7 @@ func (a *Applier) send(ctx context.Context) error {
 // their outcome is taken by the next wait (every send, and anything else
 // that uses the connection, waits first). Within an open group only: the
 // group's COMMIT is sent synchronously after them.
-func (a *Applier) sendAsync(ctx context.Context) error {
+func (a *Applier) sendAsync(ctx context.Context, after func() error) error {
 	if err := a.wait(); err != nil {
 		return err
 	}
@@ -375,6 +389,9 @@ func (a *Applier) sendAsync(ctx context.Context) error {
 	a.inflight = f
 	go func() {
 		f.err = a.exec(ctx, batch, ops, desc)
+		if f.err == nil && after != nil {
+			f.err = after()
+		}
 		close(f.done)
 	}()
 	return nil
@@ -835,7 +852,7 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}
-		return a.sendAsync(ctx)
+		return a.sendAsync(ctx, nil)
 	}
 	return nil
 }
@@ -921,30 +938,82 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 // target's WAL insert position after the commit and its flush position, for
 // the Tracker.
 func (a *Applier) Commit(ctx context.Context) (end parapply.LSN, commitTime time.Time, local, flushed parapply.LSN, err error) {
+	var c Committed
+	if err := a.queueCommit(ctx, &c); err != nil {
+		return 0, time.Time{}, 0, 0, err
+	}
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return 0, time.Time{}, 0, 0, err
+	}
+	err = c.finish(a)
+	return c.End, c.CommitTime, c.Local, c.Flushed, err
+}
+
+// Committed describes a committed group, for the Tracker.
+type Committed struct {
+	End        parapply.LSN // end LSN of the group's last source transaction
+	CommitTime time.Time    // its source commit time
+	// Local and Flushed are the target's WAL insert position after the
+	// commit and its flush position.
+	Local, Flushed parapply.LSN
+	txns           int
+	ins, fl        string
+}
+
+func (c *Committed) finish(a *Applier) error {
+	a.Stats.Txns.Add(int64(c.txns))
+	a.Stats.Groups.Add(1)
+	var err error
+	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
+	return err
+}
+
+// CommitAsync queues the open group's commit like Commit, but returns once
+// it is sent: the next group is built while the target commits this one,
+// and done receives the positions (from another goroutine) once it has. A
+// failure is returned by the next call that uses the connection. Until
+// then Busy reports true.
+func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
+	c := &Committed{}
+	if err := a.queueCommit(ctx, c); err != nil {
+		return err
+	}
+	return a.sendAsync(ctx, func() error {
+		if err := c.finish(a); err != nil {
+			return err
+		}
+		done(*c)
+		return nil
+	})
+}
+
+// Wait waits for the round trip in flight, if any, and returns its error.
+func (a *Applier) Wait() error { return a.wait() }
+
+// Busy reports whether a round trip may still be in flight.
+func (a *Applier) Busy() bool { return a.inflight != nil }
+
+// queueCommit queues the group's last statements, its progress row, COMMIT
+// and the WAL positions, and closes the group.
+func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
 	g := a.grp
 	if !g.open || a.inTxn {
-		return 0, time.Time{}, 0, 0, fmt.Errorf("commit without a finished source transaction (internal error)")
+		return fmt.Errorf("commit without a finished source transaction (internal error)")
 	}
 	if err := a.flushRuns(ctx); err != nil {
 		a.rollback(ctx)
-		return 0, time.Time{}, 0, 0, err
+		return err
 	}
 	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
 	a.batch.Queue("COMMIT")
 	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
 	// The WAL positions ride in the same round trip, right after COMMIT.
-	var ins, fl string
 	a.batch.Queue(walPositionsSQL)
-	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&ins, &fl}})
-	if err := a.send(ctx); err != nil {
-		a.rollback(ctx)
-		return 0, time.Time{}, 0, 0, err
-	}
-	a.grp.open, a.began = false, false
-	a.Stats.Txns.Add(int64(g.txns))
-	a.Stats.Groups.Add(1)
-	local, flushed, err = parseWALPositions(ins, fl)
-	return g.end, g.last.CommitTime, local, flushed, err
+	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
+	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
+	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
+	return nil
 }
 
 const walPositionsSQL = "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text"
@@ -974,7 +1043,10 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.failed = nil
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
 	a.runs, a.cur = nil, nil
-	if a.began {
+	if !a.conn.IsClosed() {
+		// Also after a failed COMMIT round trip: the server may be left
+		// in an aborted transaction block. Outside a transaction,
+		// ROLLBACK only warns.
 		_, _ = a.conn.Exec(ctx, "ROLLBACK")
 	}
 	a.began, a.inTxn, a.grp = false, false, group{}

@@ -78,7 +78,8 @@ type worker struct {
 	n     int
 	cfg   apply.Config
 	app   *apply.Applier
-	seen  int // relation messages loaded
+	shown atomic.Pointer[apply.Applier] // app, for Status from other goroutines
+	seen  int                           // relation messages loaded
 	stats WorkerStats
 }
 
@@ -97,7 +98,9 @@ func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracke
 			p.closeConns()
 			return nil, err
 		}
-		p.workers = append(p.workers, &worker{n: i, cfg: wcfg, app: app})
+		w := &worker{n: i, cfg: wcfg, app: app}
+		w.shown.Store(app)
+		p.workers = append(p.workers, w)
 	}
 	return p, nil
 }
@@ -280,21 +283,27 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 			return errStopped
 		}
 		if lost {
-			if err := p.reopen(ctx, w); err != nil {
-				return err
-			}
-			// The connection may have died after COMMIT reached the
-			// target: the progress row tells.
+			// Reopen; the connection may have died after COMMIT reached
+			// the target: the progress row tells.
 			last := u.txns[len(u.txns)-1]
-			done, err := progress.Applied(ctx, w.app.Conn(), p.cfg.Slot, last.txn.CommitLSN)
-			if err != nil {
-				return err
+			err := p.reopen(ctx, w)
+			done := false
+			if err == nil {
+				done, err = progress.Applied(ctx, w.app.Conn(), p.cfg.Slot, last.txn.CommitLSN)
 			}
-			if done {
-				local, flushed, err := w.app.WALPositions(ctx)
-				if err != nil {
+			var local, flushed parapply.LSN
+			if err == nil && done {
+				local, flushed, err = w.app.WALPositions(ctx)
+			}
+			if err != nil {
+				if attempt+1 >= maxAttempts {
 					return err
 				}
+				p.log.Warn("reopening a worker's connection failed; trying again", "worker", w.n, "error", err)
+				time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+				continue
+			}
+			if done {
 				p.committed(w, last.end, last.txn.CommitTime, local, flushed)
 				return nil
 			}
@@ -340,7 +349,9 @@ func (p *pool) reopen(ctx context.Context, w *worker) error {
 	}
 	app.SetSynced(synced)
 	app.Warn = warn
+	app.Stats.Absorb(&w.app.Stats)
 	w.app, w.seen = app, 0
+	w.shown.Store(app)
 	return nil
 }
 

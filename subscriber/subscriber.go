@@ -152,9 +152,10 @@ func (s *Subscriber) Status() Status {
 	}
 	if p != nil {
 		for _, w := range p.workers {
-			apps = append(apps, w.app)
+			wa := w.shown.Load()
+			apps = append(apps, wa)
 			st.Workers = append(st.Workers, WorkerStatus{
-				Worker: w.n, Txns: w.app.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: w.app.Stats.Rows(),
+				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: wa.Stats.Rows(),
 				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
 				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
 			})
@@ -361,7 +362,7 @@ func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration)
 // quiet reports whether everything taken from the stream is committed.
 func (l *loop) quiet() bool {
 	if l.pool == nil {
-		return !l.app.InGroup()
+		return !l.app.InGroup() && !l.app.Busy()
 	}
 	return l.cur == nil && l.pool.idle()
 }
@@ -482,13 +483,19 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 		if !l.quiet() {
 			// Not expected (skipped transactions precede applied ones), but
 			// the tracker must never pass an uncommitted group.
-			if err := l.commitGroup(ctx); err != nil {
-				return err
-			}
-			if l.pool != nil {
-				if err := l.pool.drain(); err != nil {
+			if open, _, _, _, _ := l.group(); open {
+				if err := l.commitGroup(ctx); err != nil {
 					return err
 				}
+			}
+			var err error
+			if l.pool != nil {
+				err = l.pool.drain()
+			} else {
+				err = l.app.Wait()
+			}
+			if err != nil {
+				return err
 			}
 		}
 		l.tracker.Reached(end)
@@ -552,17 +559,16 @@ func (l *loop) commitGroup(ctx context.Context) error {
 		}
 		return l.pool.add(u)
 	}
-	end, commitTime, local, flushed, err := l.app.Commit(ctx)
-	if err != nil {
-		return err
-	}
-	l.tracker.Committed(end, local, commitTime)
-	if l.app.SyncCommit() {
-		l.tracker.AllDurable()
-	} else {
-		l.tracker.Flushed(flushed)
-	}
-	return nil
+	// The target commits while the next group is built; the tracker hears
+	// of it when it is done (commits on one connection finish in order).
+	return l.app.CommitAsync(ctx, func(c apply.Committed) {
+		l.tracker.Committed(c.End, c.Local, c.CommitTime)
+		if l.app.SyncCommit() {
+			l.tracker.AllDurable()
+		} else {
+			l.tracker.Flushed(c.Flushed)
+		}
+	})
 }
 
 // streamed handles a message between StreamStart and StreamStop: changes are
