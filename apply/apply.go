@@ -98,13 +98,13 @@ type Applier struct {
 	sql    map[string]string
 	Stats  Stats
 
-	txn    Txn
-	inTxn  bool
-	began  bool
-	grp    group
-	batch  *pgx.Batch
-	ops    []op
-	qbytes int
+	txn      Txn
+	inTxn    bool
+	began    bool
+	grp      group
+	batch    *pgx.Batch
+	ops      []op
+	qbytes   int
 	inflight *inflight // round trip started by sendAsync
 	failed   error     // a failed round trip's error, until rollback
 	// Open runs, at most one per table, in the order they were opened;
