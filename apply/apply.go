@@ -563,10 +563,12 @@ func (r *run) has(key []byte) bool {
 // collapse overwrites, in place, the values of an earlier update of the same
 // row in the current run with those of a later one, when the result is
 // provably the same as applying both: neither changes the key, both set the
-// same columns, and no trigger on the target would see the difference.
+// same columns, and no trigger on the target would see the difference. Not
+// on tables with unique indexes beyond the key, whose row-by-row fallback
+// needs every step.
 func (a *Applier) collapse(t *Table, key []byte, new parapply.Tuple) bool {
 	r := a.openRun(t.Rel.ID)
-	if t.Triggers || !a.fits(r, t, 'U') {
+	if t.Triggers || t.ExtraUnique || !a.fits(r, t, 'U') {
 		return false
 	}
 	i, ok := r.keys[string(key)]
@@ -991,8 +993,20 @@ func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 // Wait waits for the round trip in flight, if any, and returns its error.
 func (a *Applier) Wait() error { return a.wait() }
 
-// Busy reports whether a round trip may still be in flight.
-func (a *Applier) Busy() bool { return a.inflight != nil }
+// Busy reports whether a round trip is still in flight, and the error of
+// one that has finished (taking it, as Wait does).
+func (a *Applier) Busy() (bool, error) {
+	f := a.inflight
+	if f == nil {
+		return false, a.failed
+	}
+	select {
+	case <-f.done:
+		return false, a.wait()
+	default:
+		return true, nil
+	}
+}
 
 // queueCommit queues the group's last statements, its progress row, COMMIT
 // and the WAL positions, and closes the group.

@@ -141,6 +141,15 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if err := irows.Err(); err != nil {
 		return nil, err
 	}
+	if !t.ExtraUnique {
+		// Unique indexes on expressions or with a predicate: their
+		// columns do not show in indkey, and they constrain all the same.
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index WHERE indrelid = $1 AND indisunique
+			AND (indexprs IS NOT NULL OR indpred IS NOT NULL))`, oid).Scan(&t.ExtraUnique)
+		if err != nil {
+			return nil, fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
+		}
+	}
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R')
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`, oid).Scan(&t.Triggers)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
@@ -279,6 +280,9 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 		w.stats.Retries.Add(1)
 		p.log.Warn("retrying a transaction on its own", "worker", w.n, "cause", cause, "attempt", attempt+1, "error", err)
 		w.app.Abort(context.Background())
+		// The failed attempt may have loaded relation descriptions from
+		// inside the unit: start again from those before it.
+		w.seen = 0
 		if !p.waitOldest(id) {
 			return errStopped
 		}
@@ -339,12 +343,20 @@ func (p *pool) waitOldest(id schedule.ID) bool {
 // reopen replaces a worker's lost connection.
 func (p *pool) reopen(ctx context.Context, w *worker) error {
 	synced, warn := w.app.Synced(), w.app.Warn
+	oldPID := w.app.Conn().PgConn().PID()
 	w.app.Close(context.Background())
 	app, err := apply.Open(ctx, w.cfg)
 	if err == nil {
 		err = progress.Share(ctx, app.Conn(), p.cfg.Slot)
 	}
+	if err == nil {
+		// The old backend may still be executing what was in its socket,
+		// COMMIT included: end it and wait until it is gone, so that the
+		// progress row read next is final.
+		err = awaitGone(ctx, app, oldPID)
+	}
 	if err != nil {
+		app.Close(context.Background())
 		return fmt.Errorf("worker %d: reopening its lost target connection: %w", w.n, err)
 	}
 	app.SetSynced(synced)
@@ -353,6 +365,25 @@ func (p *pool) reopen(ctx context.Context, w *worker) error {
 	w.app, w.seen = app, 0
 	w.shown.Store(app)
 	return nil
+}
+
+// awaitGone terminates the target backend pid, if it is still there, and
+// waits until it has exited.
+func awaitGone(ctx context.Context, app *apply.Applier, pid uint32) error {
+	for i := 0; ; i++ {
+		var there bool
+		err := app.Conn().QueryRow(ctx, `SELECT pg_catalog.pg_terminate_backend(pid) OR true FROM pg_catalog.pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&there)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("ending the lost session's backend (pid %d): %w", pid, err)
+		}
+		if i == 300 {
+			return fmt.Errorf("the lost session's backend (pid %d) is still there after 30s", pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // try applies a unit and commits it once every earlier unit has.

@@ -359,12 +359,17 @@ func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration)
 	return true, l.inTxn, len(l.cur.msgs), l.cur.bytes, time.Since(l.curOpen)
 }
 
-// quiet reports whether everything taken from the stream is committed.
-func (l *loop) quiet() bool {
+// quiet reports whether everything taken from the stream is committed; an
+// error is that of a commit that failed.
+func (l *loop) quiet() (bool, error) {
 	if l.pool == nil {
-		return !l.app.InGroup() && !l.app.Busy()
+		if l.app.InGroup() {
+			return false, nil
+		}
+		busy, err := l.app.Busy()
+		return !busy && err == nil, err
 	}
-	return l.cur == nil && l.pool.idle()
+	return l.cur == nil && l.pool.idle(), nil
 }
 
 // stream buffers a transaction the publisher streams before it commits.
@@ -391,10 +396,14 @@ func (l *loop) checkFlush(ctx context.Context) error {
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if f.Data == nil {
-		if !l.inStream && l.quiet() {
+		if l.inStream {
+			return nil
+		}
+		quiet, err := l.quiet()
+		if quiet {
 			l.tracker.Reached(f.WALStart)
 		}
-		return nil
+		return err
 	}
 	if uint64(f.WALStart) > l.s.received.Load() {
 		l.s.received.Store(uint64(f.WALStart))
@@ -480,7 +489,9 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 	l.inTxn = false
 	if l.skipping {
 		l.skipping = false
-		if !l.quiet() {
+		if quiet, err := l.quiet(); err != nil {
+			return err
+		} else if !quiet {
 			// Not expected (skipped transactions precede applied ones), but
 			// the tracker must never pass an uncommitted group.
 			if open, _, _, _, _ := l.group(); open {
