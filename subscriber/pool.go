@@ -356,7 +356,9 @@ func (p *pool) reopen(ctx context.Context, w *worker) error {
 		err = awaitGone(ctx, app, oldPID)
 	}
 	if err != nil {
-		app.Close(context.Background())
+		if app != nil {
+			app.Close(context.Background())
+		}
 		return fmt.Errorf("worker %d: reopening its lost target connection: %w", w.n, err)
 	}
 	app.SetSynced(synced)
