@@ -54,6 +54,10 @@ type Source struct {
 	// with an exported snapshot.
 	Snapshot        string
 	ConsistentPoint parapply.LSN
+	// Confirmed is the slot's confirmed flush position when Connect found
+	// or created it: what the publisher is told as flushed until a
+	// position of parapply's own is durable.
+	Confirmed parapply.LSN
 	// Published lists what the publications send, read before the slot
 	// was created.
 	Published []PublishedTable
@@ -159,7 +163,7 @@ func (s *Source) check(ctx context.Context) error {
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
 	}
-	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type FROM pg_catalog.pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot))
+	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
@@ -177,6 +181,7 @@ func (s *Source) check(ctx context.Context) error {
 		if s.ConsistentPoint, err = parapply.ParseLSN(res.ConsistentPoint); err != nil {
 			return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
 		}
+		s.Confirmed = s.ConsistentPoint
 		return nil
 	}
 	r := rows[0]
@@ -188,6 +193,11 @@ func (s *Source) check(ctx context.Context) error {
 	}
 	if r[2] != nil {
 		return fmt.Errorf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot", s.cfg.Slot, r[2])
+	}
+	if r[4] != nil {
+		if s.Confirmed, err = parapply.ParseLSN(string(r[4])); err != nil {
+			return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
+		}
 	}
 	return nil
 }
@@ -263,11 +273,18 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		if !force && (durable == sentDurable && since < interval || durable != sentDurable && since < time.Second/4) {
 			return nil
 		}
-		w := max(received, durable)
+		// pglogrepl reports the write position as flushed and applied when
+		// those are zero: before anything of ours is durable, report the
+		// slot's own confirmed position instead (or nothing at all).
+		flush := max(durable, s.Confirmed)
+		w := max(received, flush)
+		if flush == 0 {
+			w = 0
+		}
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 			WALWritePosition: pglogrepl.LSN(w),
-			WALFlushPosition: pglogrepl.LSN(durable),
-			WALApplyPosition: pglogrepl.LSN(applied),
+			WALFlushPosition: pglogrepl.LSN(flush),
+			WALApplyPosition: pglogrepl.LSN(max(applied, flush)),
 		})
 		if err != nil {
 			return fmt.Errorf("sending standby status update: %w", err)

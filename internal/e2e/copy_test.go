@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -57,18 +58,32 @@ func (e *env) writer(t *testing.T) (stop func() int) {
 			id := 1 + r.IntN(200000)
 			b.Queue("UPDATE large SET a = a + 1, b = 'changed' WHERE id = $1", id)
 			b.Queue("INSERT INTO large VALUES ($1, 0, 'new') ON CONFLICT (id) DO NOTHING", 300000+i)
-			b.Queue("DELETE FROM large WHERE id = $1", 1+r.IntN(200000))
+			del := 1 + r.IntN(200000)
+			b.Queue("DELETE FROM large WHERE id = $1", del)
 			b.Queue("UPDATE parts SET v = v + 1 WHERE id = $1", 1+r.IntN(20000))
 			b.Queue("INSERT INTO parts VALUES ($1, 'east', 0) ON CONFLICT DO NOTHING", 50000+i)
 			b.Queue("UPDATE filtered SET v = v + 1 WHERE id = $1", 3*(1+r.IntN(3000)))
 			b.Queue("INSERT INTO filtered VALUES ($1, $2, 'x', 0)", 20000+i, i%2 == 0)
 			b.Queue("COMMIT")
-			if err := c.SendBatch(ctx, b).Close(); err != nil {
+			b.Queue("SELECT pg_current_wal_insert_lsn()::text")
+			br := c.SendBatch(ctx, b)
+			for k := 0; k < b.Len()-1 && err == nil; k++ {
+				_, err = br.Exec()
+			}
+			var lsn string
+			if err == nil {
+				err = br.QueryRow().Scan(&lsn)
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
 				if ctx.Err() == nil {
 					werr = err
 				}
 				return
 			}
+			e.history(fmt.Sprintf("txn %d (WAL at %s after its commit): update %d, delete %d", i, lsn, id, del), id, del)
 			n++
 		}
 	}()
@@ -82,9 +97,69 @@ func (e *env) writer(t *testing.T) (stop func() int) {
 	}
 }
 
+// history records, for diagnosis, what the writer did to rows of large.
+func (e *env) history(what string, ids ...int) {
+	e.histMu.Lock()
+	defer e.histMu.Unlock()
+	if e.hist == nil {
+		e.hist = map[int][]string{}
+	}
+	for _, id := range ids {
+		e.hist[id] = append(e.hist[id], what)
+	}
+}
+
+// explainLarge logs, before a failing comparison, which rows of large differ
+// and what the writer did to them, with the tables' sync positions.
+func (e *env) explainLarge(t *testing.T) {
+	ctx := context.Background()
+	load := func(c *pgx.Conn) map[int]string {
+		rows, err := c.Query(ctx, "SELECT id, a || '/' || b FROM large")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[int]string{}
+		for rows.Next() {
+			var id int
+			var v string
+			if err := rows.Scan(&id, &v); err != nil {
+				t.Fatal(err)
+			}
+			m[id] = v
+		}
+		return m
+	}
+	pub, sub := load(e.pub), load(e.sub)
+	shown := 0
+	for id, v := range sub {
+		if pub[id] != v && shown < 10 {
+			shown++
+			e.histMu.Lock()
+			t.Logf("large id %d: target %q, publisher %q; writer: %v", id, v, pub[id], e.hist[id])
+			e.histMu.Unlock()
+		}
+	}
+	for id, v := range pub {
+		if _, ok := sub[id]; !ok && shown < 10 {
+			shown++
+			t.Logf("large id %d: missing on the target, publisher %q", id, v)
+		}
+	}
+	if shown > 0 {
+		var st string
+		_ = e.sub.QueryRow(ctx, `SELECT string_agg(table_name || ' ' || state || ' at ' || sync_lsn, ', ') FROM parapply.sync_state`).Scan(&st)
+		t.Logf("sync state: %s", st)
+		var prog, conf string
+		_ = e.sub.QueryRow(ctx, `SELECT string_agg(slot_name || ' commit ' || commit_lsn || ' end ' || end_lsn, ', ') FROM parapply.progress`).Scan(&prog)
+		_ = e.pub.QueryRow(ctx, `SELECT string_agg(slot_name || ' confirmed ' || confirmed_flush_lsn, ', ') FROM pg_replication_slots`).Scan(&conf)
+		t.Logf("target progress: %s; publisher slots: %s", prog, conf)
+	}
+}
+
 // verifyCopy compares every table, the filtered one against the rows and
 // columns its publication sends.
 func (e *env) verifyCopy(t *testing.T) {
+	e.explainLarge(t)
 	e.verify("public.large", "public.parts")
 	ctx := context.Background()
 	q := func(c *pgx.Conn, sql string) string {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +23,12 @@ import (
 )
 
 type env struct {
-	t    *testing.T
-	pair *pgtest.Pair
-	pub  *pgx.Conn
-	sub  *pgx.Conn
+	t      *testing.T
+	histMu sync.Mutex
+	hist   map[int][]string // what a test's writer did to each row, for diagnosis
+	pair   *pgtest.Pair
+	pub    *pgx.Conn
+	sub    *pgx.Conn
 }
 
 var fast = map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
