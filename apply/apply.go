@@ -479,6 +479,9 @@ func (a *Applier) sqlFor(r *run) string {
 
 // openRun returns the open run of the table with relation id rel, if any.
 func (a *Applier) openRun(rel uint32) *run {
+	if a.cur != nil && a.cur.table.Rel.ID == rel {
+		return a.cur // the common case: the same table as the last change
+	}
 	for _, r := range a.runs {
 		if r.table.Rel.ID == rel {
 			return r
@@ -641,24 +644,37 @@ func present(t *Table, tup parapply.Tuple, skip []int, mask []byte, buf []int) (
 	return mask, buf
 }
 
+// change looks up the table of a row change and checks its tuples; it
+// returns nil (and the error, if any) when the change is not to be applied
+// (see skip), else counts it in n and in the open group.
+func (a *Applier) change(rel uint32, what string, n *atomic.Int64, tups ...parapply.Tuple) (*Table, error) {
+	t, err := a.table(rel)
+	if err != nil {
+		return nil, err
+	}
+	for _, tup := range tups {
+		if err := checkTuple(t, tup, what); err != nil {
+			return nil, err
+		}
+	}
+	if a.skip(t) {
+		return nil, nil
+	}
+	n.Add(1)
+	a.grp.changes++
+	return t, nil
+}
+
 // emptyRow stands for "no column" in an insert run whose rows carry no
 // column the target takes: one NULL parameter per row counts them.
 var emptyRow = []int{-1}
 
 // Insert queues an INSERT of tup into relation rel.
 func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
-	t, err := a.table(rel)
-	if err != nil {
+	t, err := a.change(rel, "insert", &a.Stats.Inserts, tup)
+	if t == nil {
 		return err
 	}
-	if err := checkTuple(t, tup, "insert"); err != nil {
-		return err
-	}
-	if a.skip(t) {
-		return nil
-	}
-	a.Stats.Inserts.Add(1)
-	a.grp.changes++
 	a.mask, a.cols = present(t, tup, nil, a.mask[:0], a.cols)
 	if len(a.cols) == 0 {
 		if err := a.startRun(ctx, t, 'I', nil, emptyRow); err != nil {
@@ -678,23 +694,14 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 // Update queues an UPDATE. oldKind is 0 (key unchanged, no old image), 'K'
 // (old key) or 'O' (old row, REPLICA IDENTITY FULL).
 func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new parapply.Tuple) error {
-	t, err := a.table(rel)
-	if err != nil {
+	tups := []parapply.Tuple{new, old}
+	if oldKind == 0 {
+		tups = tups[:1]
+	}
+	t, err := a.change(rel, "update", &a.Stats.Updates, tups...)
+	if t == nil {
 		return err
 	}
-	if err := checkTuple(t, new, "update"); err != nil {
-		return err
-	}
-	if oldKind != 0 {
-		if err := checkTuple(t, old, "update"); err != nil {
-			return err
-		}
-	}
-	if a.skip(t) {
-		return nil
-	}
-	a.Stats.Updates.Add(1)
-	a.grp.changes++
 	if t.Full {
 		if oldKind != 'O' {
 			return fmt.Errorf("update of %s (REPLICA IDENTITY FULL) came without its old row (protocol error)", t.Name)
@@ -780,18 +787,10 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 
 // Delete queues a DELETE of the row old identifies.
 func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old parapply.Tuple) error {
-	t, err := a.table(rel)
-	if err != nil {
+	t, err := a.change(rel, "delete", &a.Stats.Deletes, old)
+	if t == nil {
 		return err
 	}
-	if err := checkTuple(t, old, "delete"); err != nil {
-		return err
-	}
-	if a.skip(t) {
-		return nil
-	}
-	a.Stats.Deletes.Add(1)
-	a.grp.changes++
 	if t.Full {
 		return a.full(ctx, t, 'X', old, nil)
 	}
@@ -1111,16 +1110,15 @@ func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, tups ...parapply.Tupl
 	if t.Triggers {
 		return keys, true, nil
 	}
-	name := []byte(t.Name)
 	if t.Full || len(t.Key) == 0 || t.ExtraUnique {
-		return append(keys, schedule.MakeKey(name)), false, nil
+		return append(keys, schedule.MakeKey(t.Name)), false, nil
 	}
 	for _, tup := range tups {
 		if len(tup) != len(t.Rel.Columns) {
 			return keys, false, fmt.Errorf("change of %s carries %d columns, its relation message %d (protocol error)", t.Name, len(tup), len(t.Rel.Columns))
 		}
 		a.keybuf = appendKey(a.keybuf, tup, t.Key)
-		keys = append(keys, schedule.MakeKey(name, a.keybuf))
+		keys = append(keys, schedule.MakeKey(t.Name, a.keybuf))
 	}
 	return keys, false, nil
 }

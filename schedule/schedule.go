@@ -32,15 +32,16 @@ type Key uint64
 
 var seed = maphash.MakeSeed()
 
-// MakeKey hashes the parts naming a conflict (for instance a table name, an
-// index name and the encoded values) into a Key. It is stable within one
+// MakeKey hashes what names a conflict, a table and then (for a row or an
+// index value) the encoded values, into a Key. It is stable within one
 // process, which is all a scheduler needs.
-func MakeKey(parts ...[]byte) Key {
+func MakeKey(table string, parts ...[]byte) Key {
 	var h maphash.Hash
 	h.SetSeed(seed)
+	h.WriteString(table)
 	for _, p := range parts {
-		var n [4]byte
-		n[0], n[1], n[2], n[3] = byte(len(p)>>24), byte(len(p)>>16), byte(len(p)>>8), byte(len(p))
+		var n [5]byte
+		n[0], n[1], n[2], n[3], n[4] = 0, byte(len(p)>>24), byte(len(p)>>16), byte(len(p)>>8), byte(len(p))
 		h.Write(n[:])
 		h.Write(p)
 	}

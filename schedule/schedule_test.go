@@ -8,7 +8,7 @@ import (
 )
 
 func TestWaits(t *testing.T) {
-	a, b, c := MakeKey([]byte("t"), []byte("1")), MakeKey([]byte("t"), []byte("2")), MakeKey([]byte("u"), []byte("1"))
+	a, b, c := MakeKey("t", []byte("1")), MakeKey("t", []byte("2")), MakeKey("u", []byte("1"))
 	type add struct {
 		keys    []Key
 		barrier bool
@@ -42,7 +42,7 @@ func TestWaits(t *testing.T) {
 
 func TestDoneReleasesInOrder(t *testing.T) {
 	s := New()
-	k := MakeKey([]byte("k"))
+	k := MakeKey("k")
 	s.Add([]Key{k}, false)
 	s.Add([]Key{k}, false)
 	s.Add(nil, false)
@@ -141,7 +141,7 @@ func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve 
 		case added < n && (r.IntN(3) > 0 || len(running)+len(finished) == 0):
 			u := &simUnit{barrier: r.IntN(40) == 0}
 			for range r.IntN(4) {
-				u.keys = append(u.keys, MakeKey([]byte{byte(r.IntN(keySpace))}))
+				u.keys = append(u.keys, MakeKey(string(rune('a'+r.IntN(keySpace)))))
 			}
 			id, deps := s.Add(u.keys, u.barrier)
 			all[id] = u
@@ -206,7 +206,7 @@ func TestDeterministic(t *testing.T) {
 		r := rand.New(rand.NewPCG(42, 42))
 		var out []ID
 		for range 500 {
-			keys := []Key{MakeKey([]byte{byte(r.IntN(10))}), MakeKey([]byte{byte(r.IntN(10))})}
+			keys := []Key{MakeKey(string(rune('a' + r.IntN(10)))), MakeKey(string(rune('a' + r.IntN(10))))}
 			_, deps := s.Add(keys, r.IntN(50) == 0)
 			out = append(out, deps...)
 			out = append(out, 0)
@@ -228,7 +228,7 @@ func BenchmarkAddDone(b *testing.B) {
 	s := New()
 	keys := make([][]Key, 1024)
 	for i := range keys {
-		keys[i] = []Key{MakeKey([]byte(fmt.Sprint(i))), MakeKey([]byte(fmt.Sprint(i * 7)))}
+		keys[i] = []Key{MakeKey("t", []byte(fmt.Sprint(i))), MakeKey("t", []byte(fmt.Sprint(i*7)))}
 	}
 	for i := 0; b.Loop(); i++ {
 		s.Add(keys[i%len(keys)], false)

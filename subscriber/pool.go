@@ -203,16 +203,6 @@ func (p *pool) idle() bool {
 	return p.sched.InFlight() == 0
 }
 
-// each calls f on every worker's applier; only while the pool is drained.
-func (p *pool) each(f func(*apply.Applier) error) error {
-	for _, w := range p.workers {
-		if err := f(w.app); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (p *pool) run(ctx context.Context, w *worker) error {
 	for {
 		p.mu.Lock()

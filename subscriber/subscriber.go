@@ -243,8 +243,9 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			return err
 		}
-		if err := p.each(func(a *apply.Applier) error { a.SetSynced(app.Synced()); a.Warn = app.Warn; return nil }); err != nil {
-			return err
+		for _, w := range p.workers {
+			w.app.SetSynced(app.Synced())
+			w.app.Warn = app.Warn
 		}
 		p.start(ctx)
 		defer p.stop()

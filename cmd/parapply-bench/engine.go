@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// errUnsupported marks a cell an engine cannot run yet; it is reported as
-// failed with this reason, never as a time.
-var errUnsupported = errors.New("not supported by this engine yet")
 
 // engine is one subscriber under test: the built-in subscription or a
 // parapply process.
