@@ -41,6 +41,9 @@ type Config struct {
 	BatchRows int
 	// PipelineBytes caps the parameter bytes queued before a round trip.
 	PipelineBytes int
+	// Tallies receives per-table counts; appliers of one run share it.
+	// Nil: the applier keeps its own.
+	Tallies *Tallies
 }
 
 // Defaults for Config.
@@ -97,6 +100,13 @@ type Applier struct {
 	tables map[uint32]*Table
 	sql    map[string]string
 	Stats  Stats
+	// tallies counts changes per table; touched lists the tables with
+	// changes in the open group.
+	tallies *Tallies
+	touched []*Table
+	// unconfirmed holds the counts of the last Commit that failed: it may
+	// have committed all the same (see Unconfirmed).
+	unconfirmed []pendingTally
 
 	txn      Txn
 	inTxn    bool
@@ -139,6 +149,7 @@ type group struct {
 type op struct {
 	what string // for errors: "update of public.t (300 rows)"
 	rows int    // expected rows affected, -1 when not checked
+	kind byte   // for statements built from a run: the run's kind
 	// For statements built from a run: the table and, per parameter, the
 	// published column it carries, so a failure can name the column.
 	table *Table
@@ -187,7 +198,10 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
-	a := &Applier{cfg: cfg, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}, Warn: func(string) {}}
+	if cfg.Tallies == nil {
+		cfg.Tallies = NewTallies()
+	}
+	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}, Warn: func(string) {}}
 	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
@@ -440,6 +454,7 @@ func (a *Applier) exec(ctx context.Context, batch *pgx.Batch, ops []op, desc str
 		if o.rows >= 0 {
 			if n := tag.RowsAffected(); n < int64(o.rows) {
 				a.Stats.Missing.Add(int64(o.rows) - n)
+				a.missing(o.table, o.kind, int64(o.rows)-n)
 			}
 		}
 	}
@@ -647,7 +662,7 @@ func present(t *Table, tup parapply.Tuple, skip []int, mask []byte, buf []int) (
 // change looks up the table of a row change and checks its tuples; it
 // returns nil (and the error, if any) when the change is not to be applied
 // (see skip), else counts it in n and in the open group.
-func (a *Applier) change(rel uint32, what string, n *atomic.Int64, tups ...parapply.Tuple) (*Table, error) {
+func (a *Applier) change(rel uint32, what string, n *atomic.Int64, kind int, tups ...parapply.Tuple) (*Table, error) {
 	t, err := a.table(rel)
 	if err != nil {
 		return nil, err
@@ -661,6 +676,7 @@ func (a *Applier) change(rel uint32, what string, n *atomic.Int64, tups ...parap
 		return nil, nil
 	}
 	n.Add(1)
+	a.count(t, kind)
 	a.grp.changes++
 	return t, nil
 }
@@ -671,7 +687,7 @@ var emptyRow = []int{-1}
 
 // Insert queues an INSERT of tup into relation rel.
 func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
-	t, err := a.change(rel, "insert", &a.Stats.Inserts, tup)
+	t, err := a.change(rel, "insert", &a.Stats.Inserts, tallyInsert, tup)
 	if t == nil {
 		return err
 	}
@@ -698,7 +714,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	if oldKind == 0 {
 		tups = tups[:1]
 	}
-	t, err := a.change(rel, "update", &a.Stats.Updates, tups...)
+	t, err := a.change(rel, "update", &a.Stats.Updates, tallyUpdate, tups...)
 	if t == nil {
 		return err
 	}
@@ -787,7 +803,7 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 
 // Delete queues a DELETE of the row old identifies.
 func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old parapply.Tuple) error {
-	t, err := a.change(rel, "delete", &a.Stats.Deletes, old)
+	t, err := a.change(rel, "delete", &a.Stats.Deletes, tallyDelete, old)
 	if t == nil {
 		return err
 	}
@@ -825,6 +841,7 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 			continue
 		}
 		names = append(names, t.Target())
+		a.count(t, tallyTruncate)
 	}
 	if len(names) == 0 {
 		return nil
@@ -897,7 +914,7 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 	}
 	a.queue(r.sql, what, expect, args...)
 	o := &a.ops[len(a.ops)-1]
-	o.table, o.cols, o.args = r.table, r.cols, args
+	o.table, o.cols, o.args, o.kind = r.table, r.cols, args, r.kind
 	a.qbytes += r.bytes
 	return nil
 }
@@ -909,7 +926,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
 	a.queue(r.sql, what, expect, args...)
 	o := &a.ops[len(a.ops)-1]
-	o.table, o.cols, o.args = r.table, r.cols, args
+	o.table, o.cols, o.args, o.kind = r.table, r.cols, args, r.kind
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	err := a.send(ctx)
 	var pe *pgconn.PgError
@@ -927,7 +944,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		}
 		a.queue(r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
 		o := &a.ops[len(a.ops)-1]
-		o.table, o.cols, o.args = r.table, r.cols, one
+		o.table, o.cols, o.args, o.kind = r.table, r.cols, one, r.kind
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)
@@ -944,9 +961,11 @@ func (a *Applier) Commit(ctx context.Context) (end parapply.LSN, commitTime time
 		return 0, time.Time{}, 0, 0, err
 	}
 	if err := a.send(ctx); err != nil {
+		a.unconfirmed = c.tallies
 		a.rollback(ctx)
 		return 0, time.Time{}, 0, 0, err
 	}
+	a.unconfirmed = nil
 	err = c.finish(a)
 	return c.End, c.CommitTime, c.Local, c.Flushed, err
 }
@@ -960,11 +979,15 @@ type Committed struct {
 	Local, Flushed parapply.LSN
 	txns           int
 	ins, fl        string
+	tallies        []pendingTally
 }
 
 func (c *Committed) finish(a *Applier) error {
 	a.Stats.Txns.Add(int64(c.txns))
 	a.Stats.Groups.Add(1)
+	for _, t := range c.tallies {
+		t.addTo()
+	}
 	var err error
 	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
 	return err
@@ -987,6 +1010,19 @@ func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 		done(*c)
 		return nil
 	})
+}
+
+// Unconfirmed returns a function that counts the changes of the last
+// Commit that failed, for a caller that has found out (from the progress
+// row) that it committed all the same.
+func (a *Applier) Unconfirmed() func() {
+	ts := a.unconfirmed
+	a.unconfirmed = nil
+	return func() {
+		for _, t := range ts {
+			t.addTo()
+		}
+	}
 }
 
 // Wait waits for the round trip in flight, if any, and returns its error.
@@ -1025,6 +1061,7 @@ func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
 	a.batch.Queue(walPositionsSQL)
 	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
 	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
+	c.tallies = a.takeCounts()
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
 	return nil
 }
@@ -1056,6 +1093,7 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.failed = nil
 	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
 	a.runs, a.cur = nil, nil
+	a.takeCounts()
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left
 		// in an aborted transaction block. Outside a transaction,

@@ -45,6 +45,8 @@ type Table struct {
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
 	Triggers bool
+
+	pending *pendingTally // changes in the applier's open group
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a

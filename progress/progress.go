@@ -116,6 +116,10 @@ func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position,
 // get_flush_position does). Safe for concurrent use: the applier feeds it,
 // the stream reader reads it.
 type Tracker struct {
+	// Observe, if set before use, is told the source commit time of the
+	// last transaction of every target commit, as it is recorded.
+	Observe func(commitTime time.Time)
+
 	mu        sync.Mutex
 	pending   []mark
 	applied   parapply.LSN
@@ -136,8 +140,8 @@ func NewTracker(start parapply.LSN) *Tracker {
 // with commitTime the source commit time (for lag).
 func (t *Tracker) Committed(remote, local parapply.LSN, commitTime time.Time) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if remote <= t.applied {
+		t.mu.Unlock()
 		return
 	}
 	t.applied = remote
@@ -148,6 +152,11 @@ func (t *Tracker) Committed(remote, local parapply.LSN, commitTime time.Time) {
 		t.lastTime = commitTime
 	}
 	t.pending = append(t.pending, mark{remote, t.lastLocal})
+	observe := t.Observe
+	t.mu.Unlock()
+	if observe != nil && !commitTime.IsZero() {
+		observe(commitTime)
+	}
 }
 
 // Reached records that everything up to remote has been applied without a

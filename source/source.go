@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -61,6 +62,19 @@ type Source struct {
 	// Published lists what the publications send, read before the slot
 	// was created.
 	Published []PublishedTable
+
+	walEnd atomic.Uint64
+}
+
+// WALEnd is the publisher's WAL end as of its last message: how far behind
+// everything received is, in bytes, for the lag figures. Safe to call from
+// any goroutine.
+func (s *Source) WALEnd() parapply.LSN { return parapply.LSN(s.walEnd.Load()) }
+
+func (s *Source) sawWALEnd(l uint64) {
+	if l > s.walEnd.Load() {
+		s.walEnd.Store(l)
+	}
 }
 
 // Connect opens the replication connection and checks everything that would
@@ -367,6 +381,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 				if err != nil {
 					return fmt.Errorf("bad keepalive from the publisher: %w", err)
 				}
+				s.sawWALEnd(uint64(k.ServerWALEnd))
 				pending = append(pending, Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime})
 				if k.ReplyRequested {
 					if err := flush(true); err != nil {
@@ -381,6 +396,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 				if err != nil {
 					return fmt.Errorf("bad XLogData from the publisher: %w", err)
 				}
+				s.sawWALEnd(uint64(x.ServerWALEnd))
 				data := make([]byte, len(x.WALData))
 				copy(data, x.WALData)
 				if l := parapply.LSN(x.WALStart); l > received {

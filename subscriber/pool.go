@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,9 +49,15 @@ type WorkerStats struct {
 	// commit first (nanoseconds).
 	CommitWait atomic.Int64
 	// Retries counts units tried again after a deadlock, a serialization
-	// failure or a lost connection.
-	Retries atomic.Int64
+	// failure or a lost connection; RetriesBy splits them by cause (the
+	// order of RetryCauses).
+	Retries   atomic.Int64
+	RetriesBy [3]atomic.Int64
 }
+
+// RetryCauses name why a worker tried a transaction again, in the order of
+// WorkerStats.RetriesBy.
+var RetryCauses = [3]string{"deadlock", "serialization_failure", "lost_connection"}
 
 // pool applies units on persistent worker connections, in parallel where
 // the scheduler allows, committing in source order.
@@ -268,6 +275,7 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 			return err
 		}
 		w.stats.Retries.Add(1)
+		w.stats.RetriesBy[slices.Index(RetryCauses[:], cause)].Add(1)
 		p.log.Warn("retrying a transaction on its own", "worker", w.n, "cause", cause, "attempt", attempt+1, "error", err)
 		w.app.Abort(context.Background())
 		// The failed attempt may have loaded relation descriptions from
@@ -280,6 +288,7 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 			// Reopen; the connection may have died after COMMIT reached
 			// the target: the progress row tells.
 			last := u.txns[len(u.txns)-1]
+			credit := w.app.Unconfirmed()
 			err := p.reopen(ctx, w)
 			done := false
 			if err == nil {
@@ -298,6 +307,7 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 				continue
 			}
 			if done {
+				credit()
 				p.committed(w, last.end, last.txn.CommitTime, local, flushed)
 				return nil
 			}
@@ -310,11 +320,11 @@ func retryCause(err error, lost bool) string {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "40P01":
-		return "deadlock"
+		return RetryCauses[0]
 	case errors.As(err, &pe) && pe.Code == "40001":
-		return "serialization failure"
+		return RetryCauses[1]
 	case lost:
-		return "lost connection"
+		return RetryCauses[2]
 	}
 	return ""
 }

@@ -81,6 +81,17 @@ type Subscriber struct {
 
 	received atomic.Uint64
 	ready    chan struct{}
+
+	// For Status: the stream, the state, when Run started, per-table
+	// tallies, commit delays, bytes of streamed transactions held, and
+	// the last copy progress.
+	src         atomic.Pointer[source.Source]
+	state       atomic.Value // string
+	started     time.Time
+	tallies     *apply.Tallies
+	delays      *Histogram
+	streamBytes atomic.Int64
+	copied      atomic.Pointer[tablesync.Progress]
 }
 
 // New returns a subscriber; Run starts it.
@@ -98,87 +109,26 @@ func New(cfg Config) *Subscriber {
 	if l == nil {
 		l = slog.Default()
 	}
-	return &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
-}
-
-// Status is a snapshot of the subscriber's progress.
-type Status struct {
-	Received, Applied, Durable parapply.LSN
-	// Lag is the age of the last applied source commit while more is
-	// waiting; zero when caught up.
-	Lag                       time.Duration
-	Txns, Groups, Rows        int64
-	Missing, Collapsed        int64
-	Inserts, Updates, Deletes int64
-	Statements, Replays       int64
-	// Workers holds per-worker figures when transactions are applied by
-	// workers.
-	Workers []WorkerStatus
-}
-
-// WorkerStatus is one worker's share of the work.
-type WorkerStatus struct {
-	Worker      int
-	Txns, Units int64 // source transactions, and target transactions they were applied in
-	Rows        int64
-	// Busy is time spent applying; DependencyWait, time idle while
-	// transactions in flight could not start; CommitWait, time waiting for
-	// earlier transactions to commit first.
-	Busy, DependencyWait, CommitWait time.Duration
-	// Retries counts transactions tried again (deadlock, serialization
-	// failure, lost connection).
-	Retries int64
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
+	sub.cfg.Target.Tallies = sub.tallies
+	sub.state.Store(StateStarting)
+	return sub
 }
 
 // Ready is closed once the subscriber is streaming.
 func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 
-// Status reports progress; safe to call from any goroutine.
-func (s *Subscriber) Status() Status {
-	s.mu.Lock()
-	tr, ap, p := s.tracker, s.applier, s.pool
-	s.mu.Unlock()
-	st := Status{Received: parapply.LSN(s.received.Load())}
-	if tr != nil {
-		var last time.Time
-		st.Applied, st.Durable, last = tr.Positions()
-		if st.Received > st.Applied && !last.IsZero() {
-			st.Lag = time.Since(last)
-		}
-	}
-	apps := []*apply.Applier{}
-	if ap != nil {
-		apps = append(apps, ap)
-	}
-	if p != nil {
-		for _, w := range p.workers {
-			wa := w.shown.Load()
-			apps = append(apps, wa)
-			st.Workers = append(st.Workers, WorkerStatus{
-				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: wa.Stats.Rows(),
-				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
-				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
-			})
-		}
-	}
-	for _, a := range apps {
-		st.Txns += a.Stats.Txns.Load()
-		st.Groups += a.Stats.Groups.Load()
-		st.Collapsed += a.Stats.Collapsed.Load()
-		st.Inserts += a.Stats.Inserts.Load()
-		st.Updates += a.Stats.Updates.Load()
-		st.Deletes += a.Stats.Deletes.Load()
-		st.Rows += a.Stats.Rows()
-		st.Missing += a.Stats.Missing.Load()
-		st.Statements += a.Stats.Statements.Load()
-		st.Replays += a.Stats.Replays.Load()
-	}
-	return st
-}
-
 // Run connects, checks the setup, and applies the stream until ctx ends
 // (returning nil) or an error stops it.
 func (s *Subscriber) Run(ctx context.Context) (err error) {
+	s.started = time.Now()
+	defer func() {
+		if err != nil {
+			s.state.Store(StateFailed)
+		} else {
+			s.state.Store(StateStopped)
+		}
+	}()
 	scfg := s.cfg.Source
 	scfg.ExportSnapshot = s.cfg.CopyData
 	src, err := source.Connect(ctx, scfg)
@@ -186,6 +136,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer src.Close()
+	s.src.Store(src)
 	app, err := apply.Open(ctx, s.cfg.Target)
 	if err != nil {
 		return err
@@ -219,6 +170,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		return err
 	}
 	tracker := progress.NewTracker(pos.EndLSN)
+	tracker.Observe = func(commitTime time.Time) { s.delays.Observe(time.Since(commitTime).Seconds()) }
 	s.mu.Lock()
 	s.tracker, s.applier = tracker, app
 	s.mu.Unlock()
@@ -260,6 +212,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	frames := make(chan []source.Frame, 4)
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
+	s.state.Store(StateStreaming)
 	close(s.ready)
 
 	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group}
@@ -330,7 +283,9 @@ type loop struct {
 	streamXID parapply.XID
 	inStream  bool
 	inTxn     bool
-	limits    GroupLimits
+	// frameBytes is the size of the streamed message being handled.
+	frameBytes int
+	limits     GroupLimits
 	// With workers: the pool, and the unit being built.
 	pool    *pool
 	cur     *unit
@@ -376,8 +331,11 @@ func (l *loop) quiet() (bool, error) {
 // stream buffers a transaction the publisher streams before it commits.
 type stream struct {
 	msgs  []pgoutput.Message
-	first map[parapply.XID]int // index of each subtransaction's first change
+	first map[parapply.XID]streamMark // where each subtransaction's changes start
+	bytes int                         // of the messages held, as received
 }
+
+type streamMark struct{ msg, bytes int }
 
 func (l *loop) checkFlush(ctx context.Context) error {
 	if open, _, _, _, _ := l.group(); open || !l.tracker.NeedsFlush() {
@@ -414,6 +372,7 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
 	}
 	if l.inStream {
+		l.frameBytes = len(f.Data)
 		return l.streamed(ctx, m)
 	}
 	return l.dispatch(ctx, m)
@@ -452,7 +411,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	case *pgoutput.StreamStart:
 		l.inStream, l.streamXID = true, m.XID
 		if _, ok := l.streams[m.XID]; !ok {
-			l.streams[m.XID] = &stream{first: map[parapply.XID]int{}}
+			l.streams[m.XID] = &stream{first: map[parapply.XID]streamMark{}}
 		}
 		return nil
 	case *pgoutput.StreamCommit:
@@ -612,9 +571,11 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 		return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
 	}
 	if _, ok := st.first[xid]; !ok {
-		st.first[xid] = len(st.msgs)
+		st.first[xid] = streamMark{len(st.msgs), st.bytes}
 	}
 	st.msgs = append(st.msgs, m)
+	st.bytes += l.frameBytes
+	l.s.streamBytes.Add(int64(l.frameBytes))
 	return nil
 }
 
@@ -625,6 +586,7 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 		return
 	}
 	if m.SubXID == m.XID || m.SubXID == 0 {
+		l.s.streamBytes.Add(-int64(st.bytes))
 		delete(l.streams, m.XID)
 		return
 	}
@@ -632,9 +594,11 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 	if !ok {
 		return
 	}
-	st.msgs = st.msgs[:cut]
+	st.msgs = st.msgs[:cut.msg]
+	l.s.streamBytes.Add(-int64(st.bytes - cut.bytes))
+	st.bytes = cut.bytes
 	for x, i := range st.first {
-		if i >= cut {
+		if i.msg >= cut.msg {
 			delete(st.first, x)
 		}
 	}
@@ -643,6 +607,9 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
 	st := l.streams[m.XID]
 	delete(l.streams, m.XID)
+	if st != nil {
+		l.s.streamBytes.Add(-int64(st.bytes))
+	}
 	if err := l.begin(apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}); err != nil {
 		return err
 	}
@@ -654,6 +621,14 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 		}
 	}
 	return l.commit(ctx, m.EndLSN)
+}
+
+// copyProgress keeps the copy's progress for Status and passes it on.
+func (s *Subscriber) copyProgress(p tablesync.Progress) {
+	s.copied.Store(&p)
+	if s.cfg.CopyProgress != nil {
+		s.cfg.CopyProgress(p)
+	}
 }
 
 // sync copies the published tables this target has not synced yet, then
@@ -688,12 +663,13 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 				defer tmp.Close()
 				snapshot, lsn = tmp.Snapshot, tmp.ConsistentPoint
 			}
+			s.state.Store(StateCopying)
 			s.log.Info("copying existing rows", "tables", len(pending), "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
 			err := tablesync.Copy(ctx, tablesync.Config{
 				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,
 				Snapshot: snapshot, SyncLSN: lsn, Slot: slot,
 				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
-				Log: s.log, Progress: s.cfg.CopyProgress,
+				Log: s.log, Progress: s.copyProgress,
 			}, pending)
 			if err != nil {
 				return err

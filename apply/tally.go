@@ -1,0 +1,114 @@
+package apply
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Tally counts what reached one table in committed target transactions, so
+// that metrics can say which tables the work goes to. A retried or rolled
+// back transaction is counted once, when it commits; missing rows are
+// counted when a statement finds fewer rows than it should (a transaction
+// retried after such a statement may count them again).
+type Tally struct {
+	Inserts, Updates, Deletes, Truncates atomic.Int64
+	// UpdateMissing and DeleteMissing count rows an update or delete did
+	// not find on the target (the built-in subscription's update_missing
+	// and delete_missing conflicts).
+	UpdateMissing, DeleteMissing atomic.Int64
+}
+
+// Tallies holds a Tally per published table, shared by every applier of a
+// run (the stream reader's and the workers').
+type Tallies struct {
+	mu sync.Mutex
+	m  map[string]*Tally
+}
+
+// NewTallies returns an empty set of tallies.
+func NewTallies() *Tallies { return &Tallies{m: map[string]*Tally{}} }
+
+// For returns the tally of the table named schema.name, creating it.
+func (ts *Tallies) For(name string) *Tally {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t, ok := ts.m[name]
+	if !ok {
+		t = &Tally{}
+		ts.m[name] = t
+	}
+	return t
+}
+
+// Names lists the tables tallied so far, sorted.
+func (ts *Tallies) Names() []string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	names := make([]string, 0, len(ts.m))
+	for n := range ts.m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Kinds of change a table's pending counts hold.
+const (
+	tallyInsert = iota
+	tallyUpdate
+	tallyDelete
+	tallyTruncate
+)
+
+// pendingTally is a table's changes in the open group, added to its Tally
+// when the group commits.
+type pendingTally struct {
+	tally *Tally
+	n     [4]int64
+}
+
+func (p pendingTally) addTo() {
+	for i, c := range []*atomic.Int64{&p.tally.Inserts, &p.tally.Updates, &p.tally.Deletes, &p.tally.Truncates} {
+		if p.n[i] != 0 {
+			c.Add(p.n[i])
+		}
+	}
+}
+
+// count notes one change of kind k to t in the open group.
+func (a *Applier) count(t *Table, k int) {
+	if t.pending == nil {
+		t.pending = &pendingTally{tally: a.tallies.For(t.Rel.Namespace + "." + t.Rel.Name)}
+		a.touched = append(a.touched, t)
+	}
+	t.pending.n[k]++
+}
+
+// takeCounts returns the open group's counts and forgets them.
+func (a *Applier) takeCounts() []pendingTally {
+	if len(a.touched) == 0 {
+		return nil
+	}
+	out := make([]pendingTally, len(a.touched))
+	for i, t := range a.touched {
+		out[i] = *t.pending
+		t.pending = nil
+	}
+	a.touched = a.touched[:0]
+	return out
+}
+
+// missing counts rows an update or delete statement of kind did not find.
+func (a *Applier) missing(t *Table, kind byte, n int64) {
+	if t == nil {
+		return
+	}
+	tl := a.tallies.For(t.Rel.Namespace + "." + t.Rel.Name)
+	switch kind {
+	case 'U', 'F':
+		tl.UpdateMissing.Add(n)
+	case 'D', 'X':
+		tl.DeleteMissing.Add(n)
+	}
+}

@@ -1,0 +1,192 @@
+package subscriber
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/tablesync"
+)
+
+// States of a subscriber, as Status reports them.
+const (
+	StateStarting  = "starting"  // connecting and checking the setup
+	StateCopying   = "copying"   // initial copy of existing rows
+	StateStreaming = "streaming" // applying the stream
+	StateStopped   = "stopped"   // Run returned without an error
+	StateFailed    = "failed"    // Run returned an error
+)
+
+// Status is a snapshot of the subscriber's progress.
+type Status struct {
+	State   string
+	Started time.Time
+	// Received is the end of the last change received; SourceWALEnd the
+	// publisher's WAL end as of its last message; Applied and Durable
+	// the positions committed, and committed and flushed, on the target.
+	Received, Applied, Durable, SourceWALEnd parapply.LSN
+	// Lag is the age of the last applied source commit while more is
+	// waiting; zero when caught up.
+	Lag time.Duration
+	// LastCommit is the source commit time of the last transaction
+	// applied.
+	LastCommit                time.Time
+	Txns, Groups, Rows        int64
+	Missing, Collapsed        int64
+	Inserts, Updates, Deletes int64
+	Statements, Replays       int64
+	// QueueBytes holds the bytes of transactions handed to workers and not
+	// yet committed; StreamBytes those of streamed transactions received
+	// before their commit.
+	QueueBytes, StreamBytes int64
+	// CommitDelay is the distribution of the time from a source commit to
+	// the target commit that applied it (the last transaction of each
+	// target transaction), in seconds, measured on parapply's clock.
+	CommitDelay HistogramSnapshot
+	// Tables holds committed changes per published table, by name.
+	Tables []TableStatus
+	// Workers holds per-worker figures when transactions are applied by
+	// workers.
+	Workers []WorkerStatus
+	// Copy is the initial copy's progress, once one has started.
+	Copy *tablesync.Progress
+}
+
+// TableStatus is one table's committed changes and conflicts.
+type TableStatus struct {
+	Name                                 string
+	Inserts, Updates, Deletes, Truncates int64
+	UpdateMissing, DeleteMissing         int64
+}
+
+// WorkerStatus is one worker's share of the work.
+type WorkerStatus struct {
+	Worker      int
+	Txns, Units int64 // source transactions, and target transactions they were applied in
+	Rows        int64
+	// Busy is time spent applying; DependencyWait, time idle while
+	// transactions in flight could not start; CommitWait, time waiting for
+	// earlier transactions to commit first.
+	Busy, DependencyWait, CommitWait time.Duration
+	// Retries counts transactions tried again (deadlock, serialization
+	// failure, lost connection); RetriesBy splits them in the order of
+	// RetryCauses.
+	Retries   int64
+	RetriesBy [3]int64
+}
+
+// Status reports progress; safe to call from any goroutine.
+func (s *Subscriber) Status() Status {
+	s.mu.Lock()
+	tr, ap, p := s.tracker, s.applier, s.pool
+	s.mu.Unlock()
+	st := Status{State: s.state.Load().(string), Started: s.started, Received: parapply.LSN(s.received.Load()),
+		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load()}
+	if src := s.src.Load(); src != nil {
+		st.SourceWALEnd = max(src.WALEnd(), st.Received)
+	}
+	if tr != nil {
+		st.Applied, st.Durable, st.LastCommit = tr.Positions()
+		if st.Received > st.Applied && !st.LastCommit.IsZero() {
+			st.Lag = time.Since(st.LastCommit)
+		}
+	}
+	apps := []*apply.Applier{}
+	if ap != nil {
+		apps = append(apps, ap)
+	}
+	if p != nil {
+		p.mu.Lock()
+		st.QueueBytes = int64(p.bytes)
+		p.mu.Unlock()
+		for _, w := range p.workers {
+			wa := w.shown.Load()
+			apps = append(apps, wa)
+			ws := WorkerStatus{
+				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: wa.Stats.Rows(),
+				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
+				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
+			}
+			for i := range ws.RetriesBy {
+				ws.RetriesBy[i] = w.stats.RetriesBy[i].Load()
+			}
+			st.Workers = append(st.Workers, ws)
+		}
+	}
+	for _, a := range apps {
+		st.Txns += a.Stats.Txns.Load()
+		st.Groups += a.Stats.Groups.Load()
+		st.Collapsed += a.Stats.Collapsed.Load()
+		st.Inserts += a.Stats.Inserts.Load()
+		st.Updates += a.Stats.Updates.Load()
+		st.Deletes += a.Stats.Deletes.Load()
+		st.Rows += a.Stats.Rows()
+		st.Missing += a.Stats.Missing.Load()
+		st.Statements += a.Stats.Statements.Load()
+		st.Replays += a.Stats.Replays.Load()
+	}
+	for _, name := range s.tallies.Names() {
+		t := s.tallies.For(name)
+		st.Tables = append(st.Tables, TableStatus{Name: name, Inserts: t.Inserts.Load(), Updates: t.Updates.Load(), Deletes: t.Deletes.Load(),
+			Truncates: t.Truncates.Load(), UpdateMissing: t.UpdateMissing.Load(), DeleteMissing: t.DeleteMissing.Load()})
+	}
+	return st
+}
+
+// DelayBuckets are the upper bounds, in seconds, of the commit delay
+// histogram: from a few milliseconds (keeping up) to ten minutes (far
+// behind).
+var DelayBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// Histogram counts observations in fixed buckets without locks, so that
+// the commit path pays a few atomic adds.
+type Histogram struct {
+	bounds []float64
+	counts []atomic.Uint64 // per bucket, the last one for +Inf
+	sum    atomic.Uint64   // float64 bits
+}
+
+// HistogramSnapshot is a Histogram's content at one moment; Counts[i]
+// counts observations at most Bounds[i] (cumulative), Count all of them.
+type HistogramSnapshot struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64
+}
+
+// NewHistogram returns an empty histogram with the given bucket bounds.
+func NewHistogram(bounds []float64) *Histogram {
+	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+// Observe adds one value.
+func (h *Histogram) Observe(v float64) {
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	for {
+		old := h.sum.Load()
+		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+// Snapshot returns the cumulative counts.
+func (h *Histogram) Snapshot() HistogramSnapshot {
+	s := HistogramSnapshot{Bounds: h.bounds, Counts: make([]uint64, len(h.bounds)), Sum: math.Float64frombits(h.sum.Load())}
+	var n uint64
+	for i := range h.counts {
+		n += h.counts[i].Load()
+		if i < len(h.bounds) {
+			s.Counts[i] = n
+		}
+	}
+	s.Count = n
+	return s
+}
