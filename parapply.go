@@ -37,6 +37,17 @@ func ParseLSN(s string) (LSN, error) {
 	return LSN(h<<32 | l), nil
 }
 
+// MarshalText writes the LSN as PostgreSQL prints it, so that JSON output
+// (parapply status --json) compares with pg_lsn columns by eye and by SQL.
+func (l LSN) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads the form MarshalText writes.
+func (l *LSN) UnmarshalText(b []byte) error {
+	v, err := ParseLSN(string(b))
+	*l = v
+	return err
+}
+
 // XID is a publisher transaction id, used to name a transaction in errors and
 // to match streamed chunks and subtransaction aborts.
 type XID uint32

@@ -61,6 +61,43 @@ func Applied(ctx context.Context, conn *pgx.Conn, slot string, commitLSN parappl
 	return done, nil
 }
 
+// Read returns the slot's progress row without creating anything; false
+// when the target has no row for the slot.
+func Read(ctx context.Context, conn *pgx.Conn, slot string) (Position, bool, error) {
+	var p Position
+	var commit, end string
+	var xid *int64
+	var ct, at *time.Time
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.progress') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return p, false, err
+	}
+	err := conn.QueryRow(ctx, `SELECT commit_lsn::text, end_lsn::text, source_xid, commit_time, applied_at FROM parapply.progress
+		WHERE slot_name = $1`, slot).Scan(&commit, &end, &xid, &ct, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("reading %s.progress: %w", Schema, err)
+	}
+	if p.CommitLSN, err = parapply.ParseLSN(commit); err != nil {
+		return p, false, err
+	}
+	if p.EndLSN, err = parapply.ParseLSN(end); err != nil {
+		return p, false, err
+	}
+	if xid != nil {
+		p.XID = parapply.XID(*xid)
+	}
+	if ct != nil {
+		p.CommitTime = *ct
+	}
+	if at != nil {
+		p.AppliedAt = *at
+	}
+	return p, true, nil
+}
+
 // ErrOtherSource means the progress row belongs to a slot on another
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")

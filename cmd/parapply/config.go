@@ -36,6 +36,7 @@ var settings = []setting{
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},
 	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting"},
 	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},
+	{"metrics_addr", "", "host:port to serve Prometheus metrics on (/metrics); empty turns them off"},
 	{"log_format", "text", "log format: text or json"},
 	{"log_level", "info", "log level: debug, info, warn or error"},
 }

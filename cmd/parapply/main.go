@@ -21,6 +21,7 @@ const usage = `parapply: apply a PostgreSQL publication to a target database, fa
 
 usage:
   parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
+  parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
   parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers
   parapply version                                                    print the version
 
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "run":
 		return runCommand(ctx, args[1:])
+	case "status":
+		return statusCommand(ctx, args[1:], os.Stdout)
 	case "demo":
 		return demoCommand(ctx, args[1:])
 	case "version", "--version":

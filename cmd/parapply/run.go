@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/tablesync"
@@ -130,7 +131,8 @@ func runCommand(ctx context.Context, args []string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	log, err := newLogger(c, os.Stderr)
+	con := newConsole(os.Stderr, c["source"], c["target"])
+	log, err := newLogger(c, con)
 	if err != nil {
 		return err
 	}
@@ -138,39 +140,71 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.CopyProgress = copyProgressPrinter(os.Stderr, log)
+	if !con.tty {
+		cfg.CopyProgress = copyProgressLogger(log)
+	}
 	sub := subscriber.New(cfg)
+	if addr := c["metrics_addr"]; addr != "" {
+		ln, err := metrics.Listen(addr)
+		if err != nil {
+			return err
+		}
+		col := metrics.NewCollector(sub.Status, metrics.Info{Version: version, Slot: cfg.Source.Slot, ApplicationName: c["application_name"]})
+		go func() {
+			if err := metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(col))); err != nil {
+				log.Error("metrics endpoint stopped", "error", err)
+			}
+		}()
+		log.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+	}
+	rec := newRecorder(cfg.Target.DSN, cfg.Source.Slot, c["application_name"], sub, log, con.secrets)
+	final := make(chan error, 1)
+	recorded := make(chan struct{})
+	go func() { rec.run(ctx, final); close(recorded) }()
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
-	interval := cfg.Source.StatusInterval
-	tick := time.NewTicker(interval)
+	finish := func(err error) error {
+		con.EndLive()
+		final <- err
+		<-recorded
+		return err
+	}
+	// On a terminal, a live line redrawn every second; otherwise a log
+	// line every status_interval.
+	every := cfg.Source.StatusInterval
+	if con.tty {
+		every = time.Second
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var lastRows int64
+	prev, prevAt := sub.Status(), time.Now()
 	for {
 		select {
 		case err := <-done:
-			return err
+			return finish(err)
 		case <-ctx.Done():
 			// Run returns once it has rolled back any open transaction and
 			// closed its connections.
-			return <-done
-		case <-tick.C:
+			return finish(<-done)
+		case now := <-tick.C:
 			st := sub.Status()
-			log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
-				"lag", st.Lag.Round(time.Millisecond).String(), "txns", st.Txns, "target_txns", st.Groups, "rows", st.Rows,
-				"rows_per_s", int64(float64(st.Rows-lastRows)/interval.Seconds()), "missing_rows", st.Missing)
-			lastRows = st.Rows
+			dt := now.Sub(prevAt)
+			if con.tty {
+				con.SetLive(liveLine(st, prev, dt))
+			} else if st.State == subscriber.StateStreaming {
+				log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
+					"lag", st.Lag.Round(time.Millisecond).String(), "lag_bytes", max(int64(st.SourceWALEnd)-int64(st.Applied), 0),
+					"txns", st.Txns, "target_txns", st.Groups, "rows", st.Rows,
+					"rows_per_s", int64(float64(st.Rows-prev.Rows)/dt.Seconds()), "missing_rows", st.Missing)
+			}
+			prev, prevAt = st, now
 		}
 	}
 }
 
-// copyProgressPrinter shows the initial copy's progress: a bar redrawn in
-// place on a terminal, a log line otherwise.
-func copyProgressPrinter(w *os.File, log *slog.Logger) func(tablesync.Progress) {
-	tty := false
-	if fi, err := w.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		tty = true
-	}
+// copyProgressLogger logs the initial copy's progress (off a terminal; on
+// one, the live line shows it).
+func copyProgressLogger(log *slog.Logger) func(tablesync.Progress) {
 	return func(p tablesync.Progress) {
 		frac := 0.0
 		if p.EstRows > 0 {
@@ -183,16 +217,7 @@ func copyProgressPrinter(w *os.File, log *slog.Logger) func(tablesync.Progress) 
 		} else if p.TablesDone == p.Tables {
 			eta = "0s"
 		}
-		if !tty {
-			log.Info("copy progress", "tables_done", p.TablesDone, "tables", p.Tables, "rows", p.Rows, "rows_estimated", p.EstRows,
-				"mb", p.Bytes>>20, "mb_per_s", int(rate), "percent", int(frac*100), "eta", eta)
-			return
-		}
-		const width = 30
-		bar := strings.Repeat("#", int(frac*width)) + strings.Repeat(".", width-int(frac*width))
-		fmt.Fprintf(w, "\rcopy [%s] %3d%%  %d/%d tables  %d rows  %d MB  %.0f MB/s  eta %s   ", bar, int(frac*100), p.TablesDone, p.Tables, p.Rows, p.Bytes>>20, rate, eta)
-		if p.TablesDone == p.Tables {
-			fmt.Fprintln(w)
-		}
+		log.Info("copy progress", "tables_done", p.TablesDone, "tables", p.Tables, "rows", p.Rows, "rows_estimated", p.EstRows,
+			"mb", p.Bytes>>20, "mb_per_s", int(rate), "percent", int(frac*100), "eta", eta)
 	}
 }

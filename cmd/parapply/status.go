@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/status"
+)
+
+// slotReport is what `parapply status` shows of one slot.
+type slotReport struct {
+	status.Record
+	// Stale is true when the record says running but has not been
+	// updated for status.StaleAfter.
+	Stale bool `json:"stale"`
+	// Progress is the slot's progress row: what the target holds as
+	// applied, exactly once.
+	Progress *progressReport `json:"progress,omitempty"`
+	// Publisher is the slot as the publisher sees it (with --source).
+	Publisher *status.Slot `json:"publisher,omitempty"`
+}
+
+type progressReport struct {
+	CommitLSN  string     `json:"commit_lsn"`
+	EndLSN     string     `json:"end_lsn"`
+	XID        uint32     `json:"source_xid"`
+	CommitTime *time.Time `json:"commit_time,omitempty"`
+	AppliedAt  *time.Time `json:"applied_at,omitempty"`
+}
+
+type statusReport struct {
+	Time  time.Time    `json:"time"`
+	Slots []slotReport `json:"slots"`
+}
+
+func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	usageFor(fs, "parapply status --target DSN [--source DSN] [--slot NAME] [--watch [--interval 2s]] [--json]")
+	target := fs.String("target", "", "connection string of the target database (default: target from --config or PARAPPLY_TARGET)")
+	source := fs.String("source", "", "connection string of the publisher: also show the slot as the publisher sees it (default: source from --config or PARAPPLY_SOURCE, if set)")
+	slot := fs.String("slot", "", "show only this slot (default: every slot recorded on the target)")
+	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file to take target, source and slot from")
+	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
+	watch := fs.Bool("watch", false, "refresh until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	// Settings not given as flags come from the config file, then the
+	// environment, as for run.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *file != "" {
+		vals, err := readConfigFile(*file)
+		if err != nil {
+			return err
+		}
+		for name, p := range map[string]*string{"target": target, "source": source, "slot": slot} {
+			if v, ok := vals[name]; ok && !given[name] {
+				*p = v
+			}
+		}
+	}
+	for name, p := range map[string]*string{"target": target, "source": source, "slot": slot} {
+		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(name)); ok && !given[name] && *p == "" {
+			*p = v
+		}
+	}
+	if *target == "" {
+		return errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
+	}
+	if *watch && *interval <= 0 {
+		return fmt.Errorf("invalid value for interval: %s (a duration above zero, such as 2s)", *interval)
+	}
+	tconn, err := connectPlain(ctx, *target, "target", "parapply status")
+	if err != nil {
+		return err
+	}
+	defer tconn.Close(context.Background())
+	var sconn *pgx.Conn
+	if *source != "" {
+		if sconn, err = connectPlain(ctx, *source, "source", "parapply status"); err != nil {
+			return err
+		}
+		defer sconn.Close(context.Background())
+	}
+	tty := isTerminal(stdout)
+	for {
+		rep, err := collectStatus(ctx, tconn, sconn, *slot)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			if !*watch {
+				enc.SetIndent("", "  ")
+			}
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			if *watch && tty {
+				fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen, as watch(1) does
+			}
+			printStatus(stdout, rep)
+		}
+		if !*watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*interval):
+		}
+		if !tty && !*asJSON {
+			fmt.Fprintln(stdout)
+		}
+	}
+}
+
+// connectPlain opens an ordinary connection; errors name which side failed
+// (pgx's messages never include the password).
+func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s DSN: %w", side, err)
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = app
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cfg.Host, cfg.Port, cfg.Database, cfg.User, err)
+	}
+	return conn, nil
+}
+
+func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string) (statusReport, error) {
+	recs, err := status.Read(ctx, tconn, slot)
+	if err != nil {
+		return statusReport{}, err
+	}
+	if len(recs) == 0 {
+		if slot != "" {
+			return statusReport{}, fmt.Errorf("the target has no status of slot %s: no parapply has run for it (check --slot)", slot)
+		}
+		return statusReport{}, errors.New("the target has no parapply status yet: no parapply has run against it")
+	}
+	now := time.Now()
+	rep := statusReport{Time: now, Slots: []slotReport{}}
+	for _, r := range recs {
+		sr := slotReport{Record: r, Stale: r.Stale(now)}
+		p, ok, err := progress.Read(ctx, tconn, r.Slot)
+		if err != nil {
+			return rep, err
+		}
+		if ok {
+			pr := &progressReport{CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), XID: uint32(p.XID)}
+			if !p.CommitTime.IsZero() {
+				pr.CommitTime = &p.CommitTime
+			}
+			if !p.AppliedAt.IsZero() {
+				pr.AppliedAt = &p.AppliedAt
+			}
+			sr.Progress = pr
+		}
+		if sconn != nil {
+			s, err := status.ReadSlot(ctx, sconn, r.Slot)
+			if err != nil && !errors.Is(err, status.ErrNoSlot) {
+				return rep, err
+			}
+			if err == nil {
+				sr.Publisher = &s
+			}
+		}
+		rep.Slots = append(rep.Slots, sr)
+	}
+	return rep, nil
+}
+
+func printStatus(w io.Writer, rep statusReport) {
+	for i, s := range rep.Slots {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		state := s.State
+		if s.Stale {
+			state += fmt.Sprintf(" (NOT UPDATED FOR %s: parapply is not running or cannot reach the target)", since(rep.Time, s.UpdatedAt))
+		}
+		fmt.Fprintf(w, "slot %s: %s\n", s.Slot, state)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  process\tpid %d on %s, parapply %s, application_name %s, started %s ago, updated %s ago\n",
+			s.PID, s.Host, s.Version, s.ApplicationName, since(rep.Time, s.StartedAt), since(rep.Time, s.UpdatedAt))
+		fmt.Fprintf(tw, "  positions\treceived %s, applied %s, flushed %s, publisher WAL end %s\n", s.Received, s.Applied, s.Flushed, s.SourceWALEnd)
+		last := "none yet"
+		if s.LastCommit != nil {
+			last = s.LastCommit.Local().Format("2006-01-02 15:04:05.000 MST")
+		}
+		fmt.Fprintf(tw, "  lag\t%s, %.1f s (last applied source commit %s)\n", bytesText(s.LagBytes), s.LagSeconds, last)
+		fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
+		fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
+		fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
+		if c := s.Copy; c != nil {
+			fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, bytesText(c.Bytes), c.ElapsedSeconds)
+		}
+		if p := s.Progress; p != nil {
+			fmt.Fprintf(tw, "  progress row\tlast applied source transaction %d, commit %s, resume at %s\n", p.XID, p.CommitLSN, p.EndLSN)
+		}
+		if p := s.Publisher; p != nil {
+			active := "inactive"
+			if p.Active {
+				active = fmt.Sprintf("active (pid %d, application_name %s, %s, sync_state %s)", p.ActivePID, p.ApplicationName, p.ReplicationState, p.SyncState)
+			}
+			fmt.Fprintf(tw, "  publisher slot\t%s; confirmed flush %s, restart %s, current WAL %s; retains %s of WAL (wal_status %s)\n",
+				active, p.ConfirmedLSN, p.RestartLSN, p.CurrentLSN, bytesText(p.RetainedBytes), p.WALStatus)
+		}
+		if s.LastError != "" {
+			at := ""
+			if s.LastErrorAt != nil {
+				at = " (" + since(rep.Time, *s.LastErrorAt) + " ago)"
+			}
+			fmt.Fprintf(tw, "  last error\t%s%s\n", s.LastError, at)
+		}
+		tw.Flush()
+		if len(s.Workers) > 0 {
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "  worker\tsource txns\ttarget txns\trows\tbusy\tdependency wait\tcommit order wait\tretries\t")
+			for _, wk := range s.Workers {
+				fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%.1fs\t%.1fs\t%.1fs\t%d\t\n", wk.Worker, wk.SourceTxns, wk.TargetTxns, wk.Rows,
+					wk.BusySeconds, wk.DependencyWaitSecs, wk.CommitWaitSecs, wk.Retries)
+			}
+			tw.Flush()
+		}
+	}
+}
+
+func since(now, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := now.Sub(t)
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// bytesText prints a byte count as PostgreSQL's pg_size_pretty does.
+func bytesText(n int64) string {
+	units := []string{"bytes", "kB", "MB", "GB", "TB"}
+	v, i := float64(n), 0
+	for v >= 10*1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%.0f %s", v, units[i])
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

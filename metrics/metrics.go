@@ -1,0 +1,208 @@
+// Package metrics exposes a running subscriber's figures in the Prometheus
+// text format. Everything is read from Subscriber.Status when scraped, so the
+// apply path pays nothing for metrics nobody reads.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/parapply/parapply/subscriber"
+)
+
+// Info labels the parapply_info series.
+type Info struct {
+	Version, Slot, ApplicationName string
+}
+
+// Collector turns a subscriber's Status into metrics at scrape time.
+type Collector struct {
+	status func() subscriber.Status
+	info   Info
+}
+
+// NewCollector returns a collector reading status on every scrape.
+func NewCollector(status func() subscriber.Status, info Info) *Collector {
+	return &Collector{status: status, info: info}
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("parapply_"+name, help, labels, nil)
+}
+
+var (
+	infoDesc       = desc("info", "Always 1; labels name the version, the slot and the application_name.", "version", "slot", "application_name")
+	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, stopped, failed), 0 for the others.", "state")
+	startDesc      = desc("start_time_seconds", "When the run started, in seconds since the Unix epoch.")
+	lsnDesc        = desc("lsn_bytes", "Publisher WAL positions as byte offsets: received (end of the last change received), applied (committed on the target), flushed (durable on the target, reported to the publisher), source_wal_end (the publisher's WAL end as of its last message).", "position")
+	lagBytesDesc   = desc("lag_bytes", "Publisher WAL not yet applied on the target: source_wal_end minus applied.")
+	lagSecondsDesc = desc("lag_seconds", "Age of the source commit of the last transaction applied, while more is waiting; 0 when caught up.")
+	delayDesc      = desc("commit_delay_seconds", "Time from a source commit to the target commit that applied it (last transaction of each target transaction), on parapply's clock.")
+	srcTxnsDesc    = desc("source_transactions_total", "Source transactions applied.")
+	tgtTxnsDesc    = desc("target_transactions_total", "Target transactions committed (source transactions are grouped into them).")
+	rowsDesc       = desc("rows_total", "Row changes committed on the target, by published table and kind (insert, update, delete).", "table", "kind")
+	truncDesc      = desc("truncates_total", "TRUNCATEs committed on the target, by published table.", "table")
+	conflictsDesc  = desc("conflicts_total", "Conflicts found on the target, by table and type: update_missing and delete_missing (the row to change was not there).", "table", "type")
+	stmtsDesc      = desc("statements_total", "Set-based statements executed on the target.")
+	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
+	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
+	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
+	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held until their commit.")
+	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lost_connection.", "cause")
+	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
+	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
+	wRowsDesc      = desc("worker_rows_total", "Row changes applied by each worker (every attempt counts).", "worker")
+	wBusyDesc      = desc("worker_busy_seconds_total", "Time each worker spent applying and committing.", "worker")
+	wDepDesc       = desc("worker_dependency_wait_seconds_total", "Time each worker was idle while transactions in flight could not start (they depended on others).", "worker")
+	wOrderDesc     = desc("worker_commit_order_wait_seconds_total", "Time each worker waited for earlier transactions to commit first.", "worker")
+	copyTablesDesc = desc("copy_tables", "Tables of the initial copy, by state (done, pending).", "state")
+	copyRowsDesc   = desc("copy_rows_total", "Rows copied by the initial copy, by table.", "table")
+	copyBytesDesc  = desc("copy_bytes_total", "Bytes copied by the initial copy, by table.", "table")
+	copyEstDesc    = desc("copy_rows_estimated", "Rows the publisher's statistics estimate each table of the initial copy holds.", "table")
+)
+
+var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateStopped, subscriber.StateFailed}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
+		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, queueDesc,
+		streamDesc, retriesDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(infoDesc, 1, c.info.Version, c.info.Slot, c.info.ApplicationName)
+	for _, s := range states {
+		v := 0.0
+		if s == st.State {
+			v = 1
+		}
+		gauge(stateDesc, v, s)
+	}
+	if !st.Started.IsZero() {
+		gauge(startDesc, float64(st.Started.UnixNano())/1e9)
+	}
+	gauge(lsnDesc, float64(st.Received), "received")
+	gauge(lsnDesc, float64(st.Applied), "applied")
+	gauge(lsnDesc, float64(st.Durable), "flushed")
+	gauge(lsnDesc, float64(st.SourceWALEnd), "source_wal_end")
+	lag := 0.0
+	if st.SourceWALEnd > st.Applied {
+		lag = float64(st.SourceWALEnd - st.Applied)
+	}
+	gauge(lagBytesDesc, lag)
+	gauge(lagSecondsDesc, st.Lag.Seconds())
+	h := st.CommitDelay
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i, b := range h.Bounds {
+		buckets[b] = h.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(delayDesc, h.Count, h.Sum, buckets)
+	counter(srcTxnsDesc, float64(st.Txns))
+	counter(tgtTxnsDesc, float64(st.Groups))
+	for _, t := range st.Tables {
+		counter(rowsDesc, float64(t.Inserts), t.Name, "insert")
+		counter(rowsDesc, float64(t.Updates), t.Name, "update")
+		counter(rowsDesc, float64(t.Deletes), t.Name, "delete")
+		counter(truncDesc, float64(t.Truncates), t.Name)
+		counter(conflictsDesc, float64(t.UpdateMissing), t.Name, "update_missing")
+		counter(conflictsDesc, float64(t.DeleteMissing), t.Name, "delete_missing")
+	}
+	counter(stmtsDesc, float64(st.Statements))
+	counter(collapsedDesc, float64(st.Collapsed))
+	counter(replaysDesc, float64(st.Replays))
+	gauge(queueDesc, float64(st.QueueBytes))
+	gauge(streamDesc, float64(st.StreamBytes))
+	var retries [3]int64
+	for _, w := range st.Workers {
+		n := strconv.Itoa(w.Worker)
+		counter(wTxnsDesc, float64(w.Txns), n)
+		counter(wUnitsDesc, float64(w.Units), n)
+		counter(wRowsDesc, float64(w.Rows), n)
+		counter(wBusyDesc, w.Busy.Seconds(), n)
+		counter(wDepDesc, w.DependencyWait.Seconds(), n)
+		counter(wOrderDesc, w.CommitWait.Seconds(), n)
+		for i, r := range w.RetriesBy {
+			retries[i] += r
+		}
+	}
+	for i, cause := range subscriber.RetryCauses {
+		counter(retriesDesc, float64(retries[i]), cause)
+	}
+	if p := st.Copy; p != nil {
+		gauge(copyTablesDesc, float64(p.TablesDone), "done")
+		gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
+		for _, t := range p.PerTable {
+			counter(copyRowsDesc, float64(t.Rows), t.Name)
+			counter(copyBytesDesc, float64(t.Bytes), t.Name)
+			gauge(copyEstDesc, float64(t.EstRows), t.Name)
+		}
+	}
+}
+
+// Registry returns a registry with the collector and the Go runtime and
+// process collectors.
+func Registry(c *Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves the registry at /metrics.
+func Handler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "parapply: metrics at /metrics")
+	})
+	return mux
+}
+
+// Listen binds addr (host:port) for the metrics endpoint; an error names
+// the setting, so a port in use is clear at startup, not later.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics_addr %q: %w (choose another address, or leave metrics_addr empty to turn metrics off)", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves h on ln until ctx ends.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	defer stop()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics endpoint: %w", err)
+	}
+	return nil
+}

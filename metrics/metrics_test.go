@@ -1,0 +1,135 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
+)
+
+func TestCollector(t *testing.T) {
+	h := subscriber.NewHistogram([]float64{0.1, 1})
+	h.Observe(0.05)
+	h.Observe(0.5)
+	h.Observe(3)
+	st := subscriber.Status{
+		State: subscriber.StateStreaming, Received: 3000, Applied: 2000, Durable: 1500, SourceWALEnd: 5000,
+		Lag: 1500 * time.Millisecond, Txns: 7, Groups: 3, CommitDelay: h.Snapshot(), QueueBytes: 42,
+		Tables: []subscriber.TableStatus{{Name: "public.a", Inserts: 5, Updates: 2, Deletes: 1, UpdateMissing: 1}},
+		Workers: []subscriber.WorkerStatus{
+			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [3]int64{1, 0, 2}},
+			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [3]int64{0, 1, 0}},
+		},
+		Copy: &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
+	}
+	c := NewCollector(func() subscriber.Status { return st }, Info{Version: "v1", Slot: "s", ApplicationName: "parapply"})
+	tests := []struct {
+		name, want string
+	}{
+		{"parapply_lsn_bytes", `
+# HELP parapply_lsn_bytes Publisher WAL positions as byte offsets: received (end of the last change received), applied (committed on the target), flushed (durable on the target, reported to the publisher), source_wal_end (the publisher's WAL end as of its last message).
+# TYPE parapply_lsn_bytes gauge
+parapply_lsn_bytes{position="applied"} 2000
+parapply_lsn_bytes{position="flushed"} 1500
+parapply_lsn_bytes{position="received"} 3000
+parapply_lsn_bytes{position="source_wal_end"} 5000
+`},
+		{"parapply_lag_bytes", `
+# HELP parapply_lag_bytes Publisher WAL not yet applied on the target: source_wal_end minus applied.
+# TYPE parapply_lag_bytes gauge
+parapply_lag_bytes 3000
+`},
+		{"parapply_lag_seconds", `
+# HELP parapply_lag_seconds Age of the source commit of the last transaction applied, while more is waiting; 0 when caught up.
+# TYPE parapply_lag_seconds gauge
+parapply_lag_seconds 1.5
+`},
+		{"parapply_rows_total", `
+# HELP parapply_rows_total Row changes committed on the target, by published table and kind (insert, update, delete).
+# TYPE parapply_rows_total counter
+parapply_rows_total{kind="delete",table="public.a"} 1
+parapply_rows_total{kind="insert",table="public.a"} 5
+parapply_rows_total{kind="update",table="public.a"} 2
+`},
+		{"parapply_retries_total", `
+# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lost_connection.
+# TYPE parapply_retries_total counter
+parapply_retries_total{cause="deadlock"} 1
+parapply_retries_total{cause="lost_connection"} 2
+parapply_retries_total{cause="serialization_failure"} 1
+`},
+		{"parapply_commit_delay_seconds", `
+# HELP parapply_commit_delay_seconds Time from a source commit to the target commit that applied it (last transaction of each target transaction), on parapply's clock.
+# TYPE parapply_commit_delay_seconds histogram
+parapply_commit_delay_seconds_bucket{le="0.1"} 1
+parapply_commit_delay_seconds_bucket{le="1"} 2
+parapply_commit_delay_seconds_bucket{le="+Inf"} 3
+parapply_commit_delay_seconds_sum 3.55
+parapply_commit_delay_seconds_count 3
+`},
+		{"parapply_state", `
+# HELP parapply_state 1 for the state parapply is in (starting, copying, streaming, stopped, failed), 0 for the others.
+# TYPE parapply_state gauge
+parapply_state{state="copying"} 0
+parapply_state{state="failed"} 0
+parapply_state{state="starting"} 0
+parapply_state{state="stopped"} 0
+parapply_state{state="streaming"} 1
+`},
+		{"parapply_worker_commit_order_wait_seconds_total", `
+# HELP parapply_worker_commit_order_wait_seconds_total Time each worker waited for earlier transactions to commit first.
+# TYPE parapply_worker_commit_order_wait_seconds_total counter
+parapply_worker_commit_order_wait_seconds_total{worker="1"} 1
+parapply_worker_commit_order_wait_seconds_total{worker="2"} 0
+`},
+		{"parapply_copy_tables", `
+# HELP parapply_copy_tables Tables of the initial copy, by state (done, pending).
+# TYPE parapply_copy_tables gauge
+parapply_copy_tables{state="done"} 1
+parapply_copy_tables{state="pending"} 2
+`},
+		{"parapply_conflicts_total", `
+# HELP parapply_conflicts_total Conflicts found on the target, by table and type: update_missing and delete_missing (the row to change was not there).
+# TYPE parapply_conflicts_total counter
+parapply_conflicts_total{table="public.a",type="delete_missing"} 0
+parapply_conflicts_total{table="public.a",type="update_missing"} 1
+`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := testutil.CollectAndCompare(c, strings.NewReader(tc.want), tc.name); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// Every described family is collected, and the whole set passes the
+	// Prometheus linter (names, units, help texts).
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestHistogramSnapshotIsCumulative(t *testing.T) {
+	h := subscriber.NewHistogram([]float64{1, 2, 3})
+	for _, v := range []float64{0.5, 1, 1.5, 2.5, 2.5, 10} {
+		h.Observe(v)
+	}
+	s := h.Snapshot()
+	want := []uint64{2, 3, 5}
+	for i := range want {
+		if s.Counts[i] != want[i] {
+			t.Fatalf("counts %v, want %v", s.Counts, want)
+		}
+	}
+	if s.Count != 6 || s.Sum != 18 {
+		t.Fatalf("count %d sum %v, want 6 and 18", s.Count, s.Sum)
+	}
+}

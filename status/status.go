@@ -1,0 +1,279 @@
+// Package status keeps what a running parapply tells operators about itself
+// in a table on the target, parapply.status, one row per slot, so that
+// `parapply status` (or any SQL client) can answer "how far behind, and why"
+// from the target alone, whether parapply is running or has stopped.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/subscriber"
+)
+
+// Record is one slot's row of parapply.status.
+type Record struct {
+	Slot            string    `json:"slot"`
+	State           string    `json:"state"`
+	PID             int       `json:"pid"`
+	Host            string    `json:"host"`
+	Version         string    `json:"version"`
+	ApplicationName string    `json:"application_name"`
+	StartedAt       time.Time `json:"started_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	// Positions on the publisher's WAL (see subscriber.Status).
+	Received     parapply.LSN `json:"received_lsn"`
+	Applied      parapply.LSN `json:"applied_lsn"`
+	Flushed      parapply.LSN `json:"flushed_lsn"`
+	SourceWALEnd parapply.LSN `json:"source_wal_end_lsn"`
+	// LagBytes is SourceWALEnd minus Applied; LagSeconds the age of the
+	// last applied source commit while more is waiting.
+	LagBytes   int64      `json:"lag_bytes"`
+	LagSeconds float64    `json:"lag_seconds"`
+	LastCommit *time.Time `json:"last_commit_time"`
+	// Totals since the run started, and rates over the last interval.
+	SourceTxns    int64      `json:"source_transactions"`
+	TargetTxns    int64      `json:"target_transactions"`
+	Rows          int64      `json:"rows"`
+	Missing       int64      `json:"missing_rows"`
+	TxnsPerSecond float64    `json:"transactions_per_second"`
+	RowsPerSecond float64    `json:"rows_per_second"`
+	QueueBytes    int64      `json:"queue_bytes"`
+	Workers       []Worker   `json:"workers"`
+	Copy          *Copy      `json:"copy,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+}
+
+// Worker is one worker's figures in a Record.
+type Worker struct {
+	Worker             int     `json:"worker"`
+	SourceTxns         int64   `json:"source_transactions"`
+	TargetTxns         int64   `json:"target_transactions"`
+	Rows               int64   `json:"rows"`
+	BusySeconds        float64 `json:"busy_seconds"`
+	DependencyWaitSecs float64 `json:"dependency_wait_seconds"`
+	CommitWaitSecs     float64 `json:"commit_order_wait_seconds"`
+	Retries            int64   `json:"retries"`
+}
+
+// Copy is the initial copy's progress in a Record.
+type Copy struct {
+	Tables         int     `json:"tables"`
+	TablesDone     int     `json:"tables_done"`
+	Rows           int64   `json:"rows"`
+	RowsEstimated  int64   `json:"rows_estimated"`
+	Bytes          int64   `json:"bytes"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+}
+
+// Stale reports whether a record that says parapply is running has not
+// been updated for longer than it should have been (the process is gone or
+// cannot reach the target).
+func (r Record) Stale(now time.Time) bool {
+	switch r.State {
+	case subscriber.StateStopped, subscriber.StateFailed:
+		return false
+	}
+	return now.Sub(r.UpdatedAt) > StaleAfter
+}
+
+// Interval is how often a running parapply updates its record; StaleAfter
+// how old a running record may get before status calls it stale.
+const (
+	Interval   = time.Second
+	StaleAfter = 15 * time.Second
+)
+
+// Sample turns a subscriber status into a record; prev (the previous sample
+// and its time, zero for the first) gives the rates.
+func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration) Record {
+	r := Record{
+		State: st.State, StartedAt: st.Started,
+		Received: st.Received, Applied: st.Applied, Flushed: st.Durable, SourceWALEnd: st.SourceWALEnd,
+		LagSeconds: st.Lag.Seconds(), SourceTxns: st.Txns, TargetTxns: st.Groups, Rows: st.Rows, Missing: st.Missing,
+		QueueBytes: st.QueueBytes + st.StreamBytes, Workers: []Worker{},
+	}
+	if st.SourceWALEnd > st.Applied {
+		r.LagBytes = int64(st.SourceWALEnd - st.Applied)
+	}
+	if !st.LastCommit.IsZero() {
+		t := st.LastCommit
+		r.LastCommit = &t
+	}
+	if elapsed > 0 {
+		r.TxnsPerSecond = float64(st.Txns-prev.Txns) / elapsed.Seconds()
+		r.RowsPerSecond = float64(st.Rows-prev.Rows) / elapsed.Seconds()
+	}
+	for _, w := range st.Workers {
+		r.Workers = append(r.Workers, Worker{Worker: w.Worker, SourceTxns: w.Txns, TargetTxns: w.Units, Rows: w.Rows,
+			BusySeconds: w.Busy.Seconds(), DependencyWaitSecs: w.DependencyWait.Seconds(), CommitWaitSecs: w.CommitWait.Seconds(), Retries: w.Retries})
+	}
+	if p := st.Copy; p != nil {
+		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds()}
+	}
+	return r
+}
+
+const createSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
+CREATE TABLE IF NOT EXISTS parapply.status (
+	slot_name        text PRIMARY KEY,
+	state            text NOT NULL,
+	pid              integer,
+	host             text,
+	version          text,
+	application_name text,
+	started_at       timestamptz,
+	updated_at       timestamptz NOT NULL,
+	received_lsn     pg_lsn,
+	applied_lsn      pg_lsn,
+	flushed_lsn      pg_lsn,
+	source_wal_end   pg_lsn,
+	lag_bytes        bigint,
+	lag_seconds      float8,
+	last_commit_time timestamptz,
+	source_txns      bigint,
+	target_txns      bigint,
+	rows             bigint,
+	missing_rows     bigint,
+	txns_per_second  float8,
+	rows_per_second  float8,
+	queue_bytes      bigint,
+	workers          jsonb,
+	copy             jsonb,
+	last_error       text,
+	last_error_at    timestamptz
+);
+COMMENT ON TABLE parapply.status IS 'parapply: what each running (or last) parapply of a slot reports about itself, updated every second; read with parapply status';`
+
+// Create makes parapply.status if it is missing. Two sessions creating the
+// schema at once can collide; the loser tries again.
+func Create(ctx context.Context, conn *pgx.Conn) error {
+	var err error
+	for range 3 {
+		if _, err = conn.Exec(ctx, createSQL); err == nil {
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != "42P06" && pe.Code != "42P07") {
+			break
+		}
+	}
+	return fmt.Errorf("creating parapply.status on the target: %w (the target role needs CREATE on the database)", err)
+}
+
+const upsertSQL = `INSERT INTO parapply.status AS s (slot_name, state, pid, host, version, application_name, started_at, updated_at,
+	received_lsn, applied_lsn, flushed_lsn, source_wal_end, lag_bytes, lag_seconds, last_commit_time,
+	source_txns, target_txns, rows, missing_rows, txns_per_second, rows_per_second, queue_bytes, workers, copy, last_error, last_error_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8::text::pg_lsn, $9::text::pg_lsn, $10::text::pg_lsn, $11::text::pg_lsn, $12, $13, $14,
+	$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
+ON CONFLICT (slot_name) DO UPDATE SET state = excluded.state, pid = excluded.pid, host = excluded.host, version = excluded.version,
+	application_name = excluded.application_name, started_at = excluded.started_at, updated_at = excluded.updated_at,
+	received_lsn = excluded.received_lsn, applied_lsn = excluded.applied_lsn, flushed_lsn = excluded.flushed_lsn,
+	source_wal_end = excluded.source_wal_end, lag_bytes = excluded.lag_bytes, lag_seconds = excluded.lag_seconds,
+	last_commit_time = excluded.last_commit_time, source_txns = excluded.source_txns, target_txns = excluded.target_txns,
+	rows = excluded.rows, missing_rows = excluded.missing_rows, txns_per_second = excluded.txns_per_second,
+	rows_per_second = excluded.rows_per_second, queue_bytes = excluded.queue_bytes, workers = excluded.workers,
+	copy = excluded.copy, last_error = excluded.last_error, last_error_at = excluded.last_error_at`
+
+// Write records r as its slot's row.
+func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
+	workers, err := json.Marshal(r.Workers)
+	if err != nil {
+		return err
+	}
+	var cp []byte
+	if r.Copy != nil {
+		if cp, err = json.Marshal(r.Copy); err != nil {
+			return err
+		}
+	}
+	var lastErr *string
+	if r.LastError != "" {
+		lastErr = &r.LastError
+	}
+	_, err = conn.Exec(ctx, upsertSQL, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
+		r.Received.String(), r.Applied.String(), r.Flushed.String(), r.SourceWALEnd.String(), r.LagBytes, r.LagSeconds, r.LastCommit,
+		r.SourceTxns, r.TargetTxns, r.Rows, r.Missing, r.TxnsPerSecond, r.RowsPerSecond, r.QueueBytes, string(workers), nullBytes(cp),
+		lastErr, r.LastErrorAt)
+	if err != nil {
+		return fmt.Errorf("writing parapply.status: %w", err)
+	}
+	return nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullBytes(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// Read returns the records of slot ("" for every slot), oldest slot name
+// first. A target parapply never ran against has no table: that is an
+// error that says so.
+func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.status') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("reading parapply.status: %w", err)
+	}
+	if !exists {
+		return nil, errors.New("the target has no parapply.status table: parapply has not run against this database (check --target)")
+	}
+	rows, err := conn.Query(ctx, `SELECT slot_name, state, coalesce(pid, 0), coalesce(host, ''), coalesce(version, ''), coalesce(application_name, ''),
+		coalesce(started_at, 'epoch'), updated_at, coalesce(received_lsn, '0/0')::text, coalesce(applied_lsn, '0/0')::text,
+		coalesce(flushed_lsn, '0/0')::text, coalesce(source_wal_end, '0/0')::text, coalesce(lag_bytes, 0), coalesce(lag_seconds, 0),
+		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
+		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
+		coalesce(last_error, ''), last_error_at
+		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
+	if err != nil {
+		return nil, fmt.Errorf("reading parapply.status: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var r Record
+		var recv, appl, flus, end, workers string
+		var cp *string
+		if err := rows.Scan(&r.Slot, &r.State, &r.PID, &r.Host, &r.Version, &r.ApplicationName, &r.StartedAt, &r.UpdatedAt,
+			&recv, &appl, &flus, &end, &r.LagBytes, &r.LagSeconds, &r.LastCommit, &r.SourceTxns, &r.TargetTxns, &r.Rows, &r.Missing,
+			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt); err != nil {
+			return nil, fmt.Errorf("reading parapply.status: %w", err)
+		}
+		for _, p := range []struct {
+			s   string
+			lsn *parapply.LSN
+		}{{recv, &r.Received}, {appl, &r.Applied}, {flus, &r.Flushed}, {end, &r.SourceWALEnd}} {
+			if *p.lsn, err = parapply.ParseLSN(p.s); err != nil {
+				return nil, err
+			}
+		}
+		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
+			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
+		}
+		if cp != nil {
+			r.Copy = &Copy{}
+			if err := json.Unmarshal([]byte(*cp), r.Copy); err != nil {
+				return nil, fmt.Errorf("parapply.status of slot %s: copy: %w", r.Slot, err)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
