@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -1127,9 +1128,19 @@ func (a *Applier) explain(ctx context.Context, o op, err error, desc string) err
 		if pe.ColumnName != "" {
 			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
 		}
-		return fmt.Errorf("applying %s of %s:%s %w; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err)
+		return fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err))
 	}
-	return fmt.Errorf("applying %s of %s: %w", o.what, desc, err)
+	return fmt.Errorf("applying %s of %s: %w%s", o.what, desc, err, detail(err))
+}
+
+// detail returns the server's DETAIL of a failed statement, which names the
+// key involved in a constraint violation ("Key (id)=(7) already exists.").
+func detail(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return " (" + strings.TrimSuffix(pe.Detail, ".") + ")"
+	}
+	return ""
 }
 
 // RowKeys returns the scheduling keys of a change to relation rel whose

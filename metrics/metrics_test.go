@@ -1,10 +1,14 @@
 package metrics
 
 import (
+	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/parapply/parapply/subscriber"
@@ -131,5 +135,58 @@ func TestHistogramSnapshotIsCumulative(t *testing.T) {
 	}
 	if s.Count != 6 || s.Sum != 18 {
 		t.Fatalf("count %d sum %v, want 6 and 18", s.Count, s.Sum)
+	}
+}
+
+// TestDashboardUsesExistingMetrics keeps the Grafana dashboard in step with
+// the collector: every parapply_ series an expression names must be one the
+// collector describes.
+func TestDashboardUsesExistingMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../dashboards/parapply.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard is not valid JSON: %v", err)
+	}
+	known := map[string]bool{}
+	ch := make(chan *prometheus.Desc, 100)
+	NewCollector(nil, Info{}).Describe(ch)
+	close(ch)
+	for d := range ch {
+		m := regexp.MustCompile(`fqName: "([a-z_]+)"`).FindStringSubmatch(d.String())
+		known[m[1]] = true
+	}
+	name := regexp.MustCompile(`parapply_[a-z_]+`)
+	exprs := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs++
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				base := n
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if !known[base] && strings.HasSuffix(base, suffix) {
+						base = strings.TrimSuffix(base, suffix)
+					}
+				}
+				if !known[base] {
+					t.Errorf("panel %q uses %s, which parapply does not export", p.Title, n)
+				}
+			}
+		}
+	}
+	if exprs < 10 {
+		t.Errorf("dashboard has %d queries; expected the full set", exprs)
 	}
 }

@@ -80,9 +80,9 @@ type WorkerStatus struct {
 // Status reports progress; safe to call from any goroutine.
 func (s *Subscriber) Status() Status {
 	s.mu.Lock()
-	tr, ap, p := s.tracker, s.applier, s.pool
+	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
-	st := Status{State: s.state.Load().(string), Started: s.started, Received: parapply.LSN(s.received.Load()),
+	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
 		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load()}
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)

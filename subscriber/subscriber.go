@@ -121,7 +121,9 @@ func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 // Run connects, checks the setup, and applies the stream until ctx ends
 // (returning nil) or an error stops it.
 func (s *Subscriber) Run(ctx context.Context) (err error) {
+	s.mu.Lock()
 	s.started = time.Now()
+	s.mu.Unlock()
 	defer func() {
 		if err != nil {
 			s.state.Store(StateFailed)

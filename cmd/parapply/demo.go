@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +20,9 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/internal/verify"
+	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/status"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -34,9 +38,10 @@ var demoTables = []string{"public.accounts", "public.events", "public.notes"}
 
 func demoCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	usageFor(fs, "parapply demo [--duration 10s] [--clients 4]")
+	usageFor(fs, "parapply demo [--duration 10s] [--clients 4] [--workers 0]")
 	duration := fs.Duration("duration", 10*time.Second, "how long the publisher's workload runs")
 	clients := fs.Int("clients", 4, "concurrent writers on the publisher")
+	workers := fs.Int("workers", 0, "parapply's apply workers (0: the stream reader applies)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,13 +87,26 @@ func demoCommand(ctx context.Context, args []string) error {
 		// The publisher's existing accounts reach the empty subscriber by
 		// the initial copy.
 		CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true,
+		Workers: *workers,
 	})
+	// Metrics and the status record, as parapply run has them.
+	ln, err := metrics.Listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	metricsURL := "http://" + ln.Addr().String() + "/metrics"
+	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: version, Slot: "parapply_demo", ApplicationName: "parapply"}))))
+	rec := newRecorder(pair.Subscriber.DSN("postgres"), "parapply_demo", "parapply", s, slog.New(slog.NewTextHandler(logs, nil)), nil)
+	final := make(chan error, 1)
+	recorded := make(chan struct{})
+	go func() { rec.run(ctx, final); close(recorded) }()
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(sctx) }()
 	defer func() {
 		cancel()
-		<-done
+		final <- <-done
+		<-recorded
 	}()
 	select {
 	case <-s.Ready():
@@ -97,8 +115,9 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 
-	fmt.Fprintln(out, "parapply copied the publisher's 1000 existing accounts and is streaming")
-	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies:\n", *duration, *clients)
+	fmt.Fprintln(out, "parapply copied the publisher's 1000 existing accounts and is streaming; metrics at "+metricsURL)
+	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies (the line parapply run shows on a terminal, every second):\n", *duration, *clients)
+	con := newConsole(out)
 	var txns atomic.Int64
 	wctx, wcancel := context.WithTimeout(ctx, *duration)
 	defer wcancel()
@@ -116,7 +135,7 @@ func demoCommand(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
-	var lastRows int64
+	prev, prevAt := s.Status(), time.Now()
 	writing := true
 	var target parapply.LSN
 	for writing || s.Status().Durable < target {
@@ -137,13 +156,19 @@ func demoCommand(ctx context.Context, args []string) error {
 				return err
 			}
 			target, _ = parapply.ParseLSN(l)
+			con.EndLive()
 			fmt.Fprintf(out, "  publisher done: %d transactions in %.1fs; waiting for parapply to reach %s\n", txns.Load(), time.Since(start).Seconds(), target)
 		}
-		st := s.Status()
-		fmt.Fprintf(out, "  %5.1fs  received %-12s applied %-12s flushed %-12s lag %6s  %7d rows/s  %8d rows  %6d txns\n",
-			time.Since(start).Seconds(), st.Received, st.Applied, st.Durable, st.Lag.Round(10*time.Millisecond), st.Rows-lastRows, st.Rows, st.Txns)
-		lastRows = st.Rows
+		st, now := s.Status(), time.Now()
+		line := fmt.Sprintf("  %5.1fs  %s", now.Sub(start).Seconds(), liveLine(st, prev, now.Sub(prevAt)))
+		if con.tty {
+			con.SetLive(line)
+		} else {
+			fmt.Fprintln(out, line)
+		}
+		prev, prevAt = st, now
 	}
+	con.EndLive()
 	elapsed := time.Since(start)
 	fmt.Fprintln(out, "caught up; comparing the subscriber with the publisher row for row:")
 	results, verr := verify.Tables(ctx, pub, sub, demoTables...)
@@ -160,6 +185,45 @@ func demoCommand(ctx context.Context, args []string) error {
 	st := s.Status()
 	fmt.Fprintf(out, "summary: %d transactions, %d row changes (%d inserts, %d updates, %d deletes) in %d statements, applied in %.1fs; target verified equal to the publisher\n",
 		st.Txns, st.Rows, st.Inserts, st.Updates, st.Deletes, st.Statements, elapsed.Seconds())
+
+	// What an operator sees: a few of the metrics, and parapply status.
+	time.Sleep(status.Interval + 200*time.Millisecond) // let the status record catch up
+	fmt.Fprintln(out, "\nsome of the metrics (curl "+metricsURL+"):")
+	if err := printMetrics(ctx, out, metricsURL, "parapply_lag_seconds", "parapply_rows_total", "parapply_commit_delay_seconds_count", "parapply_target_transactions_total"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nparapply status --target ... --source ...:")
+	rep, err := collectStatus(ctx, sub, pub, "parapply_demo")
+	if err != nil {
+		return err
+	}
+	printStatus(out, rep)
+	return nil
+}
+
+// printMetrics prints the series of the named families from a metrics
+// endpoint, as curl would show them.
+func printMetrics(ctx context.Context, out io.Writer, url string, names ...string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, n := range names {
+			if strings.HasPrefix(line, n+"{") || strings.HasPrefix(line, n+" ") {
+				fmt.Fprintln(out, "  "+line)
+			}
+		}
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -102,6 +103,36 @@ func TestBadInput(t *testing.T) {
 		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_items", "--slot", "busy")
 		if err == nil || !strings.Contains(out, "slot busy is in use") || !strings.Contains(out, "choose another --slot") {
 			t.Fatalf("want a slot-in-use error, got %v: %s", err, out)
+		}
+	})
+
+	// A key the target already holds: the error names the source
+	// transaction (xid and commit LSN), the table and the key.
+	t.Run("key the target already holds", func(t *testing.T) {
+		e.exec(e.pub, `CREATE TABLE dup (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_dup FOR TABLE dup`)
+		e.exec(e.sub, `CREATE TABLE dup (id int PRIMARY KEY, v text); INSERT INTO dup VALUES (5, 'on the target')`)
+		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_dup', 'pgoutput')`)
+		tx, err := e.pub.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xid int64
+		if err := tx.QueryRow(context.Background(), `INSERT INTO dup VALUES (4, 'a'), (5, 'b') RETURNING txid_current()`).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_dup", "--slot", "s_dup", "--copy-data", "off")
+		if err == nil {
+			t.Fatalf("exit 0, want an error; output:\n%s", out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		last := lines[len(lines)-1]
+		for _, w := range []string{fmt.Sprintf("source transaction %d (commit ", xid), `"public"."dup"`, "Key (id)=(5) already exists"} {
+			if !strings.Contains(last, w) {
+				t.Errorf("error %q lacks %q", last, w)
+			}
 		}
 	})
 

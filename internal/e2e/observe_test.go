@@ -268,6 +268,21 @@ func testObservability(t *testing.T, workers int) {
 		}
 	}
 
+	// --watch --json: one object per refresh until interrupted.
+	wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	watched, _ := exec.CommandContext(wctx, parapplyBinary(t), "status", "--target", dst, "--watch", "--json", "--interval", "200ms").Output()
+	wcancel()
+	objects := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(watched)), "\n") {
+		var rep struct{ Slots []any }
+		if json.Unmarshal([]byte(line), &rep) == nil && len(rep.Slots) == 1 {
+			objects++
+		}
+	}
+	if objects < 3 {
+		t.Errorf("status --watch --json printed %d objects in 1.5 s at 200ms intervals, want at least 3:\n%s", objects, watched)
+	}
+
 	// A clean stop is recorded as such.
 	p.signal(syscall.SIGTERM)
 	if p.err != nil {

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
+)
+
+func TestConsoleBlanksPasswords(t *testing.T) {
+	t.Setenv("PGPASSWORD", "from-the-env")
+	var buf bytes.Buffer
+	c := &console{w: &buf}
+	c.secrets = passwords("host=a user=u password=Secret-1234", "postgres://u:uri-pass-99@h/db", "host=b password=abc", "")
+	msg := "failed: password=Secret-1234 uri-pass-99 from-the-env abc\n"
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	for _, secret := range []string{"Secret-1234", "uri-pass-99", "from-the-env"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("%q left in %q", secret, got)
+		}
+	}
+	// Passwords shorter than four characters cannot be told from words.
+	if !strings.Contains(got, "abc") {
+		t.Errorf("short password blanked: %q", got)
+	}
+}
+
+func TestConsoleKeepsLiveLineBelowLogs(t *testing.T) {
+	var buf bytes.Buffer
+	c := &console{w: &buf, tty: true}
+	c.SetLive("streaming lag 0.1 s")
+	buf.Reset()
+	c.Write([]byte("a log record\n"))
+	if got, want := buf.String(), "\r\033[Ka log record\nstreaming lag 0.1 s"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	// Off a terminal, no live line and no escape codes.
+	buf.Reset()
+	plain := &console{w: &buf}
+	plain.SetLive("x")
+	plain.Write([]byte("line\n"))
+	if buf.String() != "line\n" {
+		t.Errorf("off a terminal: %q", buf.String())
+	}
+}
+
+func TestLiveLine(t *testing.T) {
+	prev := subscriber.Status{Txns: 100, Rows: 1000, Workers: []subscriber.WorkerStatus{{Worker: 1}, {Worker: 2}}}
+	st := subscriber.Status{State: subscriber.StateStreaming, Txns: 300, Rows: 5000, Applied: 0x10, SourceWALEnd: 0x10 + 20480,
+		Lag: 1500 * time.Millisecond, Workers: []subscriber.WorkerStatus{{Worker: 1, Busy: time.Second}, {Worker: 2}}}
+	got := liveLine(st, prev, 2*time.Second)
+	for _, want := range []string{"streaming", "lag 1.5 s, 20 kB", "applied 0/10", "100 txn/s", "2000 rows/s", "workers 2, 25% busy"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("live line %q lacks %q", got, want)
+		}
+	}
+	cp := subscriber.Status{State: subscriber.StateCopying, Copy: &tablesync.Progress{Tables: 4, TablesDone: 1, Rows: 50, EstRows: 100, Bytes: 1 << 20, Elapsed: time.Second}}
+	got = liveLine(cp, subscriber.Status{}, time.Second)
+	for _, want := range []string{"copying", "[##########..........]", " 50%", "1/4 tables", "1 MB/s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("copy line %q lacks %q", got, want)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package status
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/subscriber"
+)
+
+func TestSample(t *testing.T) {
+	prev := subscriber.Status{Txns: 100, Rows: 1000}
+	st := subscriber.Status{State: subscriber.StateStreaming, Txns: 300, Rows: 5000, Applied: 0x1000, SourceWALEnd: 0x1800,
+		QueueBytes: 10, StreamBytes: 5, Lag: 2 * time.Second,
+		Workers: []subscriber.WorkerStatus{{Worker: 1, Txns: 300, Busy: 1500 * time.Millisecond}}}
+	r := Sample(st, prev, 2*time.Second)
+	if r.TxnsPerSecond != 100 || r.RowsPerSecond != 2000 {
+		t.Errorf("rates %v txn/s %v rows/s, want 100 and 2000", r.TxnsPerSecond, r.RowsPerSecond)
+	}
+	if r.LagBytes != 0x800 || r.LagSeconds != 2 || r.QueueBytes != 15 {
+		t.Errorf("lag %d bytes %v s, queue %d; want 2048, 2, 15", r.LagBytes, r.LagSeconds, r.QueueBytes)
+	}
+	if len(r.Workers) != 1 || r.Workers[0].BusySeconds != 1.5 {
+		t.Errorf("workers %+v", r.Workers)
+	}
+	// Applied past the last WAL end heard of: no negative lag.
+	st.Applied = 0x2000
+	if r := Sample(st, prev, 0); r.LagBytes != 0 || r.TxnsPerSecond != 0 {
+		t.Errorf("lag %d, rate %v; want 0 and 0 (no interval)", r.LagBytes, r.TxnsPerSecond)
+	}
+}
+
+func TestStale(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		state string
+		age   time.Duration
+		want  bool
+	}{
+		{subscriber.StateStreaming, time.Second, false},
+		{subscriber.StateStreaming, StaleAfter + time.Second, true},
+		{subscriber.StateCopying, StaleAfter + time.Second, true},
+		{subscriber.StateStopped, time.Hour, false},
+		{subscriber.StateFailed, time.Hour, false},
+	} {
+		if got := (Record{State: c.state, UpdatedAt: now.Add(-c.age)}).Stale(now); got != c.want {
+			t.Errorf("%s updated %s ago: stale %v, want %v", c.state, c.age, got, c.want)
+		}
+	}
+}
+
+func TestRecordJSONWritesLSNsAsPostgreSQLDoes(t *testing.T) {
+	r := Record{Slot: "s", Applied: parapply.LSN(0x1_0000_00A0)}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["applied_lsn"] != "1/A0" {
+		t.Errorf("applied_lsn = %v, want 1/A0", m["applied_lsn"])
+	}
+	var back Record
+	if err := json.Unmarshal(b, &back); err != nil || back.Applied != r.Applied {
+		t.Errorf("round trip: %v, %v", back.Applied, err)
+	}
+}
