@@ -89,6 +89,9 @@ func (s *Subscriber) Status() Status {
 	}
 	if tr != nil {
 		st.Applied, st.Durable, st.LastCommit = tr.Positions()
+		// A keepalive moves applied past the last change received:
+		// everything before it has been received, too.
+		st.Received = max(st.Received, st.Applied)
 		if st.Received > st.Applied && !st.LastCommit.IsZero() {
 			st.Lag = time.Since(st.LastCommit)
 		}
