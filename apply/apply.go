@@ -45,6 +45,10 @@ type Config struct {
 	// Tallies receives per-table counts; appliers of one run share it.
 	// Nil: the applier keeps its own.
 	Tallies *Tallies
+	// SyncStandby, when set and true, makes every commit synchronous
+	// whatever SynchronousCommit says: the publisher is waiting for the
+	// target's flush (parapply is its synchronous standby).
+	SyncStandby *atomic.Bool
 }
 
 // Defaults for Config.
@@ -953,22 +957,20 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 
 // Commit commits the open group: its last statements, the progress row
 // (naming the group's last source transaction) and COMMIT go in one round
-// trip. It returns the end LSN and commit time of that last transaction, the
-// target's WAL insert position after the commit and its flush position, for
-// the Tracker.
-func (a *Applier) Commit(ctx context.Context) (end parapply.LSN, commitTime time.Time, local, flushed parapply.LSN, err error) {
+// trip. It returns what the Tracker needs to know of the commit.
+func (a *Applier) Commit(ctx context.Context) (Committed, error) {
 	var c Committed
 	if err := a.queueCommit(ctx, &c); err != nil {
-		return 0, time.Time{}, 0, 0, err
+		return c, err
 	}
 	if err := a.send(ctx); err != nil {
 		a.unconfirmed = c.tallies
 		a.rollback(ctx)
-		return 0, time.Time{}, 0, 0, err
+		return c, err
 	}
 	a.unconfirmed = nil
-	err = c.finish(a)
-	return c.End, c.CommitTime, c.Local, c.Flushed, err
+	err := c.finish(a)
+	return c, err
 }
 
 // Committed describes a committed group, for the Tracker.
@@ -978,9 +980,12 @@ type Committed struct {
 	// Local and Flushed are the target's WAL insert position after the
 	// commit and its flush position.
 	Local, Flushed parapply.LSN
-	txns           int
-	ins, fl        string
-	tallies        []pendingTally
+	// Durable is true when the commit was synchronous: it is on the
+	// target's disk, and so is everything committed before it.
+	Durable bool
+	txns    int
+	ins, fl string
+	tallies []pendingTally
 }
 
 func (c *Committed) finish(a *Applier) error {
@@ -1056,6 +1061,13 @@ func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
 		return err
 	}
 	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
+	c.Durable = a.syncCommit
+	if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {
+		// The publisher waits for this commit: flush it now rather
+		// than when the target's WAL writer gets to it.
+		a.queue("SET LOCAL synchronous_commit = on", "synchronous commit", -1)
+		c.Durable = true
+	}
 	a.batch.Queue("COMMIT")
 	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
 	// The WAL positions ride in the same round trip, right after COMMIT.

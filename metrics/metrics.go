@@ -68,6 +68,7 @@ var (
 	copyRowsDesc   = desc("copy_rows_total", "Rows copied by the initial copy, by table.", "table")
 	copyBytesDesc  = desc("copy_bytes_total", "Bytes copied by the initial copy, by table.", "table")
 	copyEstDesc    = desc("copy_rows_estimated", "Rows the publisher's statistics estimate each table of the initial copy holds.", "table")
+	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
 )
 
 var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateStopped, subscriber.StateFailed}
@@ -77,7 +78,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, queueDesc,
 		streamDesc, retriesDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc} {
 		ch <- d
 	}
 }
@@ -112,6 +113,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(lagBytesDesc, lag)
 	gauge(lagSecondsDesc, st.Lag.Seconds())
+	sync := 0.0
+	if st.SyncStandby {
+		sync = 1
+	}
+	gauge(syncDesc, sync)
 	h := st.CommitDelay
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {

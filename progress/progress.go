@@ -157,6 +157,8 @@ type Tracker struct {
 	// last transaction of every target commit, as it is recorded.
 	Observe func(commitTime time.Time)
 
+	moved chan struct{} // signalled when applied or durable advance
+
 	mu        sync.Mutex
 	pending   []mark
 	applied   parapply.LSN
@@ -169,7 +171,19 @@ type mark struct{ remote, local parapply.LSN }
 
 // NewTracker starts a tracker at the position already durable on the target.
 func NewTracker(start parapply.LSN) *Tracker {
-	return &Tracker{applied: start, durable: start}
+	return &Tracker{applied: start, durable: start, moved: make(chan struct{}, 1)}
+}
+
+// Moved is signalled whenever the applied or the durable position advances,
+// so that the stream reader can tell the publisher at once (a synchronous
+// publisher is waiting for exactly that).
+func (t *Tracker) Moved() <-chan struct{} { return t.moved }
+
+func (t *Tracker) signal() {
+	select {
+	case t.moved <- struct{}{}:
+	default:
+	}
 }
 
 // Committed records that the publisher's position remote is committed on
@@ -191,6 +205,7 @@ func (t *Tracker) Committed(remote, local parapply.LSN, commitTime time.Time) {
 	t.pending = append(t.pending, mark{remote, t.lastLocal})
 	observe := t.Observe
 	t.mu.Unlock()
+	t.signal()
 	if observe != nil && !commitTime.IsZero() {
 		observe(commitTime)
 	}
@@ -212,6 +227,9 @@ func (t *Tracker) Flushed(local parapply.LSN) {
 		t.durable = t.pending[i].remote
 	}
 	t.pending = append(t.pending[:0], t.pending[i:]...)
+	if i > 0 {
+		t.signal()
+	}
 }
 
 // AllDurable marks every applied position durable; for targets that commit
@@ -219,8 +237,12 @@ func (t *Tracker) Flushed(local parapply.LSN) {
 func (t *Tracker) AllDurable() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	moved := t.durable != t.applied
 	t.durable = t.applied
 	t.pending = t.pending[:0]
+	if moved {
+		t.signal()
+	}
 }
 
 // NeedsFlush reports whether some applied position still waits for the

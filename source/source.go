@@ -239,9 +239,11 @@ type Frame struct {
 	ServerTime time.Time
 }
 
-// Feedback supplies the positions reported to the publisher.
+// Feedback supplies the positions reported to the publisher, and signals
+// when they advance.
 type Feedback interface {
 	Positions() (applied, durable parapply.LSN, lastCommit time.Time)
+	Moved() <-chan struct{}
 }
 
 // Stream starts replication at start (0: the slot's confirmed position) and
@@ -278,13 +280,28 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	// When the positions advance, wake a blocked read so that the
+	// publisher hears of it at once, as it does from the built-in apply
+	// worker: a synchronous publisher's commits wait for exactly that.
+	wctx, stopWake := context.WithCancel(ctx)
+	defer stopWake()
+	go func() {
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-fb.Moved():
+				_ = s.conn.Conn().SetReadDeadline(time.Now())
+			}
+		}
+	}()
+
 	received := start
-	var sentDurable parapply.LSN
+	var sentDurable, sentApplied parapply.LSN
 	var lastSent time.Time
 	send := func(force bool) error {
 		applied, durable, _ := fb.Positions()
-		since := time.Since(lastSent)
-		if !force && (durable == sentDurable && since < interval || durable != sentDurable && since < time.Second/4) {
+		if !force && durable == sentDurable && applied == sentApplied && time.Since(lastSent) < interval {
 			return nil
 		}
 		// pglogrepl reports the write position as flushed and applied when
@@ -303,7 +320,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		if err != nil {
 			return fmt.Errorf("sending standby status update: %w", err)
 		}
-		sentDurable, lastSent = durable, time.Now()
+		sentDurable, sentApplied, lastSent = durable, applied, time.Now()
 		return nil
 	}
 	const maxPending = 4096

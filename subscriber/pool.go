@@ -308,7 +308,8 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 			}
 			if done {
 				credit()
-				p.committed(w, last.end, last.txn.CommitTime, local, flushed)
+				w.stats.Units.Add(1)
+				record(p.tracker, apply.Committed{End: last.end, CommitTime: last.txn.CommitTime, Local: local, Flushed: flushed})
 				return nil
 			}
 		}
@@ -425,25 +426,25 @@ func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) erro
 		return errStopped
 	}
 	began = time.Now()
-	end, commitTime, local, flushed, err := w.app.Commit(ctx)
+	c, err := w.app.Commit(ctx)
 	if err != nil {
 		return err
 	}
 	w.stats.Busy.Add(int64(time.Since(began)))
 	w.seen += rels
-	p.committed(w, end, commitTime, local, flushed)
+	w.stats.Units.Add(1)
+	record(p.tracker, c)
 	return nil
 }
 
-// committed reports a committed unit to the tracker; units reach it in
+// record reports a commit to the tracker; with workers, units reach it in
 // source order, since each commits only after every earlier one.
-func (p *pool) committed(w *worker, end parapply.LSN, commitTime time.Time, local, flushed parapply.LSN) {
-	w.stats.Units.Add(1)
-	p.tracker.Committed(end, local, commitTime)
-	if w.app.SyncCommit() {
-		p.tracker.AllDurable()
+func record(tr *progress.Tracker, c apply.Committed) {
+	tr.Committed(c.End, c.Local, c.CommitTime)
+	if c.Durable {
+		tr.AllDurable()
 	} else {
-		p.tracker.Flushed(flushed)
+		tr.Flushed(c.Flushed)
 	}
 }
 

@@ -52,6 +52,9 @@ type Status struct {
 	Workers []WorkerStatus
 	// Copy is the initial copy's progress, once one has started.
 	Copy *tablesync.Progress
+	// SyncStandby is true while the publisher names parapply in its
+	// synchronous_standby_names.
+	SyncStandby bool
 }
 
 // TableStatus is one table's committed changes and conflicts.
@@ -83,7 +86,7 @@ func (s *Subscriber) Status() Status {
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
 	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
-		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load()}
+		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load()}
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}

@@ -92,6 +92,9 @@ type Subscriber struct {
 	delays      *Histogram
 	streamBytes atomic.Int64
 	copied      atomic.Pointer[tablesync.Progress]
+	// syncStandby is true while the publisher names parapply in
+	// synchronous_standby_names (see watchSyncStandby).
+	syncStandby atomic.Bool
 }
 
 // New returns a subscriber; Run starts it.
@@ -111,6 +114,7 @@ func New(cfg Config) *Subscriber {
 	}
 	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
 	sub.cfg.Target.Tallies = sub.tallies
+	sub.cfg.Target.SyncStandby = &sub.syncStandby
 	sub.state.Store(StateStarting)
 	return sub
 }
@@ -214,6 +218,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	frames := make(chan []source.Frame, 4)
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
+	go s.watchSyncStandby(sctx)
 	s.state.Store(StateStreaming)
 	close(s.ready)
 
@@ -534,14 +539,7 @@ func (l *loop) commitGroup(ctx context.Context) error {
 	}
 	// The target commits while the next group is built; the tracker hears
 	// of it when it is done (commits on one connection finish in order).
-	return l.app.CommitAsync(ctx, func(c apply.Committed) {
-		l.tracker.Committed(c.End, c.Local, c.CommitTime)
-		if l.app.SyncCommit() {
-			l.tracker.AllDurable()
-		} else {
-			l.tracker.Flushed(c.Flushed)
-		}
-	})
+	return l.app.CommitAsync(ctx, func(c apply.Committed) { record(l.tracker, c) })
 }
 
 // streamed handles a message between StreamStart and StreamStop: changes are

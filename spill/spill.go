@@ -1,0 +1,151 @@
+// Package spill keeps a streamed transaction's changes on disk until the
+// publisher commits or aborts it, so that memory stays bounded whatever the
+// transaction's size. A Log is an append-only file of length-prefixed
+// records; a subtransaction's abort marks the tail from its first change on
+// as dead (the file is never rewritten, so a reader still busy with an
+// earlier range is unaffected).
+package spill
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Log is one streamed transaction's changes. Append, Flush, Cut and Replay
+// belong to one goroutine (the stream reader); Read may run on another, on
+// ranges already flushed.
+type Log struct {
+	f    *os.File
+	w    *bufio.Writer
+	size int64 // bytes appended, flushed or not
+	dead []span
+}
+
+type span struct{ from, to int64 }
+
+// Create makes a new log in dir (the system's temporary directory if empty).
+func Create(dir string) (*Log, error) {
+	f, err := os.CreateTemp(dir, "parapply-stream-*.spill")
+	if err != nil {
+		return nil, fmt.Errorf("creating a spill file for a streamed transaction: %w (set spill_directory to a writable directory)", err)
+	}
+	return &Log{f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+// Append adds one record and returns its offset.
+func (l *Log) Append(rec []byte) (int64, error) {
+	off := l.size
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(rec)))
+	if _, err := l.w.Write(hdr[:]); err != nil {
+		return 0, l.failed(err)
+	}
+	if _, err := l.w.Write(rec); err != nil {
+		return 0, l.failed(err)
+	}
+	l.size += 4 + int64(len(rec))
+	return off, nil
+}
+
+func (l *Log) failed(err error) error {
+	return fmt.Errorf("writing spill file %s: %w (is its file system full? set spill_directory)", l.f.Name(), err)
+}
+
+// Size is the end of the last record appended.
+func (l *Log) Size() int64 { return l.size }
+
+// Flush writes buffered records to the file, so that Read sees them.
+func (l *Log) Flush() error {
+	if err := l.w.Flush(); err != nil {
+		return l.failed(err)
+	}
+	return nil
+}
+
+// Cut marks every record from offset from on as dead: a rolled back
+// subtransaction's changes, and everything after them.
+func (l *Log) Cut(from int64) {
+	if from < l.size {
+		l.dead = append(l.dead, span{from, l.size})
+	}
+}
+
+// Read calls fn with each record in [from, to), dead or not (the caller
+// undoes dead ones itself, with savepoints); the slice is only valid during
+// the call. The range must have been flushed.
+func (l *Log) Read(from, to int64, fn func(off int64, rec []byte) error) error {
+	r := io.NewSectionReader(l.f, from, to-from)
+	br := bufio.NewReaderSize(r, 256<<10)
+	var buf []byte
+	off := from
+	for off < to {
+		var hdr [4]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:]))
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
+		}
+		if err := fn(off, buf); err != nil {
+			return err
+		}
+		off += 4 + int64(n)
+	}
+	return nil
+}
+
+// Replay calls fn with every live record, in order.
+func (l *Log) Replay(fn func(rec []byte) error) error {
+	if err := l.Flush(); err != nil {
+		return err
+	}
+	var from int64
+	live := func(to int64) error {
+		if to <= from {
+			return nil
+		}
+		return l.Read(from, to, func(_ int64, rec []byte) error { return fn(rec) })
+	}
+	for _, d := range l.merged() {
+		if err := live(d.from); err != nil {
+			return err
+		}
+		from = max(from, d.to)
+	}
+	return live(l.size)
+}
+
+// merged returns the dead spans in order, overlaps joined.
+func (l *Log) merged() []span {
+	out := []span{}
+	for _, d := range l.dead {
+		// Cuts only ever reach the end at their time: a later cut either
+		// starts after an earlier one ends or swallows its tail.
+		for len(out) > 0 && d.from <= out[len(out)-1].to {
+			last := out[len(out)-1]
+			out = out[:len(out)-1]
+			d = span{min(d.from, last.from), max(d.to, last.to)}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Close closes and removes the file.
+func (l *Log) Close() error {
+	name := l.f.Name()
+	err := l.f.Close()
+	if rerr := os.Remove(name); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
+}
