@@ -333,6 +333,42 @@ func (a *Applier) Begin(txn Txn) {
 	a.grp.txns++
 }
 
+// Retitle names the source transaction being applied anew: a streamed
+// transaction is applied before its commit LSN and time are known, and they
+// must reach the progress row and the tracker.
+func (a *Applier) Retitle(txn Txn) {
+	if a.grp.first.XID == a.txn.XID {
+		a.grp.first = txn
+	}
+	a.txn = txn
+}
+
+// Savepoint marks the point a later RollbackTo returns to: the start of a
+// subtransaction of a streamed transaction applied as it arrives.
+func (a *Applier) Savepoint(ctx context.Context, name string) error {
+	if err := a.flushRuns(ctx); err != nil {
+		return err
+	}
+	a.queue("SAVEPOINT "+parapply.QuoteIdent(name), "savepoint", -1)
+	return nil
+}
+
+// RollbackTo undoes everything since Savepoint(name): the publisher rolled
+// that subtransaction back.
+func (a *Applier) RollbackTo(ctx context.Context, name string) error {
+	if err := a.flushRuns(ctx); err != nil {
+		return err
+	}
+	a.queue("ROLLBACK TO SAVEPOINT "+parapply.QuoteIdent(name), "rollback to savepoint", -1)
+	return nil
+}
+
+// HasRelation reports whether the relation's description is loaded.
+func (a *Applier) HasRelation(id uint32) bool {
+	_, ok := a.tables[id]
+	return ok
+}
+
 // End finishes the source transaction being applied; it stays in the open
 // group until Commit.
 func (a *Applier) End(endLSN parapply.LSN) {

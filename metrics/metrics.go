@@ -56,7 +56,10 @@ var (
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
-	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held until their commit.")
+	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")
+	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
+	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
+	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
 	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lost_connection.", "cause")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
@@ -78,7 +81,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, queueDesc,
 		streamDesc, retriesDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
 		ch <- d
 	}
 }
@@ -139,6 +142,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(replaysDesc, float64(st.Replays))
 	gauge(queueDesc, float64(st.QueueBytes))
 	gauge(streamDesc, float64(st.StreamBytes))
+	counter(spillDesc, float64(st.SpillBytes))
+	gauge(inflightDesc, float64(st.StreamsInFlight))
+	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
+	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
 	var retries [3]int64
 	for _, w := range st.Workers {
 		n := strconv.Itoa(w.Worker)

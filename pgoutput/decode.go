@@ -19,6 +19,12 @@ type Decoder struct {
 	inStream bool
 }
 
+// NewStreamDecoder returns a decoder positioned inside a stream block, for
+// messages of a streamed transaction kept aside (each carries its xid).
+func NewStreamDecoder(protoVersion int) *Decoder {
+	return &Decoder{ProtoVersion: protoVersion, inStream: true}
+}
+
 // InStream reports whether the decoder is between a StreamStart and a
 // StreamStop, so callers can check their own bookkeeping against it.
 func (d *Decoder) InStream() bool { return d.inStream }

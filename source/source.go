@@ -33,6 +33,10 @@ type Config struct {
 	Binary bool
 	// AppName is shown in the publisher's pg_stat_replication.
 	AppName string
+	// DecodingWorkMem, if set, is the publisher session's
+	// logical_decoding_work_mem: how much of an in-progress transaction
+	// the publisher holds before it streams it (with Streaming).
+	DecodingWorkMem string
 	// StatusInterval bounds the time between standby status updates.
 	StatusInterval time.Duration
 	// ExportSnapshot, when the slot is created, exports its snapshot for
@@ -92,6 +96,9 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	pc.RuntimeParams["extra_float_digits"] = "3"
 	if cfg.AppName != "" {
 		pc.RuntimeParams["application_name"] = cfg.AppName
+	}
+	if cfg.DecodingWorkMem != "" {
+		pc.RuntimeParams["logical_decoding_work_mem"] = cfg.DecodingWorkMem
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {

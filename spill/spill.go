@@ -75,30 +75,26 @@ func (l *Log) Cut(from int64) {
 }
 
 // Read calls fn with each record in [from, to), dead or not (the caller
-// undoes dead ones itself, with savepoints); the slice is only valid during
-// the call. The range must have been flushed.
+// undoes dead ones itself, with savepoints); each record is a new slice the
+// caller may keep (decoded messages point into it). The range must have
+// been flushed.
 func (l *Log) Read(from, to int64, fn func(off int64, rec []byte) error) error {
 	r := io.NewSectionReader(l.f, from, to-from)
 	br := bufio.NewReaderSize(r, 256<<10)
-	var buf []byte
 	off := from
 	for off < to {
 		var hdr [4]byte
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
 		}
-		n := int(binary.BigEndian.Uint32(hdr[:]))
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
+		buf := make([]byte, binary.BigEndian.Uint32(hdr[:]))
 		if _, err := io.ReadFull(br, buf); err != nil {
 			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
 		}
 		if err := fn(off, buf); err != nil {
 			return err
 		}
-		off += 4 + int64(n)
+		off += 4 + int64(len(buf))
 	}
 	return nil
 }
@@ -138,6 +134,15 @@ func (l *Log) merged() []span {
 		out = append(out, d)
 	}
 	return out
+}
+
+// DeadBytes is the size of the records cut so far.
+func (l *Log) DeadBytes() int64 {
+	var n int64
+	for _, d := range l.merged() {
+		n += d.to - d.from
+	}
+	return n
 }
 
 // Close closes and removes the file.

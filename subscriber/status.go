@@ -55,6 +55,12 @@ type Status struct {
 	// SyncStandby is true while the publisher names parapply in its
 	// synchronous_standby_names.
 	SyncStandby bool
+	// Streamed transactions: bytes written to spill files, appliers in
+	// flight now, and how many committed were applied in flight and how
+	// many at their commit.
+	SpillBytes                         int64
+	StreamsInFlight                    int64
+	StreamedInFlight, StreamedAtCommit int64
 }
 
 // TableStatus is one table's committed changes and conflicts.
@@ -86,7 +92,8 @@ func (s *Subscriber) Status() Status {
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
 	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
-		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load()}
+		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load(),
+		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load()}
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/schedule"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/spill"
 	"github.com/parapply/parapply/tablesync"
 )
 
@@ -46,6 +48,13 @@ type Config struct {
 	// Workers is the number of target connections applying transactions
 	// in parallel; 0 applies them on the stream reader's own connection.
 	Workers int
+	// StreamWorkers bounds the streamed transactions applied as they
+	// arrive, each on a target connection of its own; others are applied
+	// at their commit. 0 applies every streamed transaction at its commit.
+	StreamWorkers int
+	// SpillDir holds streamed transactions' spill files ("": the system's
+	// temporary directory).
+	SpillDir string
 }
 
 // GroupLimits bound a group: consecutive source transactions applied as one
@@ -95,6 +104,11 @@ type Subscriber struct {
 	// syncStandby is true while the publisher names parapply in
 	// synchronous_standby_names (see watchSyncStandby).
 	syncStandby atomic.Bool
+	// Streamed transactions: bytes written to spill files, appliers in
+	// flight, and how many were applied in flight and at their commit.
+	spilled                            atomic.Int64
+	inflight                           atomic.Int64
+	streamedInFlight, streamedAtCommit atomic.Int64
 }
 
 // New returns a subscriber; Run starts it.
@@ -213,6 +227,11 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		s.mu.Unlock()
 	}
 
+	spillDir, err := os.MkdirTemp(s.cfg.SpillDir, "parapply-spill-")
+	if err != nil {
+		return fmt.Errorf("creating a directory for spill files: %w (set spill_directory to a writable directory)", err)
+	}
+	defer os.RemoveAll(spillDir)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan []source.Frame, 4)
@@ -222,7 +241,9 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.state.Store(StateStreaming)
 	close(s.ready)
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group}
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
+	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
 	l.pool = workers
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -290,9 +311,13 @@ type loop struct {
 	streamXID parapply.XID
 	inStream  bool
 	inTxn     bool
-	// frameBytes is the size of the streamed message being handled.
-	frameBytes int
-	limits     GroupLimits
+	// streamFrame is the streamed message being handled, as received.
+	streamFrame source.Frame
+	spillDir    string
+	// rels holds the latest description of every relation, for appliers
+	// that start mid-stream.
+	rels   map[uint32]*parapply.Relation
+	limits GroupLimits
 	// With workers: the pool, and the unit being built.
 	pool    *pool
 	cur     *unit
@@ -335,14 +360,20 @@ func (l *loop) quiet() (bool, error) {
 	return l.cur == nil && l.pool.idle(), nil
 }
 
-// stream buffers a transaction the publisher streams before it commits.
+// stream is a transaction the publisher streams before it commits: its
+// changes go to a spill file, and to an inflight applier when there is one.
 type stream struct {
-	msgs  []pgoutput.Message
-	first map[parapply.XID]streamMark // where each subtransaction's changes start
-	bytes int                         // of the messages held, as received
+	log   *spill.Log
+	first map[parapply.XID]int64 // offset of each subtransaction's first change
+	// firstLSN is the position of its first change; published, the end of
+	// what was handed to the inflight applier.
+	firstLSN  parapply.LSN
+	published int64
+	inflight  *inflight
+	// atCommit is set once the stream is to be applied at its commit only.
+	atCommit bool
+	counted  int64 // live bytes, as counted in Subscriber.streamBytes
 }
-
-type streamMark struct{ msg, bytes int }
 
 func (l *loop) checkFlush(ctx context.Context) error {
 	if open, _, _, _, _ := l.group(); open || !l.tracker.NeedsFlush() {
@@ -379,7 +410,7 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
 	}
 	if l.inStream {
-		l.frameBytes = len(f.Data)
+		l.streamFrame = f
 		return l.streamed(ctx, m)
 	}
 	return l.dispatch(ctx, m)
@@ -396,6 +427,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		if err := l.app.Relation(ctx, &rel); err != nil {
 			return err
 		}
+		l.rels[rel.ID] = &rel
 		if l.pool != nil {
 			l.pool.relation(&m.Relation)
 			if l.cur != nil {
@@ -418,7 +450,11 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	case *pgoutput.StreamStart:
 		l.inStream, l.streamXID = true, m.XID
 		if _, ok := l.streams[m.XID]; !ok {
-			l.streams[m.XID] = &stream{first: map[parapply.XID]streamMark{}}
+			log, err := spill.Create(l.spillDir)
+			if err != nil {
+				return err
+			}
+			l.streams[m.XID] = &stream{log: log, first: map[parapply.XID]int64{}}
 		}
 		return nil
 	case *pgoutput.StreamCommit:
@@ -542,20 +578,22 @@ func (l *loop) commitGroup(ctx context.Context) error {
 	return l.app.CommitAsync(ctx, func(c apply.Committed) { record(l.tracker, c) })
 }
 
-// streamed handles a message between StreamStart and StreamStop: changes are
-// kept until the stream commits.
+// streamed handles a message between StreamStart and StreamStop: changes go
+// to the stream's spill file; at StreamStop the chunk goes to its inflight
+// applier.
 func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 	st := l.streams[l.streamXID]
 	var xid parapply.XID
 	switch m := m.(type) {
 	case *pgoutput.StreamStop:
 		l.inStream = false
-		return nil
+		return l.chunkDone(ctx, st)
 	case *pgoutput.RelationMessage:
 		rel := m.Relation
 		if err := l.app.Relation(ctx, &rel); err != nil {
 			return err
 		}
+		l.rels[rel.ID] = &rel
 		xid = m.XID
 	case *pgoutput.Insert:
 		xid = m.XID
@@ -570,13 +608,81 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 	default:
 		return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
 	}
-	if _, ok := st.first[xid]; !ok {
-		st.first[xid] = streamMark{len(st.msgs), st.bytes}
+	off, err := st.log.Append(l.streamFrame.Data)
+	if err != nil {
+		return err
 	}
-	st.msgs = append(st.msgs, m)
-	st.bytes += l.frameBytes
-	l.s.streamBytes.Add(int64(l.frameBytes))
+	if _, ok := st.first[xid]; !ok {
+		st.first[xid] = off
+	}
+	if st.firstLSN == 0 {
+		st.firstLSN = l.streamFrame.WALStart
+	}
+	n := int64(len(l.streamFrame.Data) + 4)
+	st.counted += n
+	l.s.streamBytes.Add(n)
+	l.s.spilled.Add(n)
 	return nil
+}
+
+// chunkDone hands the chunk just received to the stream's inflight
+// applier, starting one if the stream may have it.
+func (l *loop) chunkDone(ctx context.Context, st *stream) error {
+	if err := st.log.Flush(); err != nil {
+		return err
+	}
+	if st.atCommit || st.log.Size() == st.published {
+		return nil
+	}
+	if st.inflight == nil {
+		if !l.inflightAllowed(st) {
+			st.atCommit = true
+			return nil
+		}
+		f, err := l.startInflight(ctx, l.streamXID, st.log, st.firstLSN)
+		if err != nil {
+			l.s.log.Warn("cannot open a connection to apply a streamed transaction in flight; it will be applied at its commit", "xid", l.streamXID, "error", err)
+			st.atCommit = true
+			return nil
+		}
+		st.inflight = f
+	}
+	// What came before this chunk takes its locks on the target first.
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	st.inflight.push(streamEvent{kind: 'c', from: st.published, to: st.log.Size()})
+	st.published = st.log.Size()
+	return nil
+}
+
+// inflightAllowed decides whether a stream is applied as it arrives: there
+// is a connection to spare, and no table's initial copy could hold the
+// transaction already (which only its commit LSN, unknown yet, would tell).
+func (l *loop) inflightAllowed(st *stream) bool {
+	if int(l.s.inflight.Load()) >= l.s.cfg.StreamWorkers {
+		return false
+	}
+	for _, lsn := range l.app.Synced() {
+		if lsn > st.firstLSN {
+			return false
+		}
+	}
+	return true
+}
+
+// settle commits everything taken from the stream so far (with workers:
+// hands it over and waits until it is committed).
+func (l *loop) settle(ctx context.Context) error {
+	if open, inTxn, _, _, _ := l.group(); open && !inTxn {
+		if err := l.commitGroup(ctx); err != nil {
+			return err
+		}
+	}
+	if l.pool != nil {
+		return l.pool.drain()
+	}
+	return l.app.Wait()
 }
 
 func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
@@ -586,41 +692,126 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 		return
 	}
 	if m.SubXID == m.XID || m.SubXID == 0 {
-		l.s.streamBytes.Add(-int64(st.bytes))
-		delete(l.streams, m.XID)
+		l.dropStream(m.XID, st)
 		return
 	}
 	cut, ok := st.first[m.SubXID]
 	if !ok {
 		return
 	}
-	st.msgs = st.msgs[:cut.msg]
-	l.s.streamBytes.Add(-int64(st.bytes - cut.bytes))
-	st.bytes = cut.bytes
-	for x, i := range st.first {
-		if i.msg >= cut.msg {
+	st.log.Cut(cut)
+	live := st.log.Size() - st.log.DeadBytes()
+	l.s.streamBytes.Add(live - st.counted)
+	st.counted = live
+	for x, off := range st.first {
+		if off >= cut {
 			delete(st.first, x)
 		}
+	}
+	if st.inflight != nil {
+		st.inflight.push(streamEvent{kind: 's', subxid: m.SubXID})
+	}
+}
+
+// dropStream forgets a stream, rolling back what was applied of it.
+func (l *loop) dropStream(xid parapply.XID, st *stream) {
+	delete(l.streams, xid)
+	if st.inflight != nil {
+		st.inflight.abort()
+	}
+	l.s.streamBytes.Add(-st.counted)
+	if err := st.log.Close(); err != nil {
+		l.s.log.Warn("removing a spill file", "error", err)
+	}
+}
+
+func (l *loop) closeStreams() {
+	for xid, st := range l.streams {
+		l.dropStream(xid, st)
 	}
 }
 
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
 	st := l.streams[m.XID]
-	delete(l.streams, m.XID)
-	if st != nil {
-		l.s.streamBytes.Add(-int64(st.bytes))
+	txn := apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}
+	if st == nil {
+		// Nothing of it was published (empty, or only unpublished
+		// tables).
+		if err := l.begin(txn); err != nil {
+			return err
+		}
+		return l.commit(ctx, m.EndLSN)
 	}
-	if err := l.begin(apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}); err != nil {
-		return err
-	}
-	if st != nil {
-		for _, c := range st.msgs {
-			if err := l.dispatch(ctx, c); err != nil {
+	defer l.dropStream(m.XID, st)
+	if f := st.inflight; f != nil {
+		st.inflight = nil
+		if err := l.settle(ctx); err != nil {
+			f.abort()
+			return err
+		}
+		if m.CommitLSN <= l.skipBelow {
+			// Applied before a restart: the copy applied in flight
+			// goes.
+			f.abort()
+			st.atCommit = true
+		} else {
+			res := f.commit(txn, m.EndLSN)
+			<-f.done
+			if res.err == nil {
+				l.s.streamedInFlight.Add(1)
+				record(l.tracker, res.c)
+				return nil
+			}
+			done, err := l.committedAnyway(ctx, res, m.CommitLSN)
+			if err != nil {
 				return err
 			}
+			if done {
+				l.s.streamedInFlight.Add(1)
+				return nil
+			}
+			l.s.log.Warn("a streamed transaction could not be applied in flight; applying it from its spill file", "xid", m.XID, "commit_lsn", m.CommitLSN.String(), "error", res.err)
 		}
 	}
+	l.s.streamedAtCommit.Add(1)
+	if err := l.begin(txn); err != nil {
+		return err
+	}
+	dec := pgoutput.NewStreamDecoder(l.dec.ProtoVersion)
+	err := st.log.Replay(func(rec []byte) error {
+		c, err := dec.Decode(rec)
+		if err != nil {
+			return fmt.Errorf("decoding the spill file of transaction %d: %w", m.XID, err)
+		}
+		return l.dispatch(ctx, c)
+	})
+	if err != nil {
+		return err
+	}
 	return l.commit(ctx, m.EndLSN)
+}
+
+// committedAnyway finds out whether an inflight commit that failed reached
+// the target all the same (the connection died during COMMIT): its backend
+// is ended and waited for, then the progress row tells. If it did, the
+// tracker is told.
+func (l *loop) committedAnyway(ctx context.Context, res inflightResult, commitLSN parapply.LSN) (bool, error) {
+	if res.pid == 0 || res.c.End == 0 {
+		return false, nil
+	}
+	if err := awaitGone(ctx, l.app, res.pid); err != nil {
+		return false, err
+	}
+	done, err := progress.Applied(ctx, l.app.Conn(), l.s.cfg.Source.Slot, commitLSN)
+	if err != nil || !done {
+		return false, err
+	}
+	local, flushed, err := l.app.WALPositions(ctx)
+	if err != nil {
+		return false, err
+	}
+	record(l.tracker, apply.Committed{End: res.c.End, CommitTime: res.c.CommitTime, Local: local, Flushed: flushed})
+	return true, nil
 }
 
 // copyProgress keeps the copy's progress for Status and passes it on.

@@ -80,6 +80,20 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.Workers, err = c.int("workers", 0); err != nil {
 		return cfg, err
 	}
+	if cfg.StreamWorkers, err = c.int("stream_workers", 0); err != nil {
+		return cfg, err
+	}
+	cfg.SpillDir = c["spill_directory"]
+	if v := c["logical_decoding_work_mem"]; v != "" {
+		n, err := c.size("logical_decoding_work_mem")
+		if err != nil {
+			return cfg, err
+		}
+		if n < 64<<10 {
+			return cfg, fmt.Errorf("invalid value for logical_decoding_work_mem: %q (at least 64kB, as on the publisher)", v)
+		}
+		c["logical_decoding_work_mem"] = fmt.Sprintf("%dkB", n>>10)
+	}
 	if cfg.Workers > 64 {
 		return cfg, fmt.Errorf("invalid value for workers: %d (0 to 64)", cfg.Workers)
 	}
@@ -92,7 +106,8 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.Group.MaxDelay, err = c.duration("group_max_delay"); err != nil {
 		return cfg, err
 	}
-	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval}
+	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
+		DecodingWorkMem: c["logical_decoding_work_mem"]}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
 	cfg.Log = log
 	return cfg, nil

@@ -84,10 +84,11 @@ func (e *env) config(slot string) subscriber.Config {
 		w = os.Stderr
 	}
 	return subscriber.Config{
-		Source:  source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
-		Target:  apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
-		Log:     slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Workers: testWorkers(),
+		Source:        source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
+		Target:        apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
+		Log:           slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Workers:       testWorkers(),
+		StreamWorkers: 2,
 	}
 }
 

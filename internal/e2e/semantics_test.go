@@ -61,6 +61,11 @@ func TestStreamedTransactions(t *testing.T) {
 	}
 	e.waitCaughtUp(r)
 	e.verify("public.big", "public.small")
+	st := r.s.Status()
+	t.Logf("streamed transactions: %d applied in flight, %d at commit, %d bytes spilled", st.StreamedInFlight, st.StreamedAtCommit, st.SpillBytes)
+	if st.StreamedInFlight < 1 || st.SpillBytes == 0 || st.StreamBytes != 0 || st.StreamsInFlight != 0 {
+		t.Errorf("want streamed transactions applied in flight, spill bytes counted, nothing left held: %+v", st)
+	}
 }
 
 // TestSchemaChangeAndTruncate changes a published table's columns while

@@ -1,0 +1,276 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/pgoutput"
+	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/spill"
+)
+
+// A streamed transaction is applied as its chunks arrive, in an open target
+// transaction on a connection of its own, so that at the publisher's commit
+// little is left to do. Its changes are also kept in a spill file: if
+// applying in flight fails for any reason (a lock held longer than
+// inflightLockTimeout, a lost connection, an error), it is rolled back and
+// the transaction is applied from the file at its commit, on the main path,
+// like one that was never applied in flight.
+//
+// Lock order follows the publisher's: before a chunk is handed over,
+// everything before it in the stream is committed on the target, and the
+// stream's own commit waits for everything before it. A lock wait the
+// publisher did not have ends at the lock timeout, always on the stream's
+// side (the target's deadlock_timeout is longer), so the main path never
+// deadlocks with it.
+
+// inflightLockTimeout bounds a streamed transaction's lock waits on the
+// target; PostgreSQL's default deadlock_timeout is 1s.
+const inflightLockTimeout = "500ms"
+
+type streamEvent struct {
+	kind   byte // 'c' chunk, 's' subtransaction abort, 'C' commit, 'A' abort
+	from   int64
+	to     int64
+	subxid parapply.XID
+	txn    apply.Txn
+	end    parapply.LSN
+	reply  chan inflightResult
+}
+
+type inflightResult struct {
+	c   apply.Committed
+	err error
+	// pid is the target backend of a commit that failed: it may have
+	// committed all the same.
+	pid uint32
+}
+
+// inflight applies one streamed transaction on its own target connection.
+type inflight struct {
+	xid    parapply.XID
+	log    *spill.Log
+	app    *apply.Applier
+	proto  int
+	rels   map[uint32]*parapply.Relation
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	events []streamEvent
+
+	failed     error
+	savepoints []parapply.XID
+}
+
+// startInflight opens a target connection for a streamed transaction whose
+// first change is at first, and starts applying its chunks as they come.
+func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
+	cfg := l.s.cfg.Target
+	if cfg.AppName == "" {
+		cfg.AppName = "parapply"
+	}
+	cfg.AppName = fmt.Sprintf("%s stream %d", trimApply(cfg.AppName), xid)
+	app, err := apply.Open(ctx, cfg)
+	if err == nil {
+		err = progress.Share(ctx, app.Conn(), cfg.Slot)
+	}
+	if err == nil {
+		_, err = app.Conn().Exec(ctx, "SET lock_timeout = '"+inflightLockTimeout+"'")
+	}
+	if err != nil {
+		if app != nil {
+			app.Close(context.Background())
+		}
+		return nil, err
+	}
+	app.SetSynced(l.app.Synced())
+	app.Warn = l.app.Warn
+	rels := make(map[uint32]*parapply.Relation, len(l.rels))
+	for id, r := range l.rels {
+		rels[id] = r
+	}
+	gctx, cancel := context.WithCancel(context.Background())
+	f := &inflight{xid: xid, log: log, app: app, proto: l.dec.ProtoVersion, rels: rels, cancel: cancel, done: make(chan struct{})}
+	f.cond = sync.NewCond(&f.mu)
+	// The commit LSN is not known yet; the first change's position stands
+	// in for it (the commit comes after it), so tables copied at a sync
+	// position before it are applied (see loop.inflightAllowed).
+	app.Begin(apply.Txn{XID: xid, CommitLSN: first})
+	l.s.inflight.Add(1)
+	go func() {
+		defer close(f.done)
+		defer l.s.inflight.Add(-1)
+		defer app.Close(context.Background())
+		f.run(gctx)
+	}()
+	return f, nil
+}
+
+func trimApply(name string) string {
+	const suffix = " apply"
+	if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
+		return name[:len(name)-len(suffix)]
+	}
+	return name
+}
+
+func (f *inflight) push(e streamEvent) {
+	f.mu.Lock()
+	f.events = append(f.events, e)
+	f.mu.Unlock()
+	f.cond.Signal()
+}
+
+// commit asks for the transaction to be committed once everything handed
+// over is applied, and waits for the outcome.
+func (f *inflight) commit(txn apply.Txn, end parapply.LSN) inflightResult {
+	reply := make(chan inflightResult, 1)
+	f.push(streamEvent{kind: 'C', txn: txn, end: end, reply: reply})
+	return <-reply
+}
+
+// abort rolls the transaction back and waits until the connection is
+// closed.
+func (f *inflight) abort() {
+	f.push(streamEvent{kind: 'A'})
+	f.cancel()
+	<-f.done
+}
+
+func (f *inflight) run(ctx context.Context) {
+	for {
+		f.mu.Lock()
+		for len(f.events) == 0 {
+			f.cond.Wait()
+		}
+		e := f.events[0]
+		f.events = f.events[1:]
+		f.mu.Unlock()
+		switch e.kind {
+		case 'c':
+			if f.failed == nil {
+				f.fail(f.chunk(ctx, e.from, e.to))
+			}
+		case 's':
+			if f.failed == nil {
+				f.fail(f.subAbort(ctx, e.subxid))
+			}
+		case 'C':
+			if f.failed != nil {
+				e.reply <- inflightResult{err: f.failed}
+				return
+			}
+			f.app.Retitle(e.txn)
+			f.app.End(e.end)
+			pid := f.app.Conn().PgConn().PID()
+			c, err := f.app.Commit(ctx)
+			e.reply <- inflightResult{c: c, err: err, pid: pid}
+			return
+		case 'A':
+			f.app.Abort(context.Background())
+			return
+		}
+	}
+}
+
+func (f *inflight) fail(err error) {
+	if err != nil && f.failed == nil {
+		f.failed = err
+		f.app.Abort(context.Background())
+	}
+}
+
+// chunk applies the records in [from, to) of the spill file and sends what
+// it queued, so the target works while the next chunk arrives.
+func (f *inflight) chunk(ctx context.Context, from, to int64) error {
+	dec := pgoutput.NewStreamDecoder(f.proto)
+	err := f.log.Read(from, to, func(_ int64, rec []byte) error {
+		m, err := dec.Decode(rec)
+		if err != nil {
+			return err
+		}
+		var xid parapply.XID
+		var rel uint32
+		switch m := m.(type) {
+		case *pgoutput.RelationMessage:
+			r := m.Relation
+			f.rels[r.ID] = &r
+			return f.app.Relation(ctx, &r)
+		case *pgoutput.Insert:
+			xid, rel = m.XID, m.RelationID
+		case *pgoutput.Update:
+			xid, rel = m.XID, m.RelationID
+		case *pgoutput.Delete:
+			xid, rel = m.XID, m.RelationID
+		case *pgoutput.Truncate:
+			xid = m.XID
+			for _, id := range m.RelationIDs {
+				if err := f.load(ctx, id); err != nil {
+					return err
+				}
+			}
+		default:
+			return nil
+		}
+		if rel != 0 {
+			if err := f.load(ctx, rel); err != nil {
+				return err
+			}
+		}
+		if xid != f.xid && !containsXID(f.savepoints, xid) {
+			f.savepoints = append(f.savepoints, xid)
+			if err := f.app.Savepoint(ctx, savepointName(xid)); err != nil {
+				return err
+			}
+		}
+		return applyChange(ctx, f.app, m)
+	})
+	if err != nil {
+		return err
+	}
+	return f.app.Prepare(ctx)
+}
+
+func (f *inflight) load(ctx context.Context, id uint32) error {
+	if f.app.HasRelation(id) {
+		return nil
+	}
+	r, ok := f.rels[id]
+	if !ok {
+		return fmt.Errorf("streamed transaction %d: no relation message for relation %d (protocol error)", f.xid, id)
+	}
+	return f.app.Relation(ctx, r)
+}
+
+func (f *inflight) subAbort(ctx context.Context, subxid parapply.XID) error {
+	for i, x := range f.savepoints {
+		if x == subxid {
+			// Savepoints after it go with it.
+			f.savepoints = f.savepoints[:i]
+			if err := f.app.RollbackTo(ctx, savepointName(subxid)); err != nil {
+				return err
+			}
+			return f.app.Prepare(ctx)
+		}
+	}
+	return nil // nothing of it was applied here
+}
+
+func savepointName(xid parapply.XID) string {
+	return "parapply_sub_" + strconv.FormatUint(uint64(xid), 10)
+}
+
+func containsXID(xs []parapply.XID, x parapply.XID) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
