@@ -67,7 +67,8 @@ type Source struct {
 	// was created.
 	Published []PublishedTable
 
-	walEnd atomic.Uint64
+	walEnd   atomic.Uint64
+	coalesce *coalescingConn
 }
 
 // WALEnd is the publisher's WAL end as of its last message: how far behind
@@ -100,6 +101,8 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.DecodingWorkMem != "" {
 		pc.RuntimeParams["logical_decoding_work_mem"] = cfg.DecodingWorkMem
 	}
+	src := &Source{}
+	pc.DialFunc = src.coalescingDialer(pc.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -108,7 +111,8 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 		}
 		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
 	}
-	s := &Source{cfg: cfg, conn: conn, Database: pc.Database}
+	s := src
+	s.cfg, s.conn, s.Database = cfg, conn, pc.Database
 	if err := s.check(ctx); err != nil {
 		conn.Close(context.Background())
 		return nil, err
@@ -304,6 +308,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	}()
 
 	received := start
+	var txns txnTracker
 	var sentDurable, sentApplied parapply.LSN
 	var lastSent time.Time
 	send := func(force bool) error {
@@ -421,6 +426,9 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 					return fmt.Errorf("bad XLogData from the publisher: %w", err)
 				}
 				s.sawWALEnd(uint64(x.ServerWALEnd))
+				if len(x.WALData) > 0 {
+					txns.saw(x.WALData[0], s.coalesce)
+				}
 				data := make([]byte, len(x.WALData))
 				copy(data, x.WALData)
 				if l := parapply.LSN(x.WALStart); l > received {

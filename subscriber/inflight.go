@@ -3,8 +3,10 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
@@ -53,7 +55,8 @@ type inflightResult struct {
 // inflight applies one streamed transaction on its own target connection.
 type inflight struct {
 	xid    parapply.XID
-	log    *spill.Log
+	spill  *spill.Log
+	log    *slog.Logger
 	app    *apply.Applier
 	proto  int
 	rels   map[uint32]*parapply.Relation
@@ -96,7 +99,7 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.L
 		rels[id] = r
 	}
 	gctx, cancel := context.WithCancel(context.Background())
-	f := &inflight{xid: xid, log: log, app: app, proto: l.dec.ProtoVersion, rels: rels, cancel: cancel, done: make(chan struct{})}
+	f := &inflight{xid: xid, spill: log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: rels, cancel: cancel, done: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
 	// The commit LSN is not known yet; the first change's position stands
 	// in for it (the commit comes after it), so tables copied at a sync
@@ -155,7 +158,9 @@ func (f *inflight) run(ctx context.Context) {
 		switch e.kind {
 		case 'c':
 			if f.failed == nil {
+				began := time.Now()
 				f.fail(f.chunk(ctx, e.from, e.to))
+				f.log.Debug("streamed chunk applied in flight", "xid", f.xid, "bytes", e.to-e.from, "seconds", time.Since(began).Seconds(), "error", f.failed)
 			}
 		case 's':
 			if f.failed == nil {
@@ -190,7 +195,7 @@ func (f *inflight) fail(err error) {
 // it queued, so the target works while the next chunk arrives.
 func (f *inflight) chunk(ctx context.Context, from, to int64) error {
 	dec := pgoutput.NewStreamDecoder(f.proto)
-	err := f.log.Read(from, to, func(_ int64, rec []byte) error {
+	err := f.spill.Read(from, to, func(_ int64, rec []byte) error {
 		m, err := dec.Decode(rec)
 		if err != nil {
 			return err

@@ -755,8 +755,10 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 			f.abort()
 			st.atCommit = true
 		} else {
+			began := time.Now()
 			res := f.commit(txn, m.EndLSN)
 			<-f.done
+			l.s.log.Debug("streamed transaction committed in flight", "xid", m.XID, "seconds", time.Since(began).Seconds(), "error", res.err)
 			if res.err == nil {
 				l.s.streamedInFlight.Add(1)
 				record(l.tracker, res.c)

@@ -11,11 +11,16 @@ import (
 // subtransactions, one aborted whole, and one interleaved with small
 // transactions must leave the target equal to the publisher.
 func TestStreamedTransactions(t *testing.T) {
+	testStreamed(t, 2)
+}
+
+func testStreamed(t *testing.T, streamWorkers int) {
 	e := newEnv(t, `CREATE TABLE big (id int PRIMARY KEY, v text); CREATE TABLE small (id int PRIMARY KEY, v int)`)
 	e.exec(e.pub, `ALTER SYSTEM SET logical_decoding_work_mem = '64kB'`)
 	e.exec(e.pub, `SELECT pg_reload_conf()`)
 	cfg := e.config("streamed")
 	cfg.Source.Streaming = true
+	cfg.StreamWorkers = streamWorkers
 	r := e.start(cfg)
 	// Subtransactions: the second is rolled back, the third kept.
 	e.exec(e.pub, `BEGIN;
@@ -63,8 +68,8 @@ func TestStreamedTransactions(t *testing.T) {
 	e.verify("public.big", "public.small")
 	st := r.s.Status()
 	t.Logf("streamed transactions: %d applied in flight, %d at commit, %d bytes spilled", st.StreamedInFlight, st.StreamedAtCommit, st.SpillBytes)
-	if st.StreamedInFlight < 1 || st.SpillBytes == 0 || st.StreamBytes != 0 || st.StreamsInFlight != 0 {
-		t.Errorf("want streamed transactions applied in flight, spill bytes counted, nothing left held: %+v", st)
+	if (streamWorkers > 0) != (st.StreamedInFlight > 0) || st.StreamedInFlight+st.StreamedAtCommit < 2 || st.SpillBytes == 0 || st.StreamBytes != 0 || st.StreamsInFlight != 0 {
+		t.Errorf("stream_workers = %d: want streamed transactions applied in flight exactly when allowed, spill bytes counted, nothing left held: %+v", streamWorkers, st)
 	}
 }
 
