@@ -198,9 +198,15 @@ func (e *env) waitSlotExists(t *testing.T, slot string, p *proc) {
 // noticed the old connection is gone and released the slot.
 func (e *env) restart(t *testing.T, args []string) *proc {
 	t.Helper()
+	slot := "crash"
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--slot" {
+			slot = args[i+1]
+		}
+	}
 	for i := 0; ; i++ {
 		var active bool
-		if err := e.pub.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = 'crash'").Scan(&active); err != nil {
+		if err := e.pub.QueryRow(context.Background(), "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
 			t.Fatal(err)
 		}
 		if !active {

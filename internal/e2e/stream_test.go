@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,4 +208,70 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM in /proc status")
 	return 0
+}
+
+// TestStreamedKilled kills parapply (SIGKILL) while it applies a streamed
+// transaction in flight, and again right after the publisher commits it,
+// restarting each time: the target must end equal to the publisher, with
+// the transaction applied exactly once (the table has no key, so twice would
+// show as duplicate rows).
+func TestStreamedKilled(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE nokey (n int, filler text); ALTER TABLE nokey REPLICA IDENTITY FULL; CREATE TABLE marks (id int PRIMARY KEY)`)
+	ctx := context.Background()
+	args := []string{"--publication", "pub", "--slot", "killed", "--logical-decoding-work-mem", "64kB"}
+	waitStreamOpen := func(p *proc) {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if err := p.alive(); err != nil {
+				t.Fatal(err)
+			}
+			var open int
+			if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'parapply stream %' AND xact_start IS NOT NULL`).Scan(&open); err != nil {
+				t.Fatal(err)
+			}
+			if open > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the streamed transaction was never applied in flight")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for round := 0; round < 2; round++ {
+		p := e.restart(t, args)
+		e.waitSlotExists(t, "killed", p)
+		tx, err := e.pub.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nokey SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`); err != nil {
+			t.Fatal(err)
+		}
+		waitStreamOpen(p)
+		if round == 0 {
+			// Killed mid-stream: the open target transaction dies with
+			// its backend; the publisher streams it again.
+			p.signal(syscall.SIGKILL)
+			if _, err := tx.Exec(ctx, `INSERT INTO nokey SELECT g, 'after the kill' FROM generate_series(20001, 30000) g`); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// Killed as the commit is being applied.
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.exec(e.pub, `INSERT INTO marks VALUES (1)`)
+			time.Sleep(time.Duration(50+round*30) * time.Millisecond)
+			p.signal(syscall.SIGKILL)
+		}
+	}
+	p := e.restart(t, args)
+	e.waitSlotExists(t, "killed", p)
+	e.waitSlotConfirmed("killed", 2*time.Minute, p.alive)
+	e.verify("public.nokey", "public.marks")
+	p.signal(syscall.SIGTERM)
 }
