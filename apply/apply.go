@@ -1054,6 +1054,71 @@ func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 	})
 }
 
+// PrepareTransaction ends the open group, which holds one source
+// transaction prepared for two-phase commit, with PREPARE TRANSACTION gid.
+func (a *Applier) PrepareTransaction(ctx context.Context, gid string) (Committed, error) {
+	var c Committed
+	if err := a.queueEnd(ctx, &c, gid); err != nil {
+		return c, err
+	}
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return c, err
+	}
+	err := c.finish(a)
+	return c, err
+}
+
+// FinishPrepared commits (or rolls back) the prepared transaction gid; a
+// commit records txn, ending at end, in the progress row. A gid the target no
+// longer has was finished before a restart: a commit is then checked
+// against parapply.prepared (its row exists only if the prepared
+// transaction committed); a rollback has nothing left to do.
+func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, txn Txn, end parapply.LSN) (Committed, error) {
+	var c Committed
+	if err := a.wait(); err != nil {
+		return c, err
+	}
+	verb := "ROLLBACK PREPARED "
+	if commit {
+		verb = "COMMIT PREPARED "
+	}
+	if _, err := a.conn.Exec(ctx, verb+quoteLiteral(gid)); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42704" {
+			return c, fmt.Errorf("%sof source transaction %d on the target: %w", verb, txn.XID, err)
+		}
+		if commit {
+			var done bool
+			if err := a.conn.QueryRow(ctx, progress.PreparedDoneSQL, a.cfg.Slot, gid).Scan(&done); err != nil {
+				return c, fmt.Errorf("reading parapply.prepared: %w", err)
+			}
+			if !done {
+				return c, fmt.Errorf("source transaction %d (%s) is to be committed, but the target holds no prepared transaction %s and never committed it: it was lost (was it rolled back by hand with ROLLBACK PREPARED?); re-sync the target", txn.XID, txn.CommitLSN, gid)
+			}
+		}
+	}
+	if !commit {
+		// Nothing committed: the progress row stays as it is.
+		return c, nil
+	}
+	a.Begin(txn)
+	a.End(end)
+	a.queue(progress.ForgetPreparedSQL, "forgetting the prepared transaction", -1, a.cfg.Slot, gid)
+	err := a.queueCommit(ctx, &c)
+	if err == nil {
+		err = a.send(ctx)
+	}
+	if err != nil {
+		a.rollback(ctx)
+		return c, err
+	}
+	err = c.finish(a)
+	return c, err
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 // Unconfirmed returns a function that counts the changes of the last
 // Commit that failed, for a caller that has found out (from the progress
 // row) that it committed all the same.
@@ -1088,6 +1153,14 @@ func (a *Applier) Busy() (bool, error) {
 // queueCommit queues the group's last statements, its progress row, COMMIT
 // and the WAL positions, and closes the group.
 func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
+	return a.queueEnd(ctx, c, "")
+}
+
+// queueEnd queues the end of the group: COMMIT with the progress row, or,
+// with a gid, PREPARE TRANSACTION with a row of parapply.prepared (the
+// progress row is left alone: its lock would be held until COMMIT
+// PREPARED).
+func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error {
 	g := a.grp
 	if !g.open || a.inTxn {
 		return fmt.Errorf("commit without a finished source transaction (internal error)")
@@ -1096,16 +1169,23 @@ func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
 		a.rollback(ctx)
 		return err
 	}
-	a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
-	c.Durable = a.syncCommit
-	if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {
-		// The publisher waits for this commit: flush it now rather
-		// than when the target's WAL writer gets to it.
-		a.queue("SET LOCAL synchronous_commit = on", "synchronous commit", -1)
-		c.Durable = true
+	if gid != "" {
+		a.queue(progress.RecordPreparedSQL, "recording the prepared transaction", -1, a.cfg.Slot, gid, int64(g.last.XID), g.last.CommitLSN.String(), g.end.String())
+		a.batch.Queue("PREPARE TRANSACTION " + quoteLiteral(gid))
+		a.ops = append(a.ops, op{what: "PREPARE TRANSACTION", rows: -1})
+		c.Durable = true // a PREPARE is flushed before it returns
+	} else {
+		a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
+		c.Durable = a.syncCommit
+		if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {
+			// The publisher waits for this commit: flush it now rather
+			// than when the target's WAL writer gets to it.
+			a.queue("SET LOCAL synchronous_commit = on", "synchronous commit", -1)
+			c.Durable = true
+		}
+		a.batch.Queue("COMMIT")
+		a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
 	}
-	a.batch.Queue("COMMIT")
-	a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
 	// The WAL positions ride in the same round trip, right after COMMIT.
 	a.batch.Queue(walPositionsSQL)
 	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})

@@ -43,11 +43,31 @@ CREATE TABLE IF NOT EXISTS parapply.progress (
 	commit_time timestamptz,
 	applied_at  timestamptz
 );
+CREATE TABLE IF NOT EXISTS parapply.prepared (
+	slot_name   text NOT NULL,
+	gid         text NOT NULL,
+	source_xid  bigint,
+	prepare_lsn pg_lsn,
+	end_lsn     pg_lsn,
+	PRIMARY KEY (slot_name, gid)
+);
+COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
 COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
 
 // UpdateSQL records a transaction as applied; it runs inside the applying
 // transaction. Parameters: slot, commit LSN, end LSN, xid, commit time.
 const UpdateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
+
+// RecordPreparedSQL notes, inside a transaction being prepared, which
+// source transaction it is. Parameters: slot, gid, xid, prepare LSN, end LSN.
+const RecordPreparedSQL = `INSERT INTO parapply.prepared (slot_name, gid, source_xid, prepare_lsn, end_lsn) VALUES ($1, $2, $3, $4::text::pg_lsn, $5::text::pg_lsn)`
+
+// PreparedDoneSQL tells whether a prepared transaction committed: its row
+// is visible only then. Parameters: slot, gid.
+const PreparedDoneSQL = `SELECT EXISTS (SELECT 1 FROM parapply.prepared WHERE slot_name = $1 AND gid = $2)`
+
+// ForgetPreparedSQL drops the row of a finished prepared transaction.
+const ForgetPreparedSQL = `DELETE FROM parapply.prepared WHERE slot_name = $1 AND gid = $2`
 
 // Applied reports whether the progress row says the transaction committed at
 // commitLSN has been applied: after a connection died during COMMIT, whether

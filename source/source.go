@@ -31,6 +31,9 @@ type Config struct {
 	Streaming bool
 	// Binary asks for binary tuple data.
 	Binary bool
+	// TwoPhase asks for prepared transactions as they are prepared
+	// (protocol 3 and later), not only once they commit.
+	TwoPhase bool
 	// AppName is shown in the publisher's pg_stat_replication.
 	AppName string
 	// DecodingWorkMem, if set, is the publisher session's
@@ -277,6 +280,12 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	}
 	if s.cfg.Binary {
 		args = append(args, "binary 'true'")
+	}
+	if s.cfg.TwoPhase {
+		if s.Proto < 3 {
+			return fmt.Errorf("two_phase = on needs pgoutput protocol 3 (PostgreSQL 15 or later) on the publisher; this one speaks %d: turn two_phase off", s.Proto)
+		}
+		args = append(args, "two_phase 'on'")
 	}
 	err := pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})

@@ -173,6 +173,15 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	if err := apply.CheckTables(ctx, app.Conn(), rels); err != nil {
 		return err
 	}
+	if s.cfg.Source.TwoPhase {
+		var n int
+		if err := app.Conn().QueryRow(ctx, "SELECT pg_catalog.current_setting('max_prepared_transactions')::int").Scan(&n); err != nil {
+			return fmt.Errorf("reading max_prepared_transactions on the target: %w", err)
+		}
+		if n == 0 {
+			return errors.New("two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0: set it above 0 there (a restart is needed), or turn two_phase off")
+		}
+	}
 	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, func(pids []int32) {
 		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
 	})
@@ -311,6 +320,9 @@ type loop struct {
 	streamXID parapply.XID
 	inStream  bool
 	inTxn     bool
+	// direct is set while a transaction prepared for two-phase commit is
+	// applied on the reader's own connection, with workers or not.
+	direct bool
 	// streamFrame is the streamed message being handled, as received.
 	streamFrame source.Frame
 	spillDir    string
@@ -439,7 +451,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		if l.skipping {
 			return nil
 		}
-		if l.pool != nil {
+		if l.pool != nil && !l.direct {
 			return l.take(m)
 		}
 		return applyChange(ctx, l.app, m)
@@ -464,8 +476,18 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		return nil
 	case *pgoutput.StreamStop:
 		return nil
+	case *pgoutput.BeginPrepare:
+		return l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime})
+	case *pgoutput.Prepare:
+		return l.prepare(ctx, m.XID, m.EndLSN)
+	case *pgoutput.StreamPrepare:
+		return l.streamPrepare(ctx, (*pgoutput.Prepare)(m))
+	case *pgoutput.CommitPrepared:
+		return l.finishPrepared(ctx, true, apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}, m.EndLSN)
+	case *pgoutput.RollbackPrepared:
+		return l.finishPrepared(ctx, false, apply.Txn{XID: m.XID, CommitLSN: m.PrepareEndLSN, CommitTime: m.RollbackTime}, m.RollbackEndLSN)
 	default:
-		return fmt.Errorf("unexpected %T message: parapply does not request two-phase decoding", m)
+		return fmt.Errorf("unexpected %T message (protocol error)", m)
 	}
 }
 
@@ -779,18 +801,22 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 	if err := l.begin(txn); err != nil {
 		return err
 	}
-	dec := pgoutput.NewStreamDecoder(l.dec.ProtoVersion)
-	err := st.log.Replay(func(rec []byte) error {
-		c, err := dec.Decode(rec)
-		if err != nil {
-			return fmt.Errorf("decoding the spill file of transaction %d: %w", m.XID, err)
-		}
-		return l.dispatch(ctx, c)
-	})
-	if err != nil {
+	if err := l.replay(ctx, m.XID, st); err != nil {
 		return err
 	}
 	return l.commit(ctx, m.EndLSN)
+}
+
+// replay dispatches a stream's live changes from its spill file.
+func (l *loop) replay(ctx context.Context, xid parapply.XID, st *stream) error {
+	dec := pgoutput.NewStreamDecoder(l.dec.ProtoVersion)
+	return st.log.Replay(func(rec []byte) error {
+		c, err := dec.Decode(rec)
+		if err != nil {
+			return fmt.Errorf("decoding the spill file of transaction %d: %w", xid, err)
+		}
+		return l.dispatch(ctx, c)
+	})
 }
 
 // committedAnyway finds out whether an inflight commit that failed reached
@@ -814,6 +840,106 @@ func (l *loop) committedAnyway(ctx context.Context, res inflightResult, commitLS
 	}
 	record(l.tracker, apply.Committed{End: res.c.End, CommitTime: res.c.CommitTime, Local: local, Flushed: flushed})
 	return true, nil
+}
+
+// Two-phase transactions (two_phase = on). A prepared transaction is
+// applied alone on the reader's connection, after everything before it has
+// committed, and ends with PREPARE TRANSACTION under a gid of parapply's
+// own; COMMIT PREPARED or ROLLBACK PREPARED follow when the publisher sends
+// them. The progress row moves at COMMIT PREPARED (a prepared transaction
+// holding its lock would stall every later commit); a PREPARE the publisher
+// sends again after a restart is recognized by its gid in
+// pg_prepared_xacts.
+
+// preparedGID names a source transaction's prepared transaction on the
+// target.
+func (l *loop) preparedGID(xid parapply.XID) string {
+	return fmt.Sprintf("parapply_%s_%d", l.s.cfg.Source.Slot, xid)
+}
+
+func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	if err := l.begin(txn); err != nil {
+		return err
+	}
+	if !l.skipping {
+		var exists bool
+		err := l.app.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = $1)", l.preparedGID(txn.XID)).Scan(&exists)
+		if err != nil {
+			return fmt.Errorf("reading pg_prepared_xacts on the target: %w", err)
+		}
+		l.skipping = exists // prepared before a restart
+	}
+	if l.skipping || l.pool == nil {
+		return nil
+	}
+	// With workers, begin opened a unit; this transaction is the
+	// reader's own.
+	l.cur = nil
+	l.direct = true
+	l.app.Begin(txn)
+	return nil
+}
+
+func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) error {
+	l.inTxn = false
+	l.direct = false
+	if l.skipping {
+		l.skipping = false
+		l.tracker.Reached(end)
+		return nil
+	}
+	l.app.End(end)
+	c, err := l.app.PrepareTransaction(ctx, l.preparedGID(xid))
+	if err != nil {
+		return err
+	}
+	record(l.tracker, c)
+	return nil
+}
+
+// streamPrepare prepares a streamed transaction: it is applied from its
+// spill file (what was applied in flight is rolled back) and prepared.
+func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
+	st := l.streams[m.XID]
+	if err := l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}); err != nil {
+		return err
+	}
+	if st != nil {
+		defer l.dropStream(m.XID, st)
+		if f := st.inflight; f != nil {
+			st.inflight = nil
+			f.abort()
+		}
+		if !l.skipping {
+			if err := l.replay(ctx, m.XID, st); err != nil {
+				return err
+			}
+		}
+	}
+	return l.prepare(ctx, m.XID, m.EndLSN)
+}
+
+func (l *loop) finishPrepared(ctx context.Context, commit bool, txn apply.Txn, end parapply.LSN) error {
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	if commit && txn.CommitLSN <= l.skipBelow {
+		l.tracker.Reached(end)
+		return nil
+	}
+	c, err := l.app.FinishPrepared(ctx, l.preparedGID(txn.XID), commit, txn, end)
+	if err != nil {
+		return err
+	}
+	if !commit {
+		l.tracker.Reached(end)
+		return nil
+	}
+	record(l.tracker, c)
+	return nil
 }
 
 // copyProgress keeps the copy's progress for Status and passes it on.

@@ -49,6 +49,10 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	twoPhase, err := c.bool("two_phase")
+	if err != nil {
+		return cfg, err
+	}
 	rows, err := c.int("batch_rows", 1)
 	if err != nil {
 		return cfg, err
@@ -107,7 +111,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		return cfg, err
 	}
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
-		DecodingWorkMem: c["logical_decoding_work_mem"]}
+		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
 	cfg.Log = log
 	return cfg, nil

@@ -67,6 +67,8 @@ func TestBadInput(t *testing.T) {
 			[]string{"wal_level", "logical"}},
 		{"no publication flag", []string{"--source", src, "--target", dst},
 			[]string{"--publication"}},
+		{"two_phase without prepared transactions on the target", []string{"--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_2pc", "--two-phase", "on"},
+			[]string{"two_phase", "max_prepared_transactions"}},
 		{"bad setting", []string{"--source", src, "--target", dst, "--publication", "pub", "--batch-rows", "zero"},
 			[]string{"batch_rows"}},
 	}

@@ -37,8 +37,14 @@ var fast = map[string]string{"fsync": "off", "full_page_writes": "off", "synchro
 // publication "pub" for all tables on the publisher.
 func newEnv(t *testing.T, schema string) *env {
 	t.Helper()
+	return newEnvSettings(t, schema, fast, fast)
+}
+
+// newEnvSettings is newEnv with the servers' settings given.
+func newEnvSettings(t *testing.T, schema string, pubSettings, subSettings map[string]string) *env {
+	t.Helper()
 	ctx := context.Background()
-	pair, err := pgtest.StartPair(ctx, fast, fast)
+	pair, err := pgtest.StartPair(ctx, pubSettings, subSettings)
 	if err != nil {
 		t.Fatal(err)
 	}
