@@ -92,6 +92,12 @@ func QuoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
+// QuoteLiteral quotes a string as a SQL literal, for the few commands that
+// take no parameters (PREPARE TRANSACTION, replication options).
+func QuoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
 // Kinds of tuple values as pgoutput sends them.
 const (
 	ValueNull      = 'n'

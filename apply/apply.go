@@ -266,6 +266,7 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		lsn, ok := a.synced[t.Name]
 		t.SyncLSN, t.Unsynced = lsn, !ok
 	}
+	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
 	a.tables[rel.ID] = t
 	for k := range a.sql {
 		if binary.BigEndian.Uint32([]byte(k)) == rel.ID {
@@ -495,7 +496,7 @@ func (a *Applier) exec(ctx context.Context, batch *pgx.Batch, ops []op, desc str
 		if o.rows >= 0 {
 			if n := tag.RowsAffected(); n < int64(o.rows) {
 				a.Stats.Missing.Add(int64(o.rows) - n)
-				a.missing(o.table, o.kind, int64(o.rows)-n)
+				missing(o.table, o.kind, int64(o.rows)-n)
 			}
 		}
 	}
@@ -996,17 +997,25 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 // trip. It returns what the Tracker needs to know of the commit.
 func (a *Applier) Commit(ctx context.Context) (Committed, error) {
 	var c Committed
-	if err := a.queueCommit(ctx, &c); err != nil {
-		return c, err
+	err := a.end(ctx, &c, "")
+	return c, err
+}
+
+// end queues the end of the group (see queueEnd), waits for it and fills
+// c. If the round trip fails, the group may have ended all the same (the
+// connection died after COMMIT reached the target): its counts are kept for
+// Unconfirmed.
+func (a *Applier) end(ctx context.Context, c *Committed, gid string) error {
+	if err := a.queueEnd(ctx, c, gid); err != nil {
+		return err
 	}
 	if err := a.send(ctx); err != nil {
 		a.unconfirmed = c.tallies
 		a.rollback(ctx)
-		return c, err
+		return err
 	}
 	a.unconfirmed = nil
-	err := c.finish(a)
-	return c, err
+	return c.finish(a)
 }
 
 // Committed describes a committed group, for the Tracker.
@@ -1042,7 +1051,7 @@ func (c *Committed) finish(a *Applier) error {
 // then Busy reports true.
 func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 	c := &Committed{}
-	if err := a.queueCommit(ctx, c); err != nil {
+	if err := a.queueEnd(ctx, c, ""); err != nil {
 		return err
 	}
 	return a.sendAsync(ctx, func() error {
@@ -1058,14 +1067,7 @@ func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 // transaction prepared for two-phase commit, with PREPARE TRANSACTION gid.
 func (a *Applier) PrepareTransaction(ctx context.Context, gid string) (Committed, error) {
 	var c Committed
-	if err := a.queueEnd(ctx, &c, gid); err != nil {
-		return c, err
-	}
-	if err := a.send(ctx); err != nil {
-		a.rollback(ctx)
-		return c, err
-	}
-	err := c.finish(a)
+	err := a.end(ctx, &c, gid)
 	return c, err
 }
 
@@ -1083,7 +1085,7 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 	if commit {
 		verb = "COMMIT PREPARED "
 	}
-	if _, err := a.conn.Exec(ctx, verb+quoteLiteral(gid)); err != nil {
+	if _, err := a.conn.Exec(ctx, verb+parapply.QuoteLiteral(gid)); err != nil {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "42704" {
 			return c, fmt.Errorf("%sof source transaction %d on the target: %w", verb, txn.XID, err)
@@ -1105,19 +1107,9 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 	a.Begin(txn)
 	a.End(end)
 	a.queue(progress.ForgetPreparedSQL, "forgetting the prepared transaction", -1, a.cfg.Slot, gid)
-	err := a.queueCommit(ctx, &c)
-	if err == nil {
-		err = a.send(ctx)
-	}
-	if err != nil {
-		a.rollback(ctx)
-		return c, err
-	}
-	err = c.finish(a)
+	err := a.end(ctx, &c, "")
 	return c, err
 }
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Unconfirmed returns a function that counts the changes of the last
 // Commit that failed, for a caller that has found out (from the progress
@@ -1150,16 +1142,10 @@ func (a *Applier) Busy() (bool, error) {
 	}
 }
 
-// queueCommit queues the group's last statements, its progress row, COMMIT
-// and the WAL positions, and closes the group.
-func (a *Applier) queueCommit(ctx context.Context, c *Committed) error {
-	return a.queueEnd(ctx, c, "")
-}
-
-// queueEnd queues the end of the group: COMMIT with the progress row, or,
-// with a gid, PREPARE TRANSACTION with a row of parapply.prepared (the
-// progress row is left alone: its lock would be held until COMMIT
-// PREPARED).
+// queueEnd queues the group's last statements and its end: the progress
+// row and COMMIT, or, with a gid, a row of parapply.prepared and PREPARE
+// TRANSACTION (the progress row is left alone: its lock would be held until
+// COMMIT PREPARED); then the WAL positions. It closes the group.
 func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error {
 	g := a.grp
 	if !g.open || a.inTxn {
@@ -1171,7 +1157,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	}
 	if gid != "" {
 		a.queue(progress.RecordPreparedSQL, "recording the prepared transaction", -1, a.cfg.Slot, gid, int64(g.last.XID), g.last.CommitLSN.String(), g.end.String())
-		a.batch.Queue("PREPARE TRANSACTION " + quoteLiteral(gid))
+		a.batch.Queue("PREPARE TRANSACTION " + parapply.QuoteLiteral(gid))
 		a.ops = append(a.ops, op{what: "PREPARE TRANSACTION", rows: -1})
 		c.Durable = true // a PREPARE is flushed before it returns
 	} else {

@@ -46,7 +46,10 @@ type Table struct {
 	// partition): every change must then reach it as it happened.
 	Triggers bool
 
-	pending *pendingTally // changes in the applier's open group
+	// tally counts what reaches the table; pending holds the open
+	// group's changes by kind until it commits.
+	tally   *Tally
+	pending [4]int64
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a

@@ -78,11 +78,10 @@ func (p pendingTally) addTo() {
 
 // count notes one change of kind k to t in the open group.
 func (a *Applier) count(t *Table, k int) {
-	if t.pending == nil {
-		t.pending = &pendingTally{tally: a.tallies.For(t.Rel.Namespace + "." + t.Rel.Name)}
+	if t.pending == ([4]int64{}) {
 		a.touched = append(a.touched, t)
 	}
-	t.pending.n[k]++
+	t.pending[k]++
 }
 
 // takeCounts returns the open group's counts and forgets them.
@@ -92,23 +91,22 @@ func (a *Applier) takeCounts() []pendingTally {
 	}
 	out := make([]pendingTally, len(a.touched))
 	for i, t := range a.touched {
-		out[i] = *t.pending
-		t.pending = nil
+		out[i] = pendingTally{t.tally, t.pending}
+		t.pending = [4]int64{}
 	}
 	a.touched = a.touched[:0]
 	return out
 }
 
 // missing counts rows an update or delete statement of kind did not find.
-func (a *Applier) missing(t *Table, kind byte, n int64) {
+func missing(t *Table, kind byte, n int64) {
 	if t == nil {
 		return
 	}
-	tl := a.tallies.For(t.Rel.Namespace + "." + t.Rel.Name)
 	switch kind {
 	case 'U', 'F':
-		tl.UpdateMissing.Add(n)
+		t.tally.UpdateMissing.Add(n)
 	case 'D', 'X':
-		tl.DeleteMissing.Add(n)
+		t.tally.DeleteMissing.Add(n)
 	}
 }

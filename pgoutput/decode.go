@@ -1,6 +1,7 @@
 package pgoutput
 
 import (
+	"encoding/binary"
 	"github.com/parapply/parapply"
 )
 
@@ -23,6 +24,21 @@ type Decoder struct {
 // messages of a streamed transaction kept aside (each carries its xid).
 func NewStreamDecoder(protoVersion int) *Decoder {
 	return &Decoder{ProtoVersion: protoVersion, inStream: true}
+}
+
+// PeekStreamedChange reports whether data is a row change inside a stream
+// block (Insert, Update, Delete or Truncate, which start with the
+// transaction's xid) and returns that xid without decoding the tuples: a
+// reader that only stores streamed changes need not pay for that.
+func (d *Decoder) PeekStreamedChange(data []byte) (parapply.XID, bool) {
+	if !d.inStream || len(data) < 5 {
+		return 0, false
+	}
+	switch data[0] {
+	case 'I', 'U', 'D', 'T':
+		return parapply.XID(binary.BigEndian.Uint32(data[1:5])), true
+	}
+	return 0, false
 }
 
 // InStream reports whether the decoder is between a StreamStart and a

@@ -84,27 +84,32 @@ func Applied(ctx context.Context, conn *pgx.Conn, slot string, commitLSN parappl
 // Read returns the slot's progress row without creating anything; false
 // when the target has no row for the slot.
 func Read(ctx context.Context, conn *pgx.Conn, slot string) (Position, bool, error) {
-	var p Position
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.progress') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return Position{}, false, err
+	}
+	p, _, found, err := readRow(ctx, conn, slot)
+	return p, found, err
+}
+
+// readRow reads the slot's progress row and the publisher it belongs to.
+func readRow(ctx context.Context, conn *pgx.Conn, slot string) (p Position, sourceID string, found bool, err error) {
 	var commit, end string
 	var xid *int64
 	var ct, at *time.Time
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.progress') IS NOT NULL`).Scan(&exists); err != nil || !exists {
-		return p, false, err
-	}
-	err := conn.QueryRow(ctx, `SELECT commit_lsn::text, end_lsn::text, source_xid, commit_time, applied_at FROM parapply.progress
-		WHERE slot_name = $1`, slot).Scan(&commit, &end, &xid, &ct, &at)
+	err = conn.QueryRow(ctx, `SELECT source_id, commit_lsn::text, end_lsn::text, source_xid, commit_time, applied_at FROM parapply.progress WHERE slot_name = $1`, slot).
+		Scan(&sourceID, &commit, &end, &xid, &ct, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return p, false, nil
+		return p, "", false, nil
 	}
 	if err != nil {
-		return p, false, fmt.Errorf("reading %s.progress: %w", Schema, err)
+		return p, "", false, fmt.Errorf("reading %s.progress: %w", Schema, err)
 	}
 	if p.CommitLSN, err = parapply.ParseLSN(commit); err != nil {
-		return p, false, err
+		return p, "", false, err
 	}
 	if p.EndLSN, err = parapply.ParseLSN(end); err != nil {
-		return p, false, err
+		return p, "", false, err
 	}
 	if xid != nil {
 		p.XID = parapply.XID(*xid)
@@ -115,7 +120,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) (Position, bool, err
 	if at != nil {
 		p.AppliedAt = *at
 	}
-	return p, true, nil
+	return p, sourceID, true, nil
 }
 
 // ErrOtherSource means the progress row belongs to a slot on another
@@ -130,39 +135,19 @@ func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position,
 	if _, err := conn.Exec(ctx, createSQL); err != nil {
 		return Position{}, false, fmt.Errorf("creating %s.progress on the target: %w (the target role needs CREATE on the database)", Schema, err)
 	}
-	var p Position
-	var commit, end, src string
-	var xid *int64
-	var ct, at *time.Time
-	err := conn.QueryRow(ctx, `SELECT source_id, commit_lsn::text, end_lsn::text, source_xid, commit_time, applied_at FROM parapply.progress WHERE slot_name = $1`, slot).
-		Scan(&src, &commit, &end, &xid, &ct, &at)
-	if errors.Is(err, pgx.ErrNoRows) {
+	p, src, found, err := readRow(ctx, conn, slot)
+	if err != nil {
+		return p, false, err
+	}
+	if !found {
 		_, err = conn.Exec(ctx, `INSERT INTO parapply.progress (slot_name, source_id, commit_lsn, end_lsn) VALUES ($1, $2, '0/0', '0/0')`, slot, sourceID)
 		if err != nil {
 			return p, false, fmt.Errorf("recording slot %s in %s.progress: %w", slot, Schema, err)
 		}
 		return p, false, nil
 	}
-	if err != nil {
-		return p, false, fmt.Errorf("reading %s.progress: %w", Schema, err)
-	}
 	if src != sourceID {
 		return p, false, fmt.Errorf("slot %s: %w (%s, now %s); use another --slot, or delete its row from %s.progress if the target was re-seeded", slot, ErrOtherSource, src, sourceID, Schema)
-	}
-	if p.CommitLSN, err = parapply.ParseLSN(commit); err != nil {
-		return p, false, err
-	}
-	if p.EndLSN, err = parapply.ParseLSN(end); err != nil {
-		return p, false, err
-	}
-	if xid != nil {
-		p.XID = parapply.XID(*xid)
-	}
-	if ct != nil {
-		p.CommitTime = *ct
-	}
-	if at != nil {
-		p.AppliedAt = *at
 	}
 	return p, p.EndLSN != 0, nil
 }

@@ -138,7 +138,6 @@ func (s *Source) query(ctx context.Context, sql string) ([][][]byte, error) {
 	return res[len(res)-1].Rows, nil
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func (s *Source) check(ctx context.Context) error {
 	v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num"))
@@ -180,7 +179,7 @@ func (s *Source) check(ctx context.Context) error {
 		return errors.New("no publication given; name one with --publication (CREATE PUBLICATION on the source first)")
 	}
 	for _, pub := range s.cfg.Publications {
-		rows, err := s.query(ctx, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = "+quoteLiteral(pub))
+		rows, err := s.query(ctx, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = "+parapply.QuoteLiteral(pub))
 		if err != nil {
 			return fmt.Errorf("looking up publication %s: %w", pub, err)
 		}
@@ -191,7 +190,7 @@ func (s *Source) check(ctx context.Context) error {
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
 	}
-	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = "+quoteLiteral(s.cfg.Slot))
+	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = "+parapply.QuoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
@@ -272,7 +271,7 @@ type Feedback interface {
 func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Frame, fb Feedback) error {
 	args := []string{
 		"proto_version '" + strconv.Itoa(s.Proto) + "'",
-		"publication_names " + quoteLiteral(quotePubs(s.cfg.Publications)),
+		"publication_names " + parapply.QuoteLiteral(quotePubs(s.cfg.Publications)),
 		"messages 'true'",
 	}
 	if s.cfg.Streaming && s.Proto >= 2 {
@@ -479,7 +478,7 @@ type PublishedTable struct {
 func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) {
 	pubs := make([]string, len(s.cfg.Publications))
 	for i, p := range s.cfg.Publications {
-		pubs[i] = quoteLiteral(p)
+		pubs[i] = parapply.QuoteLiteral(p)
 	}
 	cols, filter := "NULL::text", "NULL::text"
 	if s.ServerVersion >= 150000 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -75,10 +77,7 @@ type inflight struct {
 // first change is at first, and starts applying its chunks as they come.
 func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
 	cfg := l.s.cfg.Target
-	if cfg.AppName == "" {
-		cfg.AppName = "parapply"
-	}
-	cfg.AppName = fmt.Sprintf("%s stream %d", trimApply(cfg.AppName), xid)
+	cfg.AppName = fmt.Sprintf("%s stream %d", l.s.targetName(), xid)
 	app, err := apply.Open(ctx, cfg)
 	if err == nil {
 		err = progress.Share(ctx, app.Conn(), cfg.Slot)
@@ -94,10 +93,7 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.L
 	}
 	app.SetSynced(l.app.Synced())
 	app.Warn = l.app.Warn
-	rels := make(map[uint32]*parapply.Relation, len(l.rels))
-	for id, r := range l.rels {
-		rels[id] = r
-	}
+	rels := maps.Clone(l.rels)
 	gctx, cancel := context.WithCancel(context.Background())
 	f := &inflight{xid: xid, spill: log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: rels, cancel: cancel, done: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
@@ -113,14 +109,6 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.L
 		f.run(gctx)
 	}()
 	return f, nil
-}
-
-func trimApply(name string) string {
-	const suffix = " apply"
-	if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
-		return name[:len(name)-len(suffix)]
-	}
-	return name
 }
 
 func (f *inflight) push(e streamEvent) {
@@ -228,7 +216,7 @@ func (f *inflight) chunk(ctx context.Context, from, to int64) error {
 				return err
 			}
 		}
-		if xid != f.xid && !containsXID(f.savepoints, xid) {
+		if xid != f.xid && !slices.Contains(f.savepoints, xid) {
 			f.savepoints = append(f.savepoints, xid)
 			if err := f.app.Savepoint(ctx, savepointName(xid)); err != nil {
 				return err
@@ -269,13 +257,4 @@ func (f *inflight) subAbort(ctx context.Context, subxid parapply.XID) error {
 
 func savepointName(xid parapply.XID) string {
 	return "parapply_sub_" + strconv.FormatUint(uint64(xid), 10)
-}
-
-func containsXID(xs []parapply.XID, x parapply.XID) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

@@ -133,6 +133,15 @@ func New(cfg Config) *Subscriber {
 	return sub
 }
 
+// targetName is the application_name that the target sessions other than
+// the reader's own (workers, streams, status) are named after.
+func (s *Subscriber) targetName() string {
+	if s.cfg.Target.AppName == "" {
+		return "parapply"
+	}
+	return strings.TrimSuffix(s.cfg.Target.AppName, " apply")
+}
+
 // Ready is closed once the subscriber is streaming.
 func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 
@@ -213,10 +222,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	var workers *pool
 	if s.cfg.Workers > 0 {
 		tcfg := s.cfg.Target
-		if tcfg.AppName == "" {
-			tcfg.AppName = "parapply"
-		}
-		tcfg.AppName = strings.TrimSuffix(tcfg.AppName, " apply")
+		tcfg.AppName = s.targetName()
 		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -322,10 +328,8 @@ type loop struct {
 	inTxn     bool
 	// direct is set while a transaction prepared for two-phase commit is
 	// applied on the reader's own connection, with workers or not.
-	direct bool
-	// streamFrame is the streamed message being handled, as received.
-	streamFrame source.Frame
-	spillDir    string
+	direct   bool
+	spillDir string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
 	rels   map[uint32]*parapply.Relation
@@ -417,13 +421,16 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if uint64(f.WALStart) > l.s.received.Load() {
 		l.s.received.Store(uint64(f.WALStart))
 	}
+	if xid, ok := l.dec.PeekStreamedChange(f.Data); ok {
+		// Stored as received; decoded when applied.
+		return l.spillChange(l.streams[l.streamXID], xid, f)
+	}
 	m, err := l.dec.Decode(f.Data)
 	if err != nil {
 		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
 	}
 	if l.inStream {
-		l.streamFrame = f
-		return l.streamed(ctx, m)
+		return l.streamed(ctx, m, f)
 	}
 	return l.dispatch(ctx, m)
 }
@@ -603,9 +610,8 @@ func (l *loop) commitGroup(ctx context.Context) error {
 // streamed handles a message between StreamStart and StreamStop: changes go
 // to the stream's spill file; at StreamStop the chunk goes to its inflight
 // applier.
-func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
+func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame) error {
 	st := l.streams[l.streamXID]
-	var xid parapply.XID
 	switch m := m.(type) {
 	case *pgoutput.StreamStop:
 		l.inStream = false
@@ -616,21 +622,17 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 			return err
 		}
 		l.rels[rel.ID] = &rel
-		xid = m.XID
-	case *pgoutput.Insert:
-		xid = m.XID
-	case *pgoutput.Update:
-		xid = m.XID
-	case *pgoutput.Delete:
-		xid = m.XID
-	case *pgoutput.Truncate:
-		xid = m.XID
+		return l.spillChange(st, m.XID, f)
 	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage, *pgoutput.Origin:
 		return nil
-	default:
-		return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
 	}
-	off, err := st.log.Append(l.streamFrame.Data)
+	return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
+}
+
+// spillChange appends a streamed message, as received, to its stream's
+// spill file; xid is the (sub)transaction it belongs to.
+func (l *loop) spillChange(st *stream, xid parapply.XID, f source.Frame) error {
+	off, err := st.log.Append(f.Data)
 	if err != nil {
 		return err
 	}
@@ -638,9 +640,9 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message) error {
 		st.first[xid] = off
 	}
 	if st.firstLSN == 0 {
-		st.firstLSN = l.streamFrame.WALStart
+		st.firstLSN = f.WALStart
 	}
-	n := int64(len(l.streamFrame.Data) + 4)
+	n := int64(len(f.Data) + 4)
 	st.counted += n
 	l.s.streamBytes.Add(n)
 	l.s.spilled.Add(n)
