@@ -138,7 +138,6 @@ func (s *Source) query(ctx context.Context, sql string) ([][][]byte, error) {
 	return res[len(res)-1].Rows, nil
 }
 
-
 func (s *Source) check(ctx context.Context) error {
 	v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num"))
 	if err != nil || v == 0 {

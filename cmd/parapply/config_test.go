@@ -576,7 +576,7 @@ func TestSubscriberConfigMapping(t *testing.T) {
 		t.Fatalf("subscriberConfig(defaults): %v", err)
 	}
 	if cfg.Source.Slot != "parapply" || cfg.Target.Slot != "parapply" || cfg.Source.AppName != "parapply" ||
-		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || !cfg.Source.Streaming || cfg.Source.DecodingWorkMem != "8192kB" || cfg.StreamWorkers != 2 ||
+		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || !cfg.Source.Streaming || cfg.Source.DecodingWorkMem != "" || cfg.StreamWorkers != 2 ||
 		cfg.Source.StatusInterval != 10*time.Second || cfg.Target.SynchronousCommit != "off" {
 		t.Errorf("defaults mapped to Source %+v, Target %+v", cfg.Source, cfg.Target)
 	}

@@ -115,8 +115,8 @@ func TestStreamedConcurrent(t *testing.T) {
 	}
 }
 
-// TestStreamedLarge runs parapply as a process (default settings: streaming
-// on, logical_decoding_work_mem 8MB) through one large transaction and
+// TestStreamedLarge runs parapply as a process (streaming on by default;
+// 8MB chunks) through one large transaction and
 // checks that it is applied before its commit (a target session holds it
 // open meanwhile), that the target ends equal, that the spill directory is
 // emptied, and that parapply's peak RSS stays under a bound far below the
@@ -125,7 +125,7 @@ func TestStreamedLarge(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE large (id int PRIMARY KEY, filler text)`)
 	ctx := context.Background()
 	spillDir := t.TempDir()
-	p := e.runProcess(t, "--publication", "pub", "--slot", "large", "--spill-directory", spillDir)
+	p := e.runProcess(t, "--publication", "pub", "--slot", "large", "--spill-directory", spillDir, "--logical-decoding-work-mem", "8MB")
 	e.waitSlotExists(t, "large", p)
 	rows := 300000
 	if testing.Short() {
