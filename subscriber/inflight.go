@@ -73,11 +73,75 @@ type inflight struct {
 	savepoints []parapply.XID
 }
 
-// startInflight opens a target connection for a streamed transaction whose
-// first change is at first, and starts applying its chunks as they come.
-func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
+// streamConn is a target connection kept for streamed transactions between
+// them, with the relation descriptions its applier holds (opening one and
+// loading its tables costs more than a small streamed transaction).
+type streamConn struct {
+	app  *apply.Applier
+	rels map[uint32]*parapply.Relation
+}
+
+// streamConns keeps up to StreamWorkers idle stream connections.
+type streamConns struct {
+	mu     sync.Mutex
+	idle   []streamConn
+	closed bool
+}
+
+// take returns an idle connection, if there is one.
+func (c *streamConns) take() (streamConn, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.idle) == 0 {
+		return streamConn{}, false
+	}
+	sc := c.idle[len(c.idle)-1]
+	c.idle = c.idle[:len(c.idle)-1]
+	return sc, true
+}
+
+// release keeps a connection whose transaction ended cleanly, or closes it.
+func (c *streamConns) release(sc streamConn, reusable bool) {
+	c.mu.Lock()
+	keep := reusable && !c.closed
+	if keep {
+		c.idle = append(c.idle, sc)
+	}
+	c.mu.Unlock()
+	if !keep {
+		sc.app.Close(context.Background())
+	}
+}
+
+// close closes the idle connections, and any released later.
+func (c *streamConns) close() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, sc := range idle {
+		sc.app.Close(context.Background())
+	}
+}
+
+// streamConn returns a connection for the streamed transaction xid: an
+// idle one brought up to date (relations described since it was last
+// used, synced tables), or a new one.
+func (l *loop) streamConn(ctx context.Context, xid parapply.XID) (streamConn, error) {
 	cfg := l.s.cfg.Target
 	cfg.AppName = fmt.Sprintf("%s stream %d", l.s.targetName(), xid)
+	if sc, ok := l.streamConns.take(); ok {
+		err := sc.refresh(ctx, l.rels)
+		if err == nil {
+			_, err = sc.app.Conn().Exec(ctx, "SET application_name = "+parapply.QuoteLiteral(cfg.AppName))
+		}
+		if err == nil {
+			sc.app.SetSynced(l.app.Synced())
+			return sc, nil
+		}
+		l.s.log.Debug("an idle stream connection could not be reused", "error", err)
+		sc.app.Close(context.Background())
+	}
 	app, err := apply.Open(ctx, cfg)
 	if err == nil {
 		err = progress.Share(ctx, app.Conn(), cfg.Slot)
@@ -89,13 +153,37 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.L
 		if app != nil {
 			app.Close(context.Background())
 		}
-		return nil, err
+		return streamConn{}, err
 	}
 	app.SetSynced(l.app.Synced())
 	app.Warn = l.app.Warn
-	rels := maps.Clone(l.rels)
+	return streamConn{app: app, rels: maps.Clone(l.rels)}, nil
+}
+
+// refresh reloads the tables whose description changed since the
+// connection was last used; current holds the latest descriptions.
+func (sc *streamConn) refresh(ctx context.Context, current map[uint32]*parapply.Relation) error {
+	for id, r := range sc.rels {
+		if cur, ok := current[id]; ok && cur != r && sc.app.HasRelation(id) {
+			if err := sc.app.Relation(ctx, cur); err != nil {
+				return err
+			}
+		}
+	}
+	maps.Copy(sc.rels, current)
+	return nil
+}
+
+// startInflight takes a target connection for a streamed transaction whose
+// first change is at first, and starts applying its chunks as they come.
+func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
+	sc, err := l.streamConn(ctx, xid)
+	if err != nil {
+		return nil, err
+	}
+	app := sc.app
 	gctx, cancel := context.WithCancel(context.Background())
-	f := &inflight{xid: xid, spill: log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: rels, cancel: cancel, done: make(chan struct{})}
+	f := &inflight{xid: xid, spill: log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: sc.rels, cancel: cancel, done: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
 	// The commit LSN is not known yet; the first change's position stands
 	// in for it (the commit comes after it), so tables copied at a sync
@@ -105,8 +193,9 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.L
 	go func() {
 		defer close(f.done)
 		defer l.s.inflight.Add(-1)
-		defer app.Close(context.Background())
-		f.run(gctx)
+		clean := f.run(gctx)
+		conn := app.Conn()
+		l.streamConns.release(sc, clean && !conn.IsClosed() && conn.PgConn().TxStatus() == 'I')
 	}()
 	return f, nil
 }
@@ -134,7 +223,10 @@ func (f *inflight) abort() {
 	<-f.done
 }
 
-func (f *inflight) run(ctx context.Context) {
+// run applies events until the transaction ends, and reports whether it
+// ended cleanly (committed, or rolled back when asked), leaving the
+// connection fit for another.
+func (f *inflight) run(ctx context.Context) bool {
 	for {
 		f.mu.Lock()
 		for len(f.events) == 0 {
@@ -157,17 +249,17 @@ func (f *inflight) run(ctx context.Context) {
 		case 'C':
 			if f.failed != nil {
 				e.reply <- inflightResult{err: f.failed}
-				return
+				return false
 			}
 			f.app.Retitle(e.txn)
 			f.app.End(e.end)
 			pid := f.app.Conn().PgConn().PID()
 			c, err := f.app.Commit(ctx)
 			e.reply <- inflightResult{c: c, err: err, pid: pid}
-			return
+			return err == nil
 		case 'A':
 			f.app.Abort(context.Background())
-			return
+			return f.failed == nil
 		}
 	}
 }

@@ -332,8 +332,11 @@ type loop struct {
 	spillDir string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
-	rels   map[uint32]*parapply.Relation
-	limits GroupLimits
+	rels map[uint32]*parapply.Relation
+	// streamConns keeps target connections for streamed transactions
+	// between them.
+	streamConns streamConns
+	limits      GroupLimits
 	// With workers: the pool, and the unit being built.
 	pool    *pool
 	cur     *unit
@@ -388,7 +391,10 @@ type stream struct {
 	inflight  *inflight
 	// atCommit is set once the stream is to be applied at its commit only.
 	atCommit bool
-	counted  int64 // live bytes, as counted in Subscriber.streamBytes
+	// settled is set once what the loop held before the current stream
+	// block is committed (see handOver).
+	settled bool
+	counted int64 // live bytes, as counted in Subscriber.streamBytes
 }
 
 func (l *loop) checkFlush(ctx context.Context) error {
@@ -423,7 +429,7 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	}
 	if xid, ok := l.dec.PeekStreamedChange(f.Data); ok {
 		// Stored as received; decoded when applied.
-		return l.spillChange(l.streams[l.streamXID], xid, f)
+		return l.spillChange(ctx, l.streams[l.streamXID], xid, f)
 	}
 	m, err := l.dec.Decode(f.Data)
 	if err != nil {
@@ -475,6 +481,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 			}
 			l.streams[m.XID] = &stream{log: log, first: map[parapply.XID]int64{}}
 		}
+		l.streams[m.XID].settled = false
 		return nil
 	case *pgoutput.StreamCommit:
 		return l.streamCommit(ctx, m)
@@ -615,23 +622,32 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 	switch m := m.(type) {
 	case *pgoutput.StreamStop:
 		l.inStream = false
-		return l.chunkDone(ctx, st)
+		return l.handOver(ctx, st)
 	case *pgoutput.RelationMessage:
 		rel := m.Relation
 		if err := l.app.Relation(ctx, &rel); err != nil {
 			return err
 		}
 		l.rels[rel.ID] = &rel
-		return l.spillChange(st, m.XID, f)
+		if l.pool != nil {
+			// Later transactions' changes to it come without one.
+			l.pool.relation(&rel)
+		}
+		return l.spillChange(ctx, st, m.XID, f)
 	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage, *pgoutput.Origin:
 		return nil
 	}
 	return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
 }
 
+// inflightPart is how much of a stream block is handed to its inflight
+// applier at a time: the target applies a large block while the rest of it
+// arrives, not after it.
+const inflightPart = 256 << 10
+
 // spillChange appends a streamed message, as received, to its stream's
 // spill file; xid is the (sub)transaction it belongs to.
-func (l *loop) spillChange(st *stream, xid parapply.XID, f source.Frame) error {
+func (l *loop) spillChange(ctx context.Context, st *stream, xid parapply.XID, f source.Frame) error {
 	off, err := st.log.Append(f.Data)
 	if err != nil {
 		return err
@@ -646,12 +662,17 @@ func (l *loop) spillChange(st *stream, xid parapply.XID, f source.Frame) error {
 	st.counted += n
 	l.s.streamBytes.Add(n)
 	l.s.spilled.Add(n)
+	if !st.atCommit && st.log.Size()-st.published >= inflightPart {
+		return l.handOver(ctx, st)
+	}
 	return nil
 }
 
-// chunkDone hands the chunk just received to the stream's inflight
-// applier, starting one if the stream may have it.
-func (l *loop) chunkDone(ctx context.Context, st *stream) error {
+// handOver hands what was received of the stream since the last hand-over
+// to its inflight applier, starting one if the stream may have it. It is
+// called at the end of each stream block and every inflightPart bytes
+// within one.
+func (l *loop) handOver(ctx context.Context, st *stream) error {
 	if err := st.log.Flush(); err != nil {
 		return err
 	}
@@ -671,9 +692,13 @@ func (l *loop) chunkDone(ctx context.Context, st *stream) error {
 		}
 		st.inflight = f
 	}
-	// What came before this chunk takes its locks on the target first.
-	if err := l.settle(ctx); err != nil {
-		return err
+	// What came before this block takes its locks on the target first;
+	// nothing else arrives within a block.
+	if !st.settled {
+		if err := l.settle(ctx); err != nil {
+			return err
+		}
+		st.settled = true
 	}
 	st.inflight.push(streamEvent{kind: 'c', from: st.published, to: st.log.Size()})
 	st.published = st.log.Size()
@@ -753,6 +778,7 @@ func (l *loop) closeStreams() {
 	for xid, st := range l.streams {
 		l.dropStream(xid, st)
 	}
+	l.streamConns.close()
 }
 
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +21,11 @@ func (r *runEnv) bigTxn(ctx context.Context, w workload, m *measurement) error {
 		return err
 	}
 	rows := scaled(1000000, r.o.scale)
+	var sender int
+	if err := r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender); err != nil {
+		return fmt.Errorf("finding the subscriber's walsender: %w", err)
+	}
+	cpu0 := cpuSnapshot(sender)
 	t0 := time.Now()
 	if _, err := r.pub.Exec(ctx, "INSERT INTO big SELECT g, 'row ' || g FROM generate_series(1, $1::int) g", rows); err != nil {
 		return err
@@ -29,6 +37,7 @@ func (r *runEnv) bigTxn(ctx context.Context, w workload, m *measurement) error {
 	}
 	m.catchup = time.Since(committed).Seconds()
 	logf("big transaction: %d rows in %.2fs on the publisher, visible on the subscriber %.2fs after its commit", rows, m.publisher, m.catchup)
+	logf("big transaction: %s", cpuSnapshot(sender).since(cpu0))
 
 	// (b) synchronous standby.
 	for _, q := range []string{
@@ -81,4 +90,46 @@ func (r *runEnv) waitFor0(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("the subscriber (%s) never became the publisher's synchronous standby", r.eng.appName())
+}
+
+// cpu is what /proc says of CPU time: one process's and the whole
+// machine's busy time, in clock ticks (100 a second on Linux).
+type cpu struct {
+	at          time.Time
+	proc, total float64
+}
+
+// cpuSnapshot reads the CPU time of process pid and of the machine; a
+// field it cannot read stays 0 (it only informs the log).
+func cpuSnapshot(pid int) cpu {
+	c := cpu{at: time.Now()}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name, which is in parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b[i+1:]))
+			if len(f) > 12 {
+				u, _ := strconv.ParseFloat(f[11], 64)
+				s, _ := strconv.ParseFloat(f[12], 64)
+				c.proc = u + s
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		for i, v := range f[1:] {
+			if i == 3 || i == 4 { // idle, iowait
+				continue
+			}
+			n, _ := strconv.ParseFloat(v, 64)
+			c.total += n
+		}
+	}
+	return c
+}
+
+// since describes the CPU used between two snapshots.
+func (c cpu) since(o cpu) string {
+	wall := c.at.Sub(o.at).Seconds()
+	return fmt.Sprintf("walsender CPU %.2fs, machine busy %.2f cores, over %.2fs", (c.proc-o.proc)/100, (c.total-o.total)/100/wall, wall)
 }

@@ -26,7 +26,7 @@ var settings = []setting{
 	{"application_name", "parapply", "application_name shown in the publisher's pg_stat_replication and on the target"},
 	{"synchronous_commit", "off", "synchronous_commit of the target sessions; the publisher is told only flushed positions either way"},
 	{"streaming", "on", "ask the publisher to stream large in-progress transactions (on/off); they are applied as they arrive and kept in spill files until they commit"},
-	{"logical_decoding_work_mem", "", "set on parapply's session on the publisher: how much of an in-progress transaction it holds before streaming it (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)"},
+	{"logical_decoding_work_mem", "1MB", "set on parapply's session on the publisher: how much of in-progress transactions it holds before streaming the largest (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)"},
 	{"two_phase", "off", "apply transactions prepared on the publisher (PREPARE TRANSACTION) as prepared transactions on the target, committed or rolled back when the publisher does; needs max_prepared_transactions > 0 on the target"},
 	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)"},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)"},

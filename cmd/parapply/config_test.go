@@ -576,9 +576,15 @@ func TestSubscriberConfigMapping(t *testing.T) {
 		t.Fatalf("subscriberConfig(defaults): %v", err)
 	}
 	if cfg.Source.Slot != "parapply" || cfg.Target.Slot != "parapply" || cfg.Source.AppName != "parapply" ||
-		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || !cfg.Source.Streaming || cfg.Source.DecodingWorkMem != "" || cfg.StreamWorkers != 2 ||
+		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || !cfg.Source.Streaming || cfg.Source.DecodingWorkMem != "1024kB" || cfg.StreamWorkers != 2 ||
 		cfg.Source.StatusInterval != 10*time.Second || cfg.Target.SynchronousCommit != "off" {
 		t.Errorf("defaults mapped to Source %+v, Target %+v", cfg.Source, cfg.Target)
+	}
+	// An empty logical_decoding_work_mem keeps the publisher's own.
+	empty := validConfig()
+	empty["logical_decoding_work_mem"] = ""
+	if cfg, err = subscriberConfig(empty, nil); err != nil || cfg.Source.DecodingWorkMem != "" {
+		t.Errorf("logical_decoding_work_mem = '': got %q, %v; want it left to the publisher", cfg.Source.DecodingWorkMem, err)
 	}
 }
 

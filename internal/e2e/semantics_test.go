@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestStreamedTransactions asks the publisher to stream large transactions
@@ -71,6 +74,50 @@ func testStreamed(t *testing.T, streamWorkers int) {
 	if (streamWorkers > 0) != (st.StreamedInFlight > 0) || st.StreamedInFlight+st.StreamedAtCommit < 2 || st.SpillBytes == 0 || st.StreamBytes != 0 || st.StreamsInFlight != 0 {
 		t.Errorf("stream_workers = %d: want streamed transactions applied in flight exactly when allowed, spill bytes counted, nothing left held: %+v", streamWorkers, st)
 	}
+
+	// Stream connections stay open between streamed transactions and are
+	// taken again, also after a schema change announced in between.
+	before := e.streamBackends()
+	e.exec(e.sub, `ALTER TABLE big ADD COLUMN w int`)
+	e.exec(e.pub, `ALTER TABLE big ADD COLUMN w int`)
+	e.exec(e.pub, `INSERT INTO small VALUES (2, 2)`)
+	for i := range 3 {
+		from := 200000 + i*5000
+		e.exec(e.pub, `INSERT INTO big SELECT g, 'again', $1::int FROM generate_series($2::int, $3::int) g`, i, from, from+4999)
+	}
+	e.waitCaughtUp(r)
+	e.verify("public.big", "public.small")
+	after := e.streamBackends()
+	st = r.s.Status()
+	t.Logf("stream backends before %v, after %v; %d streamed transactions applied in flight", before, after, st.StreamedInFlight)
+	if streamWorkers == 0 {
+		if len(before)+len(after) != 0 {
+			t.Errorf("stream_workers = 0, yet stream connections are open: %v then %v", before, after)
+		}
+		return
+	}
+	if len(before) == 0 || len(after) == 0 || len(after) > streamWorkers {
+		t.Fatalf("want 1..%d stream connections kept open, got %v then %v", streamWorkers, before, after)
+	}
+	for _, pid := range after {
+		if !slices.Contains(before, pid) {
+			t.Errorf("stream backend %d was opened for the later streamed transactions instead of reusing one of %v", pid, before)
+		}
+	}
+}
+
+// streamBackends lists the target backends of parapply's stream
+// connections.
+func (e *env) streamBackends() []int {
+	rows, err := e.sub.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name LIKE '% stream %' ORDER BY pid`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pids
 }
 
 // TestSchemaChangeAndTruncate changes a published table's columns while
