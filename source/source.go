@@ -228,6 +228,20 @@ func (s *Source) check(ctx context.Context) error {
 	return nil
 }
 
+// DropCreatedSlot drops the slot Connect created, for a start that fails
+// before anything depends on it: a slot left behind would hold WAL on the
+// publisher for nobody.
+func (s *Source) DropCreatedSlot(ctx context.Context) error {
+	if !s.Created {
+		return nil
+	}
+	if err := pglogrepl.DropReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.DropReplicationSlotOptions{}); err != nil {
+		return fmt.Errorf("dropping replication slot %s, created by this run, on the source: %w (drop it with pg_drop_replication_slot)", s.cfg.Slot, err)
+	}
+	s.Created = false
+	return nil
+}
+
 // SourceID names the publisher database, for the progress row.
 func (s *Source) SourceID() string { return s.SystemID + "/" + s.Database }
 

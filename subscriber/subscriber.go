@@ -165,6 +165,18 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer src.Close()
+	// A start that fails before the progress row is written drops the
+	// slot it created: nothing depends on it yet.
+	keepSlot := false
+	defer func() {
+		if err != nil && !keepSlot && src.Created {
+			if derr := src.DropCreatedSlot(context.Background()); derr != nil {
+				s.log.Warn("the start failed, and the slot it created could not be dropped", "slot", s.cfg.Source.Slot, "error", derr)
+			} else {
+				s.log.Info("the start failed; dropped the slot it had created", "slot", s.cfg.Source.Slot)
+			}
+		}
+	}()
 	s.src.Store(src)
 	app, err := apply.Open(ctx, s.cfg.Target)
 	if err != nil {
@@ -197,6 +209,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	keepSlot = true
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
 	if err != nil {
 		return err

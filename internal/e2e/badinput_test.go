@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
@@ -93,6 +94,15 @@ func TestBadInput(t *testing.T) {
 			}
 			if strings.Contains(out, "password=") {
 				t.Errorf("output shows a connection secret: %s", out)
+			}
+			// A failed start leaves no slot behind to hold WAL.
+			var slots []string
+			rows, err := e.pub.Query(context.Background(), `SELECT slot_name FROM pg_replication_slots`)
+			if err == nil {
+				slots, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil || len(slots) != 0 {
+				t.Errorf("replication slots on the publisher after the failed start: %v (%v), want none", slots, err)
 			}
 		})
 	}
