@@ -3,18 +3,20 @@ package source
 import (
 	"context"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 )
 
-// The publisher's walsender sends every message with a send() of its own,
-// and a reader that keeps up receives them one read() at a time: a syscall
-// and a goroutine wake-up per row change, which on a busy machine takes the
-// CPU the walsender itself needs. Inside a large transaction (where nothing
-// can be confirmed before its commit anyway), coalescingConn waits a moment
-// before a read when reads keep coming back small, so that one read takes
-// many messages. Elsewhere, and for small transactions whose commit a
-// synchronous publisher may be waiting for, reads are never delayed.
+// The publisher's walsender sends every message with a send() of its own.
+// The replication connection's socket is normally a pacedConn (paced.go),
+// which reads outside Go's poller and paces reads while data keeps coming
+// and mayPace allows: inside large transactions always, elsewhere unless
+// parapply is a synchronous standby. Where the socket cannot be taken over,
+// coalescingConn paces reads itself, inside large transactions only: after
+// a streak of small reads it waits a moment before the next, so that one
+// read takes many messages. Small transactions of a synchronous publisher
+// are never delayed.
 
 const (
 	smallRead   = 16 << 10
@@ -29,9 +31,14 @@ type coalescingConn struct {
 	net.Conn
 	allow atomic.Bool
 	small int // consecutive small reads
+	// paced is set when Conn is a pacedConn, which paces reads itself.
+	paced bool
 }
 
 func (c *coalescingConn) Read(p []byte) (int, error) {
+	if c.paced {
+		return c.Conn.Read(p)
+	}
 	if c.small >= smallStreak && c.allow.Load() {
 		time.Sleep(readPause)
 	}
@@ -53,8 +60,22 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 			return nil, err
 		}
 		s.coalesce = &coalescingConn{Conn: c}
+		// PARAPPLY_PACED=off keeps the socket in Go's poller (for
+		// diagnosis); so does a connection pacedConn cannot take over.
+		if os.Getenv("PARAPPLY_PACED") != "off" {
+			if pc, err := newPacedConn(c, s.mayPace); err == nil {
+				s.coalesce.Conn, s.coalesce.paced = pc, true
+			}
+		}
 		return s.coalesce, nil
 	}
+}
+
+// mayPace tells whether reads may be delayed now: inside a large
+// transaction, or while no synchronous publisher waits on parapply's
+// replies.
+func (s *Source) mayPace() bool {
+	return s.coalesce.allow.Load() || s.cfg.Prompt == nil || !s.cfg.Prompt.Load()
 }
 
 // txnTracker follows transaction boundaries by message tag, to tell the

@@ -42,6 +42,10 @@ type Config struct {
 	DecodingWorkMem string
 	// StatusInterval bounds the time between standby status updates.
 	StatusInterval time.Duration
+	// Prompt, when set and true, asks for every read to be made as soon as
+	// data arrives (a synchronous publisher waits on the replies); reads
+	// inside large transactions may still be paced.
+	Prompt *atomic.Bool
 	// ExportSnapshot, when the slot is created, exports its snapshot for
 	// the initial copy (Source.Snapshot); the connection must then stay
 	// idle until the copy is done.

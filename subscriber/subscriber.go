@@ -129,6 +129,7 @@ func New(cfg Config) *Subscriber {
 	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
 	sub.cfg.Target.Tallies = sub.tallies
 	sub.cfg.Target.SyncStandby = &sub.syncStandby
+	sub.cfg.Source.Prompt = &sub.syncStandby
 	sub.state.Store(StateStarting)
 	return sub
 }

@@ -1,0 +1,226 @@
+package source
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pacedConn reads the replication connection with plain system calls,
+// outside Go's network poller. Go registers every socket with its poller,
+// and the thread that sleeps for the next timer sleeps in that poller: each
+// segment the walsender sends wakes it, whether or not anything reads. On
+// loopback that wake-up, and the receiving side of TCP, run in the
+// walsender's own time, and the walsender sends one segment per message: a
+// reader that keeps up, or merely sleeps, roughly doubles the walsender's
+// CPU per row change. pacedConn's socket is in no poller. While reads may
+// be paced and data keeps coming, it sleeps a moment before each read and
+// then takes everything that arrived, up to a large buffer, so nothing is
+// woken per message and the rate is not capped; when nothing is waiting it
+// blocks in poll(2) on the socket and a wake pipe (deadlines, Close).
+type pacedConn struct {
+	fd            int
+	wakeR, wakeW  int
+	local, remote net.Addr
+	paced         func() bool
+	mu            sync.RWMutex // held shared by reads and writes, exclusively by Close
+	deadlineMu    sync.Mutex
+	rdl, wdl      time.Time
+	closed        atomic.Bool
+	buf           []byte
+	r, w          int
+	waited        bool // the last read found nothing and had to wait
+}
+
+// pacedReadBuffer is the most one read takes: far more than a walsender
+// sends between two paced reads.
+const pacedReadBuffer = 1 << 20
+
+// newPacedConn takes over c's socket and closes c; paced tells whether
+// reads may be delayed now. On error c is left as it was.
+func newPacedConn(c net.Conn, paced func() bool) (*pacedConn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a socket")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var derr error
+	if err := raw.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	var pipe [2]int
+	err = unix.SetNonblock(fd, true)
+	if err == nil {
+		err = unix.Pipe2(pipe[:], unix.O_NONBLOCK|unix.O_CLOEXEC)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	p := &pacedConn{fd: fd, wakeR: pipe[0], wakeW: pipe[1], local: c.LocalAddr(), remote: c.RemoteAddr(), paced: paced}
+	// Closing c takes the socket out of Go's poller; the duplicate keeps
+	// it open.
+	_ = c.Close()
+	return p, nil
+}
+
+func (p *pacedConn) Read(b []byte) (int, error) {
+	if p.r < p.w {
+		n := copy(b, p.buf[p.r:p.w])
+		p.r += n
+		return n, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.buf == nil {
+		p.buf = make([]byte, pacedReadBuffer)
+	}
+	if !p.waited && p.paced() {
+		time.Sleep(readPause)
+	}
+	p.waited = false
+	for {
+		if p.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		n, err := unix.Read(p.fd, p.buf)
+		switch {
+		case n > 0:
+			p.r, p.w = 0, n
+			k := copy(b, p.buf[:n])
+			p.r = k
+			return k, nil
+		case n == 0 && err == nil:
+			return 0, io.EOF
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			p.waited = true
+			if err := p.wait(unix.POLLIN, true); err != nil {
+				return 0, err
+			}
+		default:
+			return 0, &net.OpError{Op: "read", Net: "tcp", Source: p.local, Addr: p.remote, Err: os.NewSyscallError("read", err)}
+		}
+	}
+}
+
+func (p *pacedConn) Write(b []byte) (int, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	done := 0
+	for done < len(b) {
+		if p.closed.Load() {
+			return done, net.ErrClosed
+		}
+		n, err := unix.Write(p.fd, b[done:])
+		if n > 0 {
+			done += n
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			if err := p.wait(unix.POLLOUT, false); err != nil {
+				return done, err
+			}
+		default:
+			return done, &net.OpError{Op: "write", Net: "tcp", Source: p.local, Addr: p.remote, Err: os.NewSyscallError("write", err)}
+		}
+	}
+	return done, nil
+}
+
+// wait blocks until the socket is ready for events, the deadline passes
+// (os.ErrDeadlineExceeded, a timeout for pgconn), or Close.
+func (p *pacedConn) wait(events int16, read bool) error {
+	for {
+		p.deadlineMu.Lock()
+		dl := p.wdl
+		if read {
+			dl = p.rdl
+		}
+		p.deadlineMu.Unlock()
+		timeout := -1
+		if !dl.IsZero() {
+			left := time.Until(dl)
+			if left <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			timeout = int((left + time.Millisecond - 1) / time.Millisecond)
+		}
+		if p.closed.Load() {
+			return net.ErrClosed
+		}
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: events}, {Fd: int32(p.wakeR), Events: unix.POLLIN}}
+		_, err := unix.Poll(fds, timeout)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return os.NewSyscallError("poll", err)
+		}
+		if fds[1].Revents != 0 {
+			var drain [64]byte
+			for {
+				if n, _ := unix.Read(p.wakeR, drain[:]); n <= 0 {
+					break
+				}
+			}
+		}
+		if fds[0].Revents != 0 {
+			return nil
+		}
+	}
+}
+
+// wake interrupts a wait so that it sees a new deadline or Close.
+func (p *pacedConn) wake() {
+	_, _ = unix.Write(p.wakeW, []byte{0})
+}
+
+func (p *pacedConn) Close() error {
+	if p.closed.Swap(true) {
+		return net.ErrClosed
+	}
+	_ = unix.Shutdown(p.fd, unix.SHUT_RDWR)
+	p.wake()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	unix.Close(p.wakeR)
+	unix.Close(p.wakeW)
+	return unix.Close(p.fd)
+}
+
+func (p *pacedConn) LocalAddr() net.Addr  { return p.local }
+func (p *pacedConn) RemoteAddr() net.Addr { return p.remote }
+
+func (p *pacedConn) SetDeadline(t time.Time) error      { return p.setDeadline(t, true, true) }
+func (p *pacedConn) SetReadDeadline(t time.Time) error  { return p.setDeadline(t, true, false) }
+func (p *pacedConn) SetWriteDeadline(t time.Time) error { return p.setDeadline(t, false, true) }
+
+// setDeadline sets the read or write deadline, or both, and wakes a wait
+// so that it sees it.
+func (p *pacedConn) setDeadline(t time.Time, read, write bool) error {
+	p.deadlineMu.Lock()
+	if read {
+		p.rdl = t
+	}
+	if write {
+		p.wdl = t
+	}
+	p.deadlineMu.Unlock()
+	p.wake()
+	return nil
+}

@@ -1,0 +1,176 @@
+package source
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pacedPair connects a pacedConn (reading) to a plain TCP peer (writing).
+func pacedPair(t *testing.T, paced func() bool) (*pacedConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	p, err := newPacedConn(c, paced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(); peer.Close() })
+	return p, peer
+}
+
+func TestPacedConnCarriesBytesBothWays(t *testing.T) {
+	for _, paced := range []bool{false, true} {
+		p, peer := pacedPair(t, func() bool { return paced })
+		want := make([]byte, 3<<20)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		go func() {
+			// Uneven writes, some after a pause, as a walsender sends.
+			for off := 0; off < len(want); {
+				n := min(1+off%9000, len(want)-off)
+				peer.Write(want[off : off+n])
+				off += n
+				if off%100 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+		got := make([]byte, len(want))
+		// Reads of 8 kB at a time, as the protocol reader asks.
+		for off := 0; off < len(got); {
+			n, err := p.Read(got[off:min(off+8192, len(got))])
+			if err != nil {
+				t.Fatalf("paced=%v: read at %d: %v", paced, off, err)
+			}
+			off += n
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("paced=%v: bytes differ", paced)
+		}
+		if _, err := p.Write([]byte("reply")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "reply" {
+			t.Fatalf("paced=%v: peer read %q, %v", paced, buf, err)
+		}
+	}
+}
+
+func TestPacedConnDeadlines(t *testing.T) {
+	p, peer := pacedPair(t, func() bool { return false })
+	// A deadline in the past: a timeout at once, and the connection
+	// stays usable (pgconn renews the deadline and reads again).
+	p.SetReadDeadline(time.Unix(1, 0))
+	_, err := p.Read(make([]byte, 10))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past its deadline: %v, want a timeout", err)
+	}
+	// A deadline set while a read is blocked wakes it.
+	p.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Read(make([]byte, 10))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	began := time.Now()
+	p.SetReadDeadline(time.Now())
+	select {
+	case err := <-done:
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("woken read: %v, want a timeout", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("SetReadDeadline did not wake a blocked read")
+	}
+	t.Logf("woken in %s", time.Since(began))
+	p.SetReadDeadline(time.Time{})
+	peer.Write([]byte("after"))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(p, buf); err != nil || string(buf) != "after" {
+		t.Fatalf("read after timeouts: %q, %v", buf, err)
+	}
+	// Close wakes a blocked read too.
+	go func() {
+		_, err := p.Read(make([]byte, 10))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	p.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("read on a closed connection returned no error")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not wake a blocked read")
+	}
+}
+
+// TestPacedConnPacesOnlyABacklog checks that a read pauses only while
+// data keeps coming and pacing is allowed: a read after a wait is made at
+// once.
+func TestPacedConnPacesOnlyABacklog(t *testing.T) {
+	var allow atomic.Bool
+	p, peer := pacedPair(t, allow.Load)
+	allow.Store(true)
+	buf := make([]byte, 64)
+	// Nothing waiting: the read waits, and the next read (after a wait)
+	// does not pause.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		peer.Write([]byte("x"))
+	}()
+	if _, err := p.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if !p.waited {
+		t.Fatal("a read that found nothing is not marked as having waited")
+	}
+	peer.Write([]byte("y"))
+	time.Sleep(10 * time.Millisecond)
+	if _, err := p.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if p.waited {
+		t.Fatal("a read that found data is marked as having waited")
+	}
+	// With data waiting and pacing allowed, the next read pauses first.
+	peer.Write([]byte("z"))
+	time.Sleep(10 * time.Millisecond)
+	began := time.Now()
+	if _, err := p.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d < readPause {
+		t.Errorf("paced read took %s, want a pause of at least %s", d, readPause)
+	}
+}
