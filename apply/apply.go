@@ -250,6 +250,11 @@ func (a *Applier) Close(ctx context.Context) error {
 // Relation records (or replaces, on a schema change) the description of a
 // published table and maps it onto the target table.
 func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
+	if t, ok := a.tables[rel.ID]; ok && sameRelation(t.Rel, rel) {
+		// Sent again unchanged (every streamed transaction describes its
+		// tables; a kept stream connection has them loaded already).
+		return nil
+	}
 	if r := a.openRun(rel.ID); r != nil {
 		if err := a.flushRun(ctx, r); err != nil {
 			return err
@@ -274,6 +279,11 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		}
 	}
 	return nil
+}
+
+// sameRelation reports whether two descriptions of a relation agree.
+func sameRelation(a, b *parapply.Relation) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.ReplicaIdentity == b.ReplicaIdentity && slices.Equal(a.Columns, b.Columns)
 }
 
 func (a *Applier) table(id uint32) (*Table, error) {

@@ -29,16 +29,11 @@ const (
 
 type coalescingConn struct {
 	net.Conn
-	allow atomic.Bool
-	small int // consecutive small reads
-	// paced is set when Conn is a pacedConn, which paces reads itself.
-	paced bool
+	allow *atomic.Bool // Source.largeTxn
+	small int          // consecutive small reads
 }
 
 func (c *coalescingConn) Read(p []byte) (int, error) {
-	if c.paced {
-		return c.Conn.Read(p)
-	}
 	if c.small >= smallStreak && c.allow.Load() {
 		time.Sleep(readPause)
 	}
@@ -59,15 +54,14 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 		if err != nil {
 			return nil, err
 		}
-		s.coalesce = &coalescingConn{Conn: c}
 		// PARAPPLY_PACED=off keeps the socket in Go's poller (for
 		// diagnosis); so does a connection pacedConn cannot take over.
 		if os.Getenv("PARAPPLY_PACED") != "off" {
 			if pc, err := newPacedConn(c, s.mayPace); err == nil {
-				s.coalesce.Conn, s.coalesce.paced = pc, true
+				return pc, nil
 			}
 		}
-		return s.coalesce, nil
+		return &coalescingConn{Conn: c, allow: &s.largeTxn}, nil
 	}
 }
 
@@ -75,29 +69,27 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 // transaction, or while no synchronous publisher waits on parapply's
 // replies.
 func (s *Source) mayPace() bool {
-	return s.coalesce.allow.Load() || s.cfg.Prompt == nil || !s.cfg.Prompt.Load()
+	return s.largeTxn.Load() || s.cfg.Prompt == nil || !s.cfg.Prompt.Load()
 }
 
 // txnTracker follows transaction boundaries by message tag, to tell the
-// connection when reads may be delayed.
+// connection when reads may be delayed (largeTxn).
 type txnTracker struct {
 	inTxn   bool
 	changes int
 }
 
-func (t *txnTracker) saw(tag byte, c *coalescingConn) {
+func (t *txnTracker) saw(tag byte, largeTxn *atomic.Bool) {
 	switch tag {
 	case 'B', 'S': // begin, stream start
 		t.inTxn, t.changes = true, 0
 	case 'C', 'E', 'c', 'A': // commit, stream stop, stream commit, stream abort
 		t.inTxn, t.changes = false, 0
-		if c != nil {
-			c.allow.Store(false)
-		}
+		largeTxn.Store(false)
 	case 'I', 'U', 'D':
 		t.changes++
-		if t.changes == coalesceAfter && t.inTxn && c != nil {
-			c.allow.Store(true)
+		if t.changes == coalesceAfter && t.inTxn {
+			largeTxn.Store(true)
 		}
 	}
 }

@@ -100,9 +100,8 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 		n, err := unix.Read(p.fd, p.buf)
 		switch {
 		case n > 0:
-			p.r, p.w = 0, n
 			k := copy(b, p.buf[:n])
-			p.r = k
+			p.r, p.w = k, n
 			return k, nil
 		case n == 0 && err == nil:
 			return 0, io.EOF

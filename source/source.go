@@ -74,8 +74,10 @@ type Source struct {
 	// was created.
 	Published []PublishedTable
 
-	walEnd   atomic.Uint64
-	coalesce *coalescingConn
+	walEnd atomic.Uint64
+	// largeTxn is set inside a transaction or stream block with over
+	// coalesceAfter row changes: reads may be paced there.
+	largeTxn atomic.Bool
 }
 
 // WALEnd is the publisher's WAL end as of its last message: how far behind
@@ -452,7 +454,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 				}
 				s.sawWALEnd(uint64(x.ServerWALEnd))
 				if len(x.WALData) > 0 {
-					txns.saw(x.WALData[0], s.coalesce)
+					txns.saw(x.WALData[0], &s.largeTxn)
 				}
 				data := make([]byte, len(x.WALData))
 				copy(data, x.WALData)

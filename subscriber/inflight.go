@@ -124,10 +124,10 @@ func (c *streamConns) close() {
 	}
 }
 
-// streamConn returns a connection for the streamed transaction xid: an
+// streamConnFor returns a connection for the streamed transaction xid: an
 // idle one brought up to date (relations described since it was last
 // used, synced tables), or a new one.
-func (l *loop) streamConn(ctx context.Context, xid parapply.XID) (streamConn, error) {
+func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn, error) {
 	cfg := l.s.cfg.Target
 	cfg.AppName = fmt.Sprintf("%s stream %d", l.s.targetName(), xid)
 	if sc, ok := l.streamConns.take(); ok {
@@ -177,7 +177,7 @@ func (sc *streamConn) refresh(ctx context.Context, current map[uint32]*parapply.
 // startInflight takes a target connection for a streamed transaction whose
 // first change is at first, and starts applying its chunks as they come.
 func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
-	sc, err := l.streamConn(ctx, xid)
+	sc, err := l.streamConnFor(ctx, xid)
 	if err != nil {
 		return nil, err
 	}

@@ -488,14 +488,16 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		return nil
 	case *pgoutput.StreamStart:
 		l.inStream, l.streamXID = true, m.XID
-		if _, ok := l.streams[m.XID]; !ok {
+		st := l.streams[m.XID]
+		if st == nil {
 			log, err := spill.Create(l.spillDir)
 			if err != nil {
 				return err
 			}
-			l.streams[m.XID] = &stream{log: log, first: map[parapply.XID]int64{}}
+			st = &stream{log: log, first: map[parapply.XID]int64{}}
+			l.streams[m.XID] = st
 		}
-		l.streams[m.XID].settled = false
+		st.settled = false
 		return nil
 	case *pgoutput.StreamCommit:
 		return l.streamCommit(ctx, m)
