@@ -22,14 +22,14 @@ import (
 // reader that keeps up, or merely sleeps, roughly doubles the walsender's
 // CPU per row change. pacedConn's socket is in no poller. While reads may
 // be paced and data keeps coming, it sleeps a moment before each read and
-// then takes everything that arrived, up to a large buffer, so nothing is
-// woken per message and the rate is not capped; when nothing is waiting it
-// blocks in poll(2) on the socket and a wake pipe (deadlines, Close).
+// then takes what arrived, up to the limit pace gives, so nothing is woken
+// per message; when nothing is waiting it blocks in poll(2) on the socket
+// and a wake pipe (deadlines, Close).
 type pacedConn struct {
 	fd            int
 	wakeR, wakeW  int
 	local, remote net.Addr
-	paced         func() bool
+	pace          func() int   // 0: read at once; else pause, then read at most that much
 	mu            sync.RWMutex // held shared by reads and writes, exclusively by Close
 	deadlineMu    sync.Mutex
 	rdl, wdl      time.Time
@@ -43,9 +43,10 @@ type pacedConn struct {
 // sends between two paced reads.
 const pacedReadBuffer = 1 << 20
 
-// newPacedConn takes over c's socket and closes c; paced tells whether
-// reads may be delayed now. On error c is left as it was.
-func newPacedConn(c net.Conn, paced func() bool) (*pacedConn, error) {
+// newPacedConn takes over c's socket and closes c; pace tells whether
+// reads may be delayed now, and by how much a paced read is bounded. On
+// error c is left as it was.
+func newPacedConn(c net.Conn, pace func() int) (*pacedConn, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil, errors.New("not a socket")
@@ -71,7 +72,7 @@ func newPacedConn(c net.Conn, paced func() bool) (*pacedConn, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	p := &pacedConn{fd: fd, wakeR: pipe[0], wakeW: pipe[1], local: c.LocalAddr(), remote: c.RemoteAddr(), paced: paced}
+	p := &pacedConn{fd: fd, wakeR: pipe[0], wakeW: pipe[1], local: c.LocalAddr(), remote: c.RemoteAddr(), pace: pace}
 	// Closing c takes the socket out of Go's poller; the duplicate keeps
 	// it open.
 	_ = c.Close()
@@ -89,18 +90,20 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 	if p.buf == nil {
 		p.buf = make([]byte, pacedReadBuffer)
 	}
-	if !p.waited && p.paced() {
+	buf := p.buf
+	if limit := p.pace(); limit > 0 && !p.waited {
 		time.Sleep(readPause)
+		buf = buf[:min(limit, len(buf))]
 	}
 	p.waited = false
 	for {
 		if p.closed.Load() {
 			return 0, net.ErrClosed
 		}
-		n, err := unix.Read(p.fd, p.buf)
+		n, err := unix.Read(p.fd, buf)
 		switch {
 		case n > 0:
-			k := copy(b, p.buf[:n])
+			k := copy(b, buf[:n])
 			p.r, p.w = k, n
 			return k, nil
 		case n == 0 && err == nil:

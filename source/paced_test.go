@@ -11,7 +11,7 @@ import (
 )
 
 // pacedPair connects a pacedConn (reading) to a plain TCP peer (writing).
-func pacedPair(t *testing.T, paced func() bool) (*pacedConn, net.Conn) {
+func pacedPair(t *testing.T, pace func() int) (*pacedConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -35,7 +35,7 @@ func pacedPair(t *testing.T, paced func() bool) (*pacedConn, net.Conn) {
 	if !ok {
 		t.Fatal("accept failed")
 	}
-	p, err := newPacedConn(c, paced)
+	p, err := newPacedConn(c, pace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,9 @@ func pacedPair(t *testing.T, paced func() bool) (*pacedConn, net.Conn) {
 }
 
 func TestPacedConnCarriesBytesBothWays(t *testing.T) {
-	for _, paced := range []bool{false, true} {
-		p, peer := pacedPair(t, func() bool { return paced })
+	for _, limit := range []int{0, 8 << 10, pacedReadBuffer} {
+		paced := limit > 0
+		p, peer := pacedPair(t, func() int { return limit })
 		want := make([]byte, 3<<20)
 		for i := range want {
 			want[i] = byte(i * 7)
@@ -84,7 +85,7 @@ func TestPacedConnCarriesBytesBothWays(t *testing.T) {
 }
 
 func TestPacedConnDeadlines(t *testing.T) {
-	p, peer := pacedPair(t, func() bool { return false })
+	p, peer := pacedPair(t, func() int { return 0 })
 	// A deadline in the past: a timeout at once, and the connection
 	// stays usable (pgconn renews the deadline and reads again).
 	p.SetReadDeadline(time.Unix(1, 0))
@@ -139,9 +140,9 @@ func TestPacedConnDeadlines(t *testing.T) {
 // data keeps coming and pacing is allowed: a read after a wait is made at
 // once.
 func TestPacedConnPacesOnlyABacklog(t *testing.T) {
-	var allow atomic.Bool
-	p, peer := pacedPair(t, allow.Load)
-	allow.Store(true)
+	var limit atomic.Int64
+	p, peer := pacedPair(t, func() int { return int(limit.Load()) })
+	limit.Store(pacedReadBuffer)
 	buf := make([]byte, 64)
 	// Nothing waiting: the read waits, and the next read (after a wait)
 	// does not pause.
@@ -172,5 +173,12 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 	}
 	if d := time.Since(began); d < readPause {
 		t.Errorf("paced read took %s, want a pause of at least %s", d, readPause)
+	}
+	// A paced read takes no more than the limit, however much waits.
+	limit.Store(100)
+	peer.Write(make([]byte, 5000))
+	time.Sleep(10 * time.Millisecond)
+	if n, err := p.Read(make([]byte, 8192)); err != nil || n > 100 {
+		t.Errorf("read with a limit of 100 took %d bytes (%v)", n, err)
 	}
 }
