@@ -49,6 +49,10 @@ type Config struct {
 	// whatever SynchronousCommit says: the publisher is waiting for the
 	// target's flush (parapply is its synchronous standby).
 	SyncStandby *atomic.Bool
+	// AheadOfOrder marks an applier whose groups may commit before earlier
+	// ones (commit_order = dependency): each commit then records its
+	// group in parapply.applied instead of moving the progress row.
+	AheadOfOrder bool
 }
 
 // Defaults for Config.
@@ -1171,7 +1175,11 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 		a.ops = append(a.ops, op{what: "PREPARE TRANSACTION", rows: -1})
 		c.Durable = true // a PREPARE is flushed before it returns
 	} else {
-		a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
+		if a.cfg.AheadOfOrder {
+			a.queue(progress.RecordAppliedSQL, "recording the applied transactions", -1, a.cfg.Slot, g.first.CommitLSN.String(), g.last.CommitLSN.String(), g.end.String())
+		} else {
+			a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
+		}
 		c.Durable = a.syncCommit
 		if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {
 			// The publisher waits for this commit: flush it now rather
@@ -1267,15 +1275,19 @@ func detail(err error) string {
 	return ""
 }
 
-// RowKeys returns the scheduling keys of a change to relation rel whose
-// tuples (old and new images, whichever the change has) carry its key
-// columns, and whether the change must be applied alone (a barrier). A row
-// is named by its table and replica identity value; a table whose rows
-// cannot be told apart that way (REPLICA IDENTITY FULL or no key, or a
-// unique index beyond the key, whose freed values a later transaction could
-// take) is named as a whole; a table with a trigger that fires on the target
-// is a barrier, since the trigger may read anything.
-func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, tups ...parapply.Tuple) ([]schedule.Key, bool, error) {
+// RowKeys returns the scheduling keys of a change to relation rel, from its
+// old and new images (nil when the change has none), and whether the change
+// must be applied alone (a barrier). A row is named by its table and replica
+// identity value, old and new; a value the new image takes in a unique index
+// beyond the key is named by the index and the value. A freed value (the old
+// image carries only the key) has no key: a later transaction that takes it
+// either waits on the target for the one that freed it, or meets a unique
+// violation and is tried again after every earlier transaction has
+// committed. A table whose rows cannot be told apart by identity (REPLICA
+// IDENTITY FULL or no key) or whose unique values cannot be read from a
+// change is named as a whole; a table with a trigger that fires on the
+// target is a barrier, since the trigger may read anything.
+func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, old, new parapply.Tuple) ([]schedule.Key, bool, error) {
 	t, err := a.table(rel)
 	if err != nil {
 		return keys, false, err
@@ -1283,17 +1295,48 @@ func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, tups ...parapply.Tupl
 	if t.Triggers {
 		return keys, true, nil
 	}
-	if t.Full || len(t.Key) == 0 || t.ExtraUnique {
+	if t.Full || len(t.Key) == 0 || t.WholeTable {
 		return append(keys, schedule.MakeKey(t.Name)), false, nil
 	}
-	for _, tup := range tups {
+	for _, tup := range [2]parapply.Tuple{old, new} {
+		if tup == nil {
+			continue
+		}
 		if len(tup) != len(t.Rel.Columns) {
 			return keys, false, fmt.Errorf("change of %s carries %d columns, its relation message %d (protocol error)", t.Name, len(tup), len(t.Rel.Columns))
 		}
 		a.keybuf = appendKey(a.keybuf, tup, t.Key)
 		keys = append(keys, schedule.MakeKey(t.Name, a.keybuf))
 	}
+	if new == nil {
+		return keys, false, nil
+	}
+	for _, u := range t.Uniques {
+		if !takesValue(new, u) {
+			continue
+		}
+		a.keybuf = appendKey(a.keybuf, new, u.Cols)
+		keys = append(keys, schedule.MakeKey(t.Name+" "+u.Name, a.keybuf))
+	}
 	return keys, false, nil
+}
+
+// takesValue reports whether a new image holds a value of unique index u
+// that another row could conflict with: every column known (an unchanged
+// TOASTed value is the row's own already) and, unless NULLs are equal in
+// the index, none NULL.
+func takesValue(tup parapply.Tuple, u UniqueIndex) bool {
+	for _, c := range u.Cols {
+		switch tup[c].Kind {
+		case parapply.ValueUnchanged:
+			return false
+		case parapply.ValueNull:
+			if !u.NullsEqual {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Prepare sends every statement of the open group, so that only the

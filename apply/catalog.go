@@ -41,6 +41,14 @@ type Table struct {
 	// that row-by-row order would not, so such updates run under a savepoint
 	// and fall back to row order.
 	ExtraUnique bool
+	// Uniques are the unique indexes beyond the key whose values the
+	// published columns give: a change taking a value of one is keyed by
+	// it, so two transactions taking the same value apply in order.
+	Uniques []UniqueIndex
+	// WholeTable is true when some unique index's values cannot be read
+	// from a change (an expression, or a column not published): the table's
+	// changes are then keyed as the whole table.
+	WholeTable bool
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
@@ -122,38 +130,8 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		// No key flagged (a table with REPLICA IDENTITY DEFAULT and no primary key): only inserts can be published.
 		t.Key = nil
 	}
-	// Unique indexes on the target beyond the one matching the key.
-	var keyNames []string
-	for _, k := range t.Key {
-		keyNames = append(keyNames, rel.Columns[k].Name)
-	}
-	irows, err := conn.Query(ctx, `SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_catalog.pg_index i
-		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-		WHERE i.indrelid = $1 AND i.indisunique GROUP BY i.indexrelid`, oid)
-	if err != nil {
-		return nil, fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
-	}
-	keySet := strings.Join(sortedCopy(keyNames), ",")
-	for irows.Next() {
-		var names []string
-		if err := irows.Scan(&names); err != nil {
-			return nil, err
-		}
-		if t.Full || strings.Join(names, ",") != keySet {
-			t.ExtraUnique = true
-		}
-	}
-	if err := irows.Err(); err != nil {
+	if err := loadUniques(ctx, conn, oid, t); err != nil {
 		return nil, err
-	}
-	if !t.ExtraUnique {
-		// Unique indexes on expressions or with a predicate: their
-		// columns do not show in indkey, and they constrain all the same.
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index WHERE indrelid = $1 AND indisunique
-			AND (indexprs IS NOT NULL OR indpred IS NOT NULL))`, oid).Scan(&t.ExtraUnique)
-		if err != nil {
-			return nil, fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
-		}
 	}
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R')
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`, oid).Scan(&t.Triggers)
@@ -180,6 +158,74 @@ func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation)
 		if _, err := LoadTable(ctx, conn, rel); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// UniqueIndex is a unique index beyond the key, by the published columns it
+// holds.
+type UniqueIndex struct {
+	Name string
+	Cols []int // positions in the relation's columns
+	// NullsEqual is NULLS NOT DISTINCT: a NULL is a value like any other.
+	NullsEqual bool
+}
+
+// loadUniques reads the target's unique indexes on t: those beyond the one
+// matching the key set ExtraUnique, and become t.Uniques, or t.WholeTable
+// when their values cannot be read from a change.
+func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
+	rel := t.Rel
+	var keyNames []string
+	for _, k := range t.Key {
+		keyNames = append(keyNames, rel.Columns[k].Name)
+	}
+	keySet := strings.Join(sortedCopy(keyNames), ",")
+	// indnullsnotdistinct exists from PostgreSQL 15; read through jsonb so
+	// that older targets give NULL.
+	rows, err := conn.Query(ctx, `SELECT i.indexrelid::regclass::text, i.indexprs IS NOT NULL, i.indpred IS NOT NULL,
+			coalesce((pg_catalog.to_jsonb(i) ->> 'indnullsnotdistinct')::bool, false),
+			ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n)
+				JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+				WHERE k.n <= i.indnkeyatts ORDER BY k.n)
+		FROM pg_catalog.pg_index i WHERE i.indrelid = $1 AND i.indisunique ORDER BY i.indexrelid`, oid)
+	if err != nil {
+		return fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
+	}
+	defer rows.Close()
+	pos := map[string]int{}
+	for i, c := range rel.Columns {
+		pos[c.Name] = i
+	}
+	for rows.Next() {
+		var u UniqueIndex
+		var expr, pred bool
+		var names []string
+		if err := rows.Scan(&u.Name, &expr, &pred, &u.NullsEqual, &names); err != nil {
+			return err
+		}
+		if !t.Full && !expr && !pred && strings.Join(sortedCopy(names), ",") == keySet {
+			continue // the key's own index: the identity keys cover it
+		}
+		t.ExtraUnique = true
+		if expr {
+			t.WholeTable = true
+			continue
+		}
+		for _, n := range names {
+			i, ok := pos[n]
+			if !ok {
+				t.WholeTable = true
+				break
+			}
+			u.Cols = append(u.Cols, i)
+		}
+		if len(u.Cols) == len(names) {
+			t.Uniques = append(t.Uniques, u)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ var (
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
-	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lost_connection.", "cause")
+	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lost_connection, unique_violation.", "cause")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
 	wRowsDesc      = desc("worker_rows_total", "Row changes applied by each worker (every attempt counts).", "worker")
@@ -146,7 +146,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(inflightDesc, float64(st.StreamsInFlight))
 	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
 	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
-	var retries [3]int64
+	var retries [len(subscriber.RetryCauses)]int64
 	for _, w := range st.Workers {
 		n := strconv.Itoa(w.Worker)
 		counter(wTxnsDesc, float64(w.Txns), n)

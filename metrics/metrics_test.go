@@ -25,8 +25,8 @@ func TestCollector(t *testing.T) {
 		Lag: 1500 * time.Millisecond, Txns: 7, Groups: 3, CommitDelay: h.Snapshot(), QueueBytes: 42,
 		Tables: []subscriber.TableStatus{{Name: "public.a", Inserts: 5, Updates: 2, Deletes: 1, UpdateMissing: 1}},
 		Workers: []subscriber.WorkerStatus{
-			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [3]int64{1, 0, 2}},
-			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [3]int64{0, 1, 0}},
+			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [4]int64{1, 0, 2, 0}},
+			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [4]int64{0, 1, 0, 3}},
 		},
 		Copy: &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
 	}
@@ -60,11 +60,12 @@ parapply_rows_total{kind="insert",table="public.a"} 5
 parapply_rows_total{kind="update",table="public.a"} 2
 `},
 		{"parapply_retries_total", `
-# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lost_connection.
+# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lost_connection, unique_violation.
 # TYPE parapply_retries_total counter
 parapply_retries_total{cause="deadlock"} 1
 parapply_retries_total{cause="lost_connection"} 2
 parapply_retries_total{cause="serialization_failure"} 1
+parapply_retries_total{cause="unique_violation"} 3
 `},
 		{"parapply_commit_delay_seconds", `
 # HELP parapply_commit_delay_seconds Time from a source commit to the target commit that applied it (last transaction of each target transaction), on parapply's clock.

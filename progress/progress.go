@@ -51,12 +51,65 @@ CREATE TABLE IF NOT EXISTS parapply.prepared (
 	end_lsn     pg_lsn,
 	PRIMARY KEY (slot_name, gid)
 );
+CREATE TABLE IF NOT EXISTS parapply.applied (
+	slot_name       text NOT NULL,
+	commit_lsn      pg_lsn NOT NULL,
+	last_commit_lsn pg_lsn NOT NULL,
+	end_lsn         pg_lsn NOT NULL,
+	PRIMARY KEY (slot_name, commit_lsn)
+);
+COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
 COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
 
 // UpdateSQL records a transaction as applied; it runs inside the applying
 // transaction. Parameters: slot, commit LSN, end LSN, xid, commit time.
 const UpdateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
+
+// RecordAppliedSQL records, inside the applying transaction, a group of
+// source transactions committed while earlier ones may not be (commit_order
+// = dependency): the progress row cannot say so, since it holds one
+// position. Parameters: slot, first and last commit LSN, end LSN.
+const RecordAppliedSQL = `INSERT INTO parapply.applied (slot_name, commit_lsn, last_commit_lsn, end_lsn) VALUES ($1, $2::text::pg_lsn, $3::text::pg_lsn, $4::text::pg_lsn)`
+
+// AdvanceSQL moves the progress row to a transaction every earlier one of
+// which is applied, never backwards, and forgets the groups it covers.
+// Parameters: slot, commit LSN, end LSN, xid, commit time.
+const AdvanceSQL = `WITH moved AS (UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now()
+		WHERE slot_name = $1 AND commit_lsn < $2::text::pg_lsn RETURNING 1)
+	DELETE FROM parapply.applied WHERE slot_name = $1 AND last_commit_lsn <= $2::text::pg_lsn`
+
+// Range is a run of source transactions by commit LSN, both ends included.
+type Range struct{ First, Last parapply.LSN }
+
+// ReadApplied returns the groups committed ahead of the progress row, in
+// order, after removing those it already covers.
+func ReadApplied(ctx context.Context, conn *pgx.Conn, slot string) ([]Range, error) {
+	if _, err := conn.Exec(ctx, `DELETE FROM parapply.applied a USING parapply.progress p WHERE a.slot_name = $1 AND p.slot_name = $1 AND a.last_commit_lsn <= p.commit_lsn`, slot); err != nil {
+		return nil, fmt.Errorf("reading %s.applied: %w", Schema, err)
+	}
+	rows, err := conn.Query(ctx, `SELECT commit_lsn::text, last_commit_lsn::text FROM parapply.applied WHERE slot_name = $1 ORDER BY commit_lsn`, slot)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s.applied: %w", Schema, err)
+	}
+	defer rows.Close()
+	var out []Range
+	for rows.Next() {
+		var f, l string
+		if err := rows.Scan(&f, &l); err != nil {
+			return nil, err
+		}
+		var r Range
+		if r.First, err = parapply.ParseLSN(f); err != nil {
+			return nil, err
+		}
+		if r.Last, err = parapply.ParseLSN(l); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
 
 // RecordPreparedSQL notes, inside a transaction being prepared, which
 // source transaction it is. Parameters: slot, gid, xid, prepare LSN, end LSN.
@@ -69,12 +122,13 @@ const PreparedDoneSQL = `SELECT EXISTS (SELECT 1 FROM parapply.prepared WHERE sl
 // ForgetPreparedSQL drops the row of a finished prepared transaction.
 const ForgetPreparedSQL = `DELETE FROM parapply.prepared WHERE slot_name = $1 AND gid = $2`
 
-// Applied reports whether the progress row says the transaction committed at
-// commitLSN has been applied: after a connection died during COMMIT, whether
+// Applied reports whether the progress row (or parapply.applied) says the
+// transaction committed at commitLSN has been applied: after a connection died during COMMIT, whether
 // the commit happened.
 func Applied(ctx context.Context, conn *pgx.Conn, slot string, commitLSN parapply.LSN) (bool, error) {
 	var done bool
-	err := conn.QueryRow(ctx, `SELECT commit_lsn >= $2::text::pg_lsn FROM parapply.progress WHERE slot_name = $1`, slot, commitLSN.String()).Scan(&done)
+	err := conn.QueryRow(ctx, `SELECT commit_lsn >= $2::text::pg_lsn OR EXISTS (SELECT 1 FROM parapply.applied a WHERE a.slot_name = $1 AND $2::text::pg_lsn BETWEEN a.commit_lsn AND a.last_commit_lsn)
+		FROM parapply.progress WHERE slot_name = $1`, slot, commitLSN.String()).Scan(&done)
 	if err != nil {
 		return false, fmt.Errorf("reading %s.progress: %w", Schema, err)
 	}

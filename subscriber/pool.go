@@ -49,15 +49,15 @@ type WorkerStats struct {
 	// commit first (nanoseconds).
 	CommitWait atomic.Int64
 	// Retries counts units tried again after a deadlock, a serialization
-	// failure or a lost connection; RetriesBy splits them by cause (the
-	// order of RetryCauses).
+	// failure, a lost connection or a unique violation met beside earlier
+	// units; RetriesBy splits them by cause (the order of RetryCauses).
 	Retries   atomic.Int64
-	RetriesBy [3]atomic.Int64
+	RetriesBy [len(RetryCauses)]atomic.Int64
 }
 
 // RetryCauses name why a worker tried a transaction again, in the order of
 // WorkerStats.RetriesBy.
-var RetryCauses = [3]string{"deadlock", "serialization_failure", "lost_connection"}
+var RetryCauses = [4]string{"deadlock", "serialization_failure", "lost_connection", "unique_violation"}
 
 // pool applies units on persistent worker connections, in parallel where
 // the scheduler allows, committing in source order.
@@ -80,7 +80,28 @@ type pool struct {
 	cfg     apply.Config
 	log     *slog.Logger
 	wg      sync.WaitGroup
+
+	// Commits reach the tracker in source order: those made ahead of
+	// earlier units (commit_order = dependency) wait in reports until
+	// every earlier one is in.
+	reports    map[schedule.ID]pendingReport
+	nextReport schedule.ID
+	// mark is the last transaction reported; the progress row is moved
+	// to it now and then (advance), when units commit ahead of order.
+	mark        unitTxn
+	advancedTo  parapply.LSN
+	advancing   bool
+	lastAdvance time.Time
 }
+
+type pendingReport struct {
+	c    apply.Committed
+	last unitTxn
+}
+
+// advanceEvery is how often the progress row is moved past transactions
+// committed ahead of order, so that parapply.applied stays small.
+const advanceEvery = time.Second
 
 type worker struct {
 	n     int
@@ -93,7 +114,8 @@ type worker struct {
 
 // openPool connects n workers to the target.
 func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
-	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log}
+	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
+		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now()}
 	p.cond = sync.NewCond(&p.mu)
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
@@ -259,18 +281,21 @@ var errStopped = errors.New("pool stopped")
 const maxAttempts = 5
 
 // execute applies and commits a unit. A deadlock or serialization failure,
-// or a lost connection, is retried: the unit is rolled back (a lost
-// connection is reopened), and tried again once every earlier unit has
-// committed, so that it runs in source order with nothing of parapply's
-// beside it.
+// a lost connection, or a unique violation met while earlier units were in
+// flight (one of them may free the value: freed values carry no key), is
+// retried: the unit is rolled back (a lost connection is reopened), and
+// tried again once every earlier unit has committed, so that it runs in
+// source order with nothing of parapply's beside it. A unique violation met
+// with nothing earlier in flight is the target's own, and stops parapply.
 func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
 	for attempt := 1; ; attempt++ {
+		alone := p.oldest(id)
 		err := p.try(ctx, w, id, u)
 		if err == nil || errors.Is(err, errStopped) {
 			return err
 		}
 		lost := w.app.Conn().IsClosed()
-		cause := retryCause(err, lost)
+		cause := retryCause(err, lost, alone)
 		if cause == "" || attempt >= maxAttempts || ctx.Err() != nil {
 			return err
 		}
@@ -309,15 +334,16 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 			if done {
 				credit()
 				w.stats.Units.Add(1)
-				record(p.tracker, apply.Committed{End: last.end, CommitTime: last.txn.CommitTime, Local: local, Flushed: flushed})
+				p.report(id, u, apply.Committed{End: last.end, CommitTime: last.txn.CommitTime, Local: local, Flushed: flushed})
 				return nil
 			}
 		}
 	}
 }
 
-// retryCause names why a failed unit may be tried again, or returns "".
-func retryCause(err error, lost bool) string {
+// retryCause names why a failed unit may be tried again, or returns "";
+// alone says every earlier unit had committed when the attempt began.
+func retryCause(err error, lost, alone bool) string {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "40P01":
@@ -326,8 +352,17 @@ func retryCause(err error, lost bool) string {
 		return RetryCauses[1]
 	case lost:
 		return RetryCauses[2]
+	case errors.As(err, &pe) && pe.Code == "23505" && !alone:
+		return RetryCauses[3]
 	}
 	return ""
+}
+
+// oldest reports whether every unit before id has committed.
+func (p *pool) oldest(id schedule.ID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sched.MayCommit(id)
 }
 
 // waitOldest waits until every unit before id has committed; false if the
@@ -392,7 +427,13 @@ func awaitGone(ctx context.Context, app *apply.Applier, pid uint32) error {
 // try applies a unit and commits it once every earlier unit has.
 func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
 	p.mu.Lock()
-	catchUp := p.rels[w.seen:u.relSeq]
+	from := w.seen
+	if from > u.relSeq {
+		// The worker has applied a later unit (commit_order =
+		// dependency): load every description as of this unit's start.
+		from = 0
+	}
+	catchUp := p.rels[from:u.relSeq]
 	p.mu.Unlock()
 	began := time.Now()
 	// Only the latest description of each relation matters: nothing
@@ -408,7 +449,7 @@ func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) erro
 			}
 		}
 	}
-	w.seen += len(catchUp)
+	w.seen = u.relSeq
 	rels, err := w.apply(ctx, u)
 	if err == nil {
 		err = w.app.Prepare(ctx)
@@ -418,12 +459,14 @@ func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) erro
 	}
 	w.stats.Busy.Add(int64(time.Since(began)))
 
-	waited := time.Now()
-	ok := p.waitOldest(id)
-	w.stats.CommitWait.Add(int64(time.Since(waited)))
-	if !ok {
-		w.app.Abort(context.Background())
-		return errStopped
+	if !p.cfg.AheadOfOrder {
+		waited := time.Now()
+		ok := p.waitOldest(id)
+		w.stats.CommitWait.Add(int64(time.Since(waited)))
+		if !ok {
+			w.app.Abort(context.Background())
+			return errStopped
+		}
 	}
 	began = time.Now()
 	c, err := w.app.Commit(ctx)
@@ -433,8 +476,54 @@ func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) erro
 	w.stats.Busy.Add(int64(time.Since(began)))
 	w.seen += rels
 	w.stats.Units.Add(1)
-	record(p.tracker, c)
+	p.report(id, u, c)
+	if p.cfg.AheadOfOrder {
+		p.advance(ctx, w)
+	}
 	return nil
+}
+
+// report hands a unit's commit to the tracker once every earlier unit's
+// has been: positions reach it in source order whatever the commit order.
+func (p *pool) report(id schedule.ID, u *unit, c apply.Committed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reports[id] = pendingReport{c, u.txns[len(u.txns)-1]}
+	for {
+		r, ok := p.reports[p.nextReport]
+		if !ok {
+			return
+		}
+		delete(p.reports, p.nextReport)
+		p.nextReport++
+		record(p.tracker, r.c)
+		p.mark = r.last
+	}
+}
+
+// advance moves the progress row to the last transaction every earlier one
+// of which has committed, at most every advanceEvery, on w's connection
+// (between units); the groups it passes leave parapply.applied. A failure
+// is only logged: the rows it would have removed still say what they say.
+func (p *pool) advance(ctx context.Context, w *worker) {
+	p.mu.Lock()
+	m := p.mark
+	if p.advancing || m.end <= p.advancedTo || time.Since(p.lastAdvance) < advanceEvery {
+		p.mu.Unlock()
+		return
+	}
+	p.advancing = true
+	p.mu.Unlock()
+	_, err := w.app.Conn().Exec(ctx, progress.AdvanceSQL, p.cfg.Slot, m.txn.CommitLSN.String(), m.end.String(), int64(m.txn.XID), m.txn.CommitTime)
+	p.mu.Lock()
+	p.advancing, p.lastAdvance = false, time.Now()
+	if err == nil {
+		p.advancedTo = m.end
+	}
+	p.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("moving the progress row past transactions committed ahead of order", "worker", w.n, "error", err)
+	}
 }
 
 // record reports a commit to the tracker; with workers, units reach it in

@@ -80,10 +80,10 @@ type WorkerStatus struct {
 	// earlier transactions to commit first.
 	Busy, DependencyWait, CommitWait time.Duration
 	// Retries counts transactions tried again (deadlock, serialization
-	// failure, lost connection); RetriesBy splits them in the order of
+	// failure, lost connection, unique violation); RetriesBy splits them in the order of
 	// RetryCauses.
 	Retries   int64
-	RetriesBy [3]int64
+	RetriesBy [len(RetryCauses)]int64
 }
 
 // Status reports progress; safe to call from any goroutine.

@@ -55,7 +55,16 @@ type Config struct {
 	// SpillDir holds streamed transactions' spill files ("": the system's
 	// temporary directory).
 	SpillDir string
+	// CommitOrder is CommitPreserve ("" too) or CommitDependency.
+	CommitOrder string
 }
+
+// Commit orders: with workers, a transaction commits after every earlier
+// one (preserve), or as soon as those it depends on have (dependency).
+const (
+	CommitPreserve   = "preserve"
+	CommitDependency = "dependency"
+)
 
 // GroupLimits bound a group: consecutive source transactions applied as one
 // target transaction. A group is committed when the stream has nothing more
@@ -215,6 +224,10 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	ahead, err := progress.ReadApplied(ctx, app.Conn(), s.cfg.Source.Slot)
+	if err != nil {
+		return err
+	}
 	if src.Created && resumed {
 		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
 	}
@@ -237,6 +250,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	if s.cfg.Workers > 0 {
 		tcfg := s.cfg.Target
 		tcfg.AppName = s.targetName()
+		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
 		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -270,7 +284,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.state.Store(StateStreaming)
 	close(s.ready)
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
@@ -334,6 +348,9 @@ type loop struct {
 	tracker   *progress.Tracker
 	dec       pgoutput.Decoder
 	skipBelow parapply.LSN // commit LSN of the last transaction already applied
+	// ahead are transactions past skipBelow applied before a restart
+	// (commit_order = dependency), by commit LSN, in order.
+	ahead     []progress.Range
 	skipping  bool
 	txn       apply.Txn
 	streams   map[parapply.XID]*stream
@@ -521,12 +538,25 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	}
 }
 
+// applied reports whether the transaction committed at commitLSN was
+// applied before this run started. Transactions arrive in commit order, so
+// ranges behind it are dropped as it goes.
+func (l *loop) applied(commitLSN parapply.LSN) bool {
+	if commitLSN <= l.skipBelow {
+		return true
+	}
+	for len(l.ahead) > 0 && l.ahead[0].Last < commitLSN {
+		l.ahead = l.ahead[1:]
+	}
+	return len(l.ahead) > 0 && l.ahead[0].First <= commitLSN
+}
+
 func (l *loop) begin(txn apply.Txn) error {
 	if l.inTxn {
 		return fmt.Errorf("BEGIN of transaction %d inside transaction %d (protocol error)", txn.XID, l.txn.XID)
 	}
 	l.txn, l.inTxn = txn, true
-	l.skipping = txn.CommitLSN <= l.skipBelow
+	l.skipping = l.applied(txn.CommitLSN)
 	if l.skipping {
 		return nil
 	}
@@ -586,17 +616,17 @@ func (l *loop) take(m pgoutput.Message) error {
 	barrier := false
 	switch m := m.(type) {
 	case *pgoutput.Insert:
-		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.New)
+		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, nil, m.New)
 		u.bytes += tupleBytes(m.New)
 	case *pgoutput.Update:
+		var old parapply.Tuple
 		if m.OldKind != 0 {
-			u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.Old, m.New)
-		} else {
-			u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.New)
+			old = m.Old
 		}
+		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, old, m.New)
 		u.bytes += tupleBytes(m.Old) + tupleBytes(m.New)
 	case *pgoutput.Delete:
-		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.Old)
+		u.keys, barrier, err = l.app.RowKeys(m.RelationID, u.keys, m.Old, nil)
 		u.bytes += tupleBytes(m.Old)
 	case *pgoutput.Truncate:
 		barrier = true
@@ -815,7 +845,7 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 			f.abort()
 			return err
 		}
-		if m.CommitLSN <= l.skipBelow {
+		if l.applied(m.CommitLSN) {
 			// Applied before a restart: the copy applied in flight
 			// goes.
 			f.abort()
@@ -970,7 +1000,7 @@ func (l *loop) finishPrepared(ctx context.Context, commit bool, txn apply.Txn, e
 	if err := l.settle(ctx); err != nil {
 		return err
 	}
-	if commit && txn.CommitLSN <= l.skipBelow {
+	if commit && l.applied(txn.CommitLSN) {
 		l.tracker.Reached(end)
 		return nil
 	}

@@ -32,11 +32,18 @@ func (r *runEnv) bigTxn(ctx context.Context, w workload, m *measurement) error {
 	}
 	committed := time.Now()
 	m.publisher = committed.Sub(t0).Seconds()
+	// How long the walsender still decodes after the commit: the rest of
+	// the delay is the subscriber's.
+	decoded := make(chan time.Duration, 1)
+	go func() { decoded <- r.decodedAfter(ctx, committed) }()
 	if err := r.waitFor(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM big WHERE id = %d)", rows), time.Hour); err != nil {
 		return err
 	}
 	m.catchup = time.Since(committed).Seconds()
 	logf("big transaction: %d rows in %.2fs on the publisher, visible on the subscriber %.2fs after its commit", rows, m.publisher, m.catchup)
+	if d := <-decoded; d >= 0 {
+		logf("big transaction: the walsender had decoded past the commit %.2fs after it", d.Seconds())
+	}
 	logf("big transaction: %s", cpuSnapshot(sender).since(cpu0))
 
 	// (b) synchronous standby.
@@ -132,4 +139,31 @@ func cpuSnapshot(pid int) cpu {
 func (c cpu) since(o cpu) string {
 	wall := c.at.Sub(o.at).Seconds()
 	return fmt.Sprintf("walsender CPU %.2fs, machine busy %.2f cores, over %.2fs", (c.proc-o.proc)/100, (c.total-o.total)/100/wall, wall)
+}
+
+// decodedAfter polls the walsender's sent position until it passes the
+// publisher's WAL position at the time of the call, and returns how long
+// after since that took (-1 if it could not tell within a minute).
+func (r *runEnv) decodedAfter(ctx context.Context, since time.Time) time.Duration {
+	c, err := pgx.Connect(ctx, r.pubDSN)
+	if err != nil {
+		return -1
+	}
+	defer c.Close(context.Background())
+	var end string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		return -1
+	}
+	for time.Since(since) < time.Minute {
+		var past bool
+		err := c.QueryRow(ctx, "SELECT coalesce(sent_lsn >= $2::text::pg_lsn, false) FROM pg_stat_replication WHERE application_name = $1", r.eng.appName(), end).Scan(&past)
+		if err != nil {
+			return -1
+		}
+		if past {
+			return time.Since(since)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return -1
 }

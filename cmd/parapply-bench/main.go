@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,7 +139,8 @@ func run(ctx context.Context, args []string) error {
 func runCell(ctx context.Context, o options, w, e string, workers int) result {
 	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method}
 	if e == "parapply" {
-		res.CommitOrder = "preserve"
+		// parapply takes its settings from the environment too.
+		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
 	var pubs, catchups, tps []float64
 	for i := 0; i < o.runs; i++ {

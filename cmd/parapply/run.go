@@ -84,6 +84,12 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.Workers, err = c.int("workers", 0); err != nil {
 		return cfg, err
 	}
+	switch c["commit_order"] {
+	case subscriber.CommitPreserve, subscriber.CommitDependency:
+		cfg.CommitOrder = c["commit_order"]
+	default:
+		return cfg, fmt.Errorf("invalid value for commit_order: %q (preserve or dependency)", c["commit_order"])
+	}
 	if cfg.StreamWorkers, err = c.int("stream_workers", 0); err != nil {
 		return cfg, err
 	}

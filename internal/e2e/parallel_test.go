@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // TestParallelAdversarial applies, at several worker counts, a backlog built
@@ -13,10 +16,22 @@ import (
 // values handed from one row to another across transactions, keys deleted
 // and inserted again by consecutive transactions, parents and children linked
 // by a foreign key, a table without any key, and a TRUNCATE in the middle.
-// The target must equal the publisher each time.
+// The target must equal the publisher each time, in both commit orders.
 func TestParallelAdversarial(t *testing.T) {
-	for _, workers := range []int{0, 1, 2, 4, 8} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+	type run struct {
+		workers int
+		order   string
+	}
+	var runs []run
+	for _, w := range []int{0, 1, 2, 4, 8} {
+		runs = append(runs, run{w, subscriber.CommitPreserve})
+	}
+	for _, w := range []int{2, 4, 8} {
+		runs = append(runs, run{w, subscriber.CommitDependency})
+	}
+	for _, rn := range runs {
+		workers := rn.workers
+		t.Run(fmt.Sprintf("workers=%d/%s", workers, rn.order), func(t *testing.T) {
 			e := newEnv(t, `CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL);
 				CREATE TABLE uniq (id int PRIMARY KEY, u int NOT NULL UNIQUE);
 				CREATE TABLE reborn (id int PRIMARY KEY, gen int NOT NULL);
@@ -30,6 +45,7 @@ func TestParallelAdversarial(t *testing.T) {
 				INSERT INTO nokey SELECT g % 10, 'row' FROM generate_series(1, 50) g`)
 			cfg := e.config(fmt.Sprintf("adv%d", workers))
 			cfg.Workers = workers
+			cfg.CommitOrder = rn.order
 			// Small units, so that many are in flight at once.
 			cfg.Group.MaxChanges = 1
 			r := e.start(cfg)
@@ -150,4 +166,208 @@ func TestWorkerConnectionLost(t *testing.T) {
 	if killed == 0 || retries == 0 {
 		t.Fatalf("terminated %d worker sessions, retried %d times: the test did not exercise the retry", killed, retries)
 	}
+}
+
+// TestUniqueValuesParallel: transactions that touch different rows but take
+// the same unique values (swaps through a spare value, a value freed by a
+// delete and taken by the next transaction's insert, a NULLS NOT DISTINCT
+// index) run on several workers, keyed by the values they take: a freed
+// value has no key, so the transaction taking it either waits on the target
+// or meets a unique violation and is tried again once everything before it
+// has committed. The target must equal the publisher; a unique value the
+// target holds and the publisher does not still stops parapply, naming the
+// key.
+func TestUniqueValuesParallel(t *testing.T) {
+	for _, workers := range []int{2, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			e := newEnv(t, `CREATE TABLE acct (id int PRIMARY KEY, email text NOT NULL UNIQUE, code int, tag text);
+				CREATE UNIQUE INDEX acct_code ON acct (code, tag);
+				INSERT INTO acct SELECT g, 'u' || g || '@x', g, 't' FROM generate_series(1, 40) g`)
+			ctx := context.Background()
+			nnd := e.pub.PgConn().ParameterStatus("server_version") >= "15"
+			if nnd {
+				e.both(`CREATE TABLE slot1 (id int PRIMARY KEY, k int, UNIQUE NULLS NOT DISTINCT (k)); INSERT INTO slot1 VALUES (1, NULL)`)
+			}
+			cfg := e.config(fmt.Sprintf("uniq%d", workers))
+			cfg.Workers = workers
+			cfg.Group.MaxChanges = 1
+			r := e.start(cfg)
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			email := map[int]string{}
+			code := map[int]int{}
+			tag := map[int]any{}
+			for i := 1; i <= 40; i++ {
+				email[i], code[i], tag[i] = fmt.Sprintf("u%d@x", i), i, "t"
+			}
+			b := &pgx.Batch{}
+			// txn queues one source transaction (a batch is otherwise one).
+			txn := func(sql string, args ...any) {
+				b.Queue("BEGIN")
+				b.Queue(sql, args...)
+				b.Queue("COMMIT")
+			}
+			next := 1000
+			for n := 1; n <= 900; n++ {
+				a, c := n%40+1, (n*7+3)%40+1
+				switch n % 5 {
+				case 0, 1:
+					if a == c {
+						continue
+					}
+					// Swap two rows' emails through a spare value, one
+					// step per transaction.
+					ea, ec := email[a], email[c]
+					txn("UPDATE acct SET email = 'spare' WHERE id = $1", a)
+					txn("UPDATE acct SET email = $2 WHERE id = $1", c, ea)
+					txn("UPDATE acct SET email = $2 WHERE id = $1", a, ec)
+					email[a], email[c] = ec, ea
+				case 2:
+					// Delete a row and give its email to a new row in the
+					// next transaction, which the one after renumbers.
+					txn("DELETE FROM acct WHERE id = $1", a)
+					txn("INSERT INTO acct VALUES ($1, $2, $1, 't')", next, email[a])
+					txn("UPDATE acct SET id = $1 WHERE id = $2", a, next)
+					code[a], tag[a] = next, "t"
+					next++
+				case 3:
+					if a == c {
+						continue
+					}
+					// Hand row a's (code, tag) to row c and c's to a.
+					ca, ta, cc, tc := code[a], tag[a], code[c], tag[c]
+					txn("UPDATE acct SET code = NULL WHERE id = $1", a)
+					txn("UPDATE acct SET code = $2, tag = $3 WHERE id = $1", c, ca, ta)
+					txn("UPDATE acct SET code = $2, tag = $3 WHERE id = $1", a, cc, tc)
+					code[a], tag[a], code[c], tag[c] = cc, tc, ca, ta
+				case 4:
+					if nnd {
+						// The one NULL moves to a new row.
+						txn("UPDATE slot1 SET k = $1 WHERE k IS NULL", n)
+						txn("INSERT INTO slot1 VALUES ($1, NULL)", n+1)
+					}
+				}
+				if b.Len() > 300 {
+					if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
+						t.Fatal(err)
+					}
+					b = &pgx.Batch{}
+				}
+			}
+			if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
+				t.Fatal(err)
+			}
+			r = e.start(cfg)
+			e.waitCaughtUp(r)
+			tables := []string{"acct"}
+			if nnd {
+				tables = append(tables, "slot1")
+			}
+			e.verify(tables...)
+			var retried int64
+			for _, w := range r.s.Status().Workers {
+				retried += w.RetriesBy[3]
+			}
+			t.Logf("%d transactions tried again after a unique violation", retried)
+
+			// A value only the target holds: a real conflict, which stops
+			// parapply with the key named instead of being retried forever.
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			e.exec(e.sub, `INSERT INTO acct VALUES (-1, 'only-on-target', -1, 'x')`)
+			b = &pgx.Batch{}
+			for n := 0; n < 50; n++ {
+				txn("UPDATE acct SET code = code + 100000 WHERE id = $1", n%40+1)
+			}
+			txn("INSERT INTO acct VALUES (-2, 'only-on-target', -2, 'x')")
+			if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
+				t.Fatal(err)
+			}
+			r = e.start(cfg)
+			select {
+			case err := <-r.done:
+				r.done <- err
+				if err == nil || !strings.Contains(err.Error(), "only-on-target") {
+					t.Fatalf("want a unique violation naming the value, got %v", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("parapply kept running past a unique value only the target holds")
+			}
+		})
+	}
+}
+
+// TestDependencySchemaChange: with commit_order = dependency a worker may
+// apply a unit from before a column was added after one from after it; it
+// must apply each with the table's description as of that unit.
+func TestDependencySchemaChange(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (0, 0)`)
+	e.exec(e.sub, `ALTER TABLE t ADD COLUMN w text`)
+	cfg := e.config("depschema")
+	cfg.Workers, cfg.CommitOrder, cfg.Group.MaxChanges = 4, subscriber.CommitDependency, 1
+	r := e.start(cfg)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for round := 0; round < 4; round++ {
+		b := &pgx.Batch{}
+		if round == 1 {
+			// One transaction touches every row so far; the rest of the
+			// round each touch one of them, so they all wait for it, and
+			// become ready together once it commits.
+			b.Queue("UPDATE t SET v = v + 1 WHERE id BETWEEN 0 AND 300")
+		}
+		for n := 1; n <= 300; n++ {
+			id := round*1000 + n
+			b.Queue("BEGIN")
+			switch {
+			case round == 1:
+				b.Queue("UPDATE t SET v = v + 10 WHERE id = $1", n)
+			case round >= 2:
+				b.Queue("INSERT INTO t VALUES ($1, $1, $2)", id, fmt.Sprint("w", id))
+			default:
+				b.Queue("INSERT INTO t VALUES ($1, $1)", id)
+			}
+			b.Queue("COMMIT")
+		}
+		if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			e.exec(e.pub, `ALTER TABLE t ADD COLUMN w text`)
+		}
+	}
+	// Hold row 0 on the target, so that the transaction touching every
+	// row waits, until the units after the column was added have
+	// committed: the workers then come back to the units waiting for it
+	// with the newer description loaded.
+	lock, err := e.sub.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "SELECT * FROM t WHERE id = 0 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	r = e.start(cfg)
+	for i := 0; ; i++ {
+		var n int
+		if err := lock.QueryRow(ctx, "SELECT count(*) FROM t WHERE w IS NOT NULL").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 600 {
+			break
+		}
+		if i == 600 {
+			t.Fatal("the units after the column was added did not commit while an earlier unit waited")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCaughtUp(r)
+	e.verify("t")
 }
