@@ -37,7 +37,6 @@ type pacedConn struct {
 	buf           []byte
 	r, w          int
 	waited        bool // the last read found nothing and had to wait
-	full          int  // the most the socket has held: its receive window
 }
 
 // pacedReadBuffer is the most one read takes: far more than a walsender
@@ -121,11 +120,12 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 	}
 }
 
-// Trickle reading (while the socket keeps filling): see paced.
+// Trickle reading (while the receive window is closed): see paced.
 const (
-	trickleRead  = 8 << 10
-	trickleSlack = 16 << 10
-	trickleMin   = 48 << 10
+	trickleRead = 8 << 10
+	// closedWindow is the advertised window below which the socket counts
+	// as full (on loopback the window opens a segment of 64 kB at a time).
+	closedWindow = 128 << 10
 	fillWait     = 20 * time.Millisecond
 )
 
@@ -137,35 +137,54 @@ var trickleOff = os.Getenv("PARAPPLY_TRICKLE") == "off"
 // reader that empties the socket keeps the window open and each send
 // crosses loopback TCP in the walsender's own time (perf on the walsender
 // during an insert catch-up: 60% of its samples in send, 6.4-8.1 s of CPU
-// against the built-in's 4.0-4.5 s). So it lets the socket fill up to the
-// most it has ever held (the window closed), then takes trickleRead at a
-// time without pausing: each read reopens the window by that much only,
-// and the rate is not capped. It waits at most fillWait for the socket to
-// fill (the walsender sends a transaction's changes in a burst at its
-// commit, then decodes the next one in silence: reading everything in each
-// silence reopened the window every time), and reads at once what arrives
-// on an empty socket.
+// against the built-in's 4.0-4.5 s). So while the window this side
+// advertises is closed it takes trickleRead at a time without pausing:
+// each read reopens the window a little, the walsender's sends keep
+// queueing, and the rate is not capped. Otherwise it waits, a pause at a
+// time, for the window to close, at most fillWait (the walsender sends a
+// transaction's changes in a burst at its commit, then decodes the next one
+// in silence: reading everything in each silence reopened the window every
+// time), and reads at once what arrives on an empty socket. Where the
+// kernel does not report the window, it pauses once and takes up to limit.
 func (p *pacedConn) paced(limit int) int {
 	if limit <= trickleRead || trickleOff {
 		time.Sleep(readPause)
 		return limit
 	}
-	full := func(q int) bool { return p.full >= trickleMin && q >= p.full-trickleSlack }
-	if full(p.queued()) {
+	closed, known := p.windowClosed(p.queued())
+	if !known {
+		time.Sleep(readPause)
+		return limit
+	}
+	if closed {
 		return trickleRead
 	}
 	deadline := time.Now().Add(fillWait)
 	for {
 		time.Sleep(readPause)
-		q2 := p.queued()
-		p.full = max(p.full, q2)
-		switch {
-		case full(q2):
+		q := p.queued()
+		if q == 0 {
+			return limit
+		}
+		if closed, _ := p.windowClosed(q); closed {
 			return trickleRead
-		case q2 == 0 || time.Now().After(deadline):
+		}
+		if time.Now().After(deadline) {
 			return limit
 		}
 	}
+}
+
+// windowClosed reports whether the receive window this side advertises is
+// (nearly) closed with queued bytes waiting: smaller than closedWindow and
+// than what waits, so the socket is mostly full; and whether the kernel
+// tells (tcpi_rcv_wnd, Linux 6.2+).
+func (p *pacedConn) windowClosed(queued int) (closed, known bool) {
+	ti, err := unix.GetsockoptTCPInfo(p.fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || (ti.Rcv_wnd == 0 && ti.Rcv_space == 0) {
+		return false, false
+	}
+	return queued > 0 && ti.Rcv_wnd < closedWindow && int(ti.Rcv_wnd) < queued, true
 }
 
 // queued returns the bytes waiting in the socket (0 if it cannot tell).
