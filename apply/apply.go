@@ -1316,7 +1316,7 @@ func (a *Applier) RowKeys(rel uint32, keys []schedule.Key, old, new parapply.Tup
 			continue
 		}
 		a.keybuf = appendKey(a.keybuf, new, u.Cols)
-		keys = append(keys, schedule.MakeKey(t.Name+" "+u.Name, a.keybuf))
+		keys = append(keys, schedule.MakeKey(u.Name, a.keybuf))
 	}
 	return keys, false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -141,16 +142,6 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	return t, nil
 }
 
-func sortedCopy(s []string) []string {
-	c := append([]string(nil), s...)
-	for i := 1; i < len(c); i++ {
-		for j := i; j > 0 && c[j] < c[j-1]; j-- {
-			c[j], c[j-1] = c[j-1], c[j]
-		}
-	}
-	return c
-}
-
 // CheckTables verifies, before anything is applied, that every published
 // table exists on the target with every published column.
 func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) error {
@@ -165,6 +156,8 @@ func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation)
 // UniqueIndex is a unique index beyond the key, by the published columns it
 // holds.
 type UniqueIndex struct {
+	// Name is the index as regclass text: unique in the database, so it
+	// alone names the index in scheduling keys.
 	Name string
 	Cols []int // positions in the relation's columns
 	// NullsEqual is NULLS NOT DISTINCT: a NULL is a value like any other.
@@ -180,7 +173,7 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 	for _, k := range t.Key {
 		keyNames = append(keyNames, rel.Columns[k].Name)
 	}
-	keySet := strings.Join(sortedCopy(keyNames), ",")
+	keySet := strings.Join(slices.Sorted(slices.Values(keyNames)), ",")
 	// indnullsnotdistinct exists from PostgreSQL 15; read through jsonb so
 	// that older targets give NULL.
 	rows, err := conn.Query(ctx, `SELECT i.indexrelid::regclass::text, i.indexprs IS NOT NULL, i.indpred IS NOT NULL,
@@ -204,7 +197,7 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 		if err := rows.Scan(&u.Name, &expr, &pred, &u.NullsEqual, &names); err != nil {
 			return err
 		}
-		if !t.Full && !expr && !pred && strings.Join(sortedCopy(names), ",") == keySet {
+		if !t.Full && !expr && !pred && strings.Join(slices.Sorted(slices.Values(names)), ",") == keySet {
 			continue // the key's own index: the identity keys cover it
 		}
 		t.ExtraUnique = true

@@ -186,7 +186,7 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	}
 	logf("publisher wrote %d transactions in %.2fs; starting the subscriber", txns, m.publisher)
 	t1 := time.Now()
-	machine := cpuSnapshot(0)
+	machine := cpuSnapshot(0) // the machine's counters only: no process 0
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	// catch-up's.
 	var sender int
 	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
-		logf("catch-up: %s", cpuSnapshot(sender).since(cpu{at: machine.at, total: machine.total}))
+		logf("catch-up: %s", cpuSnapshot(sender).since(machine))
 	}
 	m.rssMB = r.eng.stop()
 	return err
