@@ -121,8 +121,7 @@ type Applier struct {
 	inTxn    bool
 	began    bool
 	grp      group
-	batch    *pgx.Batch
-	ops      []op
+	ops      []op // queued, in order, for the next round trip
 	qbytes   int
 	inflight *inflight // round trip started by sendAsync
 	failed   error     // a failed round trip's error, until rollback
@@ -156,6 +155,7 @@ type group struct {
 }
 
 type op struct {
+	sql  string
 	what string // for errors: "update of public.t (300 rows)"
 	rows int    // expected rows affected, -1 when not checked
 	kind byte   // for statements built from a run: the run's kind
@@ -166,6 +166,9 @@ type op struct {
 	args  []any
 	// scan, when set, receives the single row the statement returns.
 	scan []any
+	// copy, when set, makes the statement a COPY FROM STDIN of these
+	// bytes: it ends the pipelined batch before it (see exec).
+	copy []byte
 }
 
 type run struct {
@@ -210,7 +213,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if cfg.Tallies == nil {
 		cfg.Tallies = NewTallies()
 	}
-	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, batch: &pgx.Batch{}, Warn: func(string) {}}
+	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}}
 	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
@@ -409,12 +412,10 @@ func (a *Applier) GroupSize() (txns, changes, bytes int, age time.Duration) {
 
 func (a *Applier) queue(sql string, what string, rows int, args ...any) {
 	if !a.began {
-		a.batch.Queue("BEGIN")
-		a.ops = append(a.ops, op{what: "BEGIN", rows: -1})
+		a.ops = append(a.ops, op{sql: "BEGIN", what: "BEGIN", rows: -1})
 		a.began = true
 	}
-	a.batch.Queue(sql, args...)
-	a.ops = append(a.ops, op{what: what, rows: rows})
+	a.ops = append(a.ops, op{sql: sql, what: what, rows: rows, args: args})
 }
 
 func (a *Applier) describe() string {
@@ -435,9 +436,9 @@ func (a *Applier) send(ctx context.Context) error {
 	if len(a.ops) == 0 {
 		return nil
 	}
-	batch, ops := a.batch, a.ops
-	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
-	return a.exec(ctx, batch, ops, a.describe())
+	ops := a.ops
+	a.ops, a.qbytes = a.ops[:0:0], 0
+	return a.exec(ctx, ops, a.describe())
 }
 
 // sendAsync starts a round trip with everything queued and returns at once,
@@ -452,13 +453,13 @@ func (a *Applier) sendAsync(ctx context.Context, after func() error) error {
 	if len(a.ops) == 0 {
 		return nil
 	}
-	batch, ops := a.batch, a.ops
-	a.batch, a.ops, a.qbytes = &pgx.Batch{}, a.ops[:0:0], 0
+	ops := a.ops
+	a.ops, a.qbytes = a.ops[:0:0], 0
 	f := &inflight{done: make(chan struct{})}
 	desc := a.describe()
 	a.inflight = f
 	go func() {
-		f.err = a.exec(ctx, batch, ops, desc)
+		f.err = a.exec(ctx, ops, desc)
 		if f.err == nil && after != nil {
 			f.err = after()
 		}
@@ -487,9 +488,38 @@ func (a *Applier) wait() error {
 	return a.failed
 }
 
-// exec performs one round trip; desc names the source transactions for
-// errors.
-func (a *Applier) exec(ctx context.Context, batch *pgx.Batch, ops []op, desc string) error {
+// exec sends ops: one pipelined round trip, or one more for each COPY
+// among them (a COPY cannot ride in a pipeline); desc names the source
+// transactions for errors. After a failure nothing further is sent.
+func (a *Applier) exec(ctx context.Context, ops []op, desc string) error {
+	for len(ops) > 0 {
+		if o := ops[0]; o.copy != nil {
+			tag, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(o.copy), o.sql)
+			if err != nil {
+				return a.explain(ctx, o, err, desc)
+			}
+			a.done(o, tag)
+			ops = ops[1:]
+			continue
+		}
+		n := slices.IndexFunc(ops, func(o op) bool { return o.copy != nil })
+		if n < 0 {
+			n = len(ops)
+		}
+		if err := a.pipeline(ctx, ops[:n], desc); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// pipeline sends ops, none of them a COPY, as one pipelined batch.
+func (a *Applier) pipeline(ctx context.Context, ops []op, desc string) error {
+	batch := &pgx.Batch{}
+	for _, o := range ops {
+		batch.Queue(o.sql, o.args...)
+	}
 	br := a.conn.SendBatch(ctx, batch)
 	for _, o := range ops {
 		if o.scan != nil {
@@ -504,17 +534,23 @@ func (a *Applier) exec(ctx context.Context, batch *pgx.Batch, ops []op, desc str
 			br.Close()
 			return a.explain(ctx, o, err, desc)
 		}
-		if o.table != nil {
-			a.Stats.Statements.Add(1)
-		}
-		if o.rows >= 0 {
-			if n := tag.RowsAffected(); n < int64(o.rows) {
-				a.Stats.Missing.Add(int64(o.rows) - n)
-				missing(o.table, o.kind, int64(o.rows)-n)
-			}
-		}
+		a.done(o, tag)
 	}
 	return br.Close()
+}
+
+// done counts a statement built from a run, and the rows it was expected to
+// change but did not find.
+func (a *Applier) done(o op, tag pgconn.CommandTag) {
+	if o.table != nil {
+		a.Stats.Statements.Add(1)
+	}
+	if o.rows >= 0 {
+		if n := tag.RowsAffected(); n < int64(o.rows) {
+			a.Stats.Missing.Add(int64(o.rows) - n)
+			missing(o.table, o.kind, int64(o.rows)-n)
+		}
+	}
 }
 
 // sqlFor returns the statement for a run of one table, kind and column
@@ -955,6 +991,15 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 	if r.rows == 0 {
 		return nil
 	}
+	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.RowSecurity {
+		a.grp.bytes += r.bytes
+		a.queue(CopySQL(r.table, r.cols), fmt.Sprintf("insert of %d rows in %s", r.rows, r.table.Name), -1)
+		o := &a.ops[len(a.ops)-1]
+		o.table, o.cols, o.kind = r.table, r.cols, r.kind
+		o.copy = encodeCopyText(r.params, r.rows, r.bytes)
+		a.qbytes += r.bytes
+		return nil
+	}
 	args := make([]any, len(r.params))
 	for i, p := range r.params {
 		args[i] = encodeTextArray(p)
@@ -1171,8 +1216,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	}
 	if gid != "" {
 		a.queue(progress.RecordPreparedSQL, "recording the prepared transaction", -1, a.cfg.Slot, gid, int64(g.last.XID), g.last.CommitLSN.String(), g.end.String())
-		a.batch.Queue("PREPARE TRANSACTION " + parapply.QuoteLiteral(gid))
-		a.ops = append(a.ops, op{what: "PREPARE TRANSACTION", rows: -1})
+		a.ops = append(a.ops, op{sql: "PREPARE TRANSACTION " + parapply.QuoteLiteral(gid), what: "PREPARE TRANSACTION", rows: -1})
 		c.Durable = true // a PREPARE is flushed before it returns
 	} else {
 		if a.cfg.AheadOfOrder {
@@ -1187,12 +1231,10 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 			a.queue("SET LOCAL synchronous_commit = on", "synchronous commit", -1)
 			c.Durable = true
 		}
-		a.batch.Queue("COMMIT")
-		a.ops = append(a.ops, op{what: "COMMIT", rows: -1})
+		a.ops = append(a.ops, op{sql: "COMMIT", what: "COMMIT", rows: -1})
 	}
 	// The WAL positions ride in the same round trip, right after COMMIT.
-	a.batch.Queue(walPositionsSQL)
-	a.ops = append(a.ops, op{what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
+	a.ops = append(a.ops, op{sql: walPositionsSQL, what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
 	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
 	c.tallies = a.takeCounts()
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
@@ -1224,7 +1266,7 @@ func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN,
 func (a *Applier) rollback(ctx context.Context) {
 	a.wait()
 	a.failed = nil
-	a.batch, a.ops, a.qbytes = &pgx.Batch{}, nil, 0
+	a.ops, a.qbytes = nil, 0
 	a.runs, a.cur = nil, nil
 	a.takeCounts()
 	if !a.conn.IsClosed() {
@@ -1259,6 +1301,9 @@ func (a *Applier) explain(ctx context.Context, o op, err error, desc string) err
 		}
 		if pe.ColumnName != "" {
 			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
+		}
+		if o.copy != nil && pe.Where != "" {
+			col = " " + pe.Where + ":" // names the column and its value
 		}
 		return fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err))
 	}

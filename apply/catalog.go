@@ -50,6 +50,10 @@ type Table struct {
 	// from a change (an expression, or a column not published): the table's
 	// changes are then keyed as the whole table.
 	WholeTable bool
+	// RowSecurity is true when row-level security is enabled on the target
+	// table: its inserts then go through INSERT, which applies the
+	// policies, not COPY, which refuses them.
+	RowSecurity bool
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
@@ -83,7 +87,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	}
 	var oid uint32
 	var kind string
-	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind)
+	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, c.relrowsecurity FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind, &t.RowSecurity)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)
 	}

@@ -36,3 +36,18 @@ func TestVerificationCatchesCorruption(t *testing.T) {
 		t.Fatalf("a failed cell carries a time: %+v", bad)
 	}
 }
+
+// TestDrainWaitsForTheMarker runs the drain engine on a tiny update workload:
+// it must see the marker's commit (or the cell would time out), and is
+// refused for a workload that is not a catch-up.
+func TestDrainWaitsForTheMarker(t *testing.T) {
+	o := options{scale: 0.01, runs: 1, workers: []int{0}}
+	ctx := context.Background()
+	r := runCell(ctx, o, "update", "drain", 0)
+	if !r.Verified || r.CatchupS <= 0 || r.Transactions != 10 {
+		t.Fatalf("drain run: completed %v, catch-up %.2fs, %d transactions, error %q", r.Verified, r.CatchupS, r.Transactions, r.Error)
+	}
+	if r := runCell(ctx, o, "tpcb", "drain", 0); r.Verified || !strings.Contains(r.Error, "catch-up workloads only") {
+		t.Fatalf("drain on a live workload: completed %v, error %q", r.Verified, r.Error)
+	}
+}

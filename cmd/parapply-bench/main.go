@@ -55,7 +55,7 @@ func splitList(s string) []string {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
 	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply")
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md)")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
@@ -82,8 +82,8 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	for _, e := range o.engines {
-		if e != "builtin" && e != "parapply" {
-			return fmt.Errorf("unknown engine %q (builtin or parapply)", e)
+		if e != "builtin" && e != "parapply" && e != "drain" {
+			return fmt.Errorf("unknown engine %q (builtin, parapply or drain)", e)
 		}
 	}
 	if o.runs < 1 || o.scale <= 0 {
@@ -233,6 +233,9 @@ func printTable(rs []result) {
 			tps = strconv.FormatFloat(r.SustainedTPS, 'f', 0, 64)
 		}
 		ver := "yes"
+		if r.Engine == "drain" {
+			ver = "n/a (applies nothing)"
+		}
 		if !r.Verified {
 			ver = "FAILED: " + r.Error
 		}

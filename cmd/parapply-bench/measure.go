@@ -128,6 +128,11 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
 	case "parapply":
 		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData)
+	case "drain":
+		if w.method != methodCatchup {
+			return m, fmt.Errorf("the drain engine measures catch-up workloads only")
+		}
+		r.eng = newDrain(r.pubDSN)
 	}
 	if err != nil {
 		return m, err
@@ -146,6 +151,9 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	}
 	if err != nil {
 		return m, err
+	}
+	if _, ok := r.eng.(*drain); ok {
+		return m, nil // nothing was applied: nothing to verify
 	}
 	if beforeVerify != nil {
 		if err := beforeVerify(ctx, r.sub); err != nil {
@@ -190,16 +198,43 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
-	err = r.waitMarker(ctx)
+	if d, ok := r.eng.(*drain); ok {
+		err = d.waitMarked(ctx)
+	} else {
+		err = r.waitMarker(ctx)
+	}
 	m.catchup = time.Since(t1).Seconds()
 	// The walsender started with the subscriber: its CPU time is the
 	// catch-up's.
 	var sender int
 	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
-		logf("catch-up: %s", cpuSnapshot(sender).since(machine))
+		logf("catch-up: %s%s", cpuSnapshot(sender).since(machine), r.applyCPU(ctx))
 	}
 	m.rssMB = r.eng.stop()
 	return err
+}
+
+// applyCPU describes the CPU time of the processes that applied since the
+// subscriber started: the target backends applying (the built-in's apply
+// and parallel workers, parapply's connections) and the parapply process.
+func (r *runEnv) applyCPU(ctx context.Context) string {
+	rows, err := r.sub.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker'`)
+	if err != nil {
+		return ""
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return ""
+	}
+	var backends float64
+	for _, pid := range pids {
+		backends += cpuSnapshot(pid).proc / 100
+	}
+	s := fmt.Sprintf("; target backends CPU %.2fs (%d)", backends, len(pids))
+	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
+		s += fmt.Sprintf(", parapply process CPU %.2fs", cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
+	}
+	return s
 }
 
 // live runs the workload with the subscriber applying, samples the lag from
@@ -369,9 +404,12 @@ func (r *runEnv) waitSlot(ctx context.Context, active bool) error {
 	return fmt.Errorf("slot bench did not become active=%v within 60s", active)
 }
 
+// markerWait bounds the wait for the marker.
+const markerWait = 2 * time.Hour
+
 // waitMarker waits, polling every 5 ms, for the marker row.
 func (r *runEnv) waitMarker(ctx context.Context) error {
-	return r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable, 2*time.Hour)
+	return r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable, markerWait)
 }
 
 // waitFor polls a boolean query on the subscriber every 5 ms.

@@ -172,4 +172,43 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%d rows of the refused transaction were applied", n)
 		}
 	})
+
+	// The same two mistakes in long insert runs, which go to the target by
+	// COPY: the error still names the transaction, table, column or key.
+	t.Run("long insert runs", func(t *testing.T) {
+		e.exec(e.pub, `CREATE TABLE typed_long (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_typed_long FOR TABLE typed_long`)
+		e.exec(e.sub, `CREATE TABLE typed_long (id int PRIMARY KEY, v int)`)
+		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_typed_long', 'pgoutput')`)
+		e.exec(e.pub, `INSERT INTO typed_long SELECT g, CASE WHEN g = 250 THEN 'twenty' ELSE g::text END FROM generate_series(1, 400) g`)
+		e.exec(e.pub, `CREATE TABLE dup_long (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_dup_long FOR TABLE dup_long`)
+		e.exec(e.sub, `CREATE TABLE dup_long (id int PRIMARY KEY, v text); INSERT INTO dup_long VALUES (300, 'on the target')`)
+		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_dup_long', 'pgoutput')`)
+		e.exec(e.pub, `INSERT INTO dup_long SELECT g, 'x' FROM generate_series(1, 400) g`)
+		for _, c := range []struct {
+			pub, table string
+			want       []string
+		}{
+			{"typed_long", "typed_long", []string{`insert of 400 rows in "public"."typed_long"`, "column v", "twenty", "invalid input syntax"}},
+			{"dup_long", "dup_long", []string{`insert of 400 rows in "public"."dup_long"`, "Key (id)=(300) already exists"}},
+		} {
+			err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_"+c.pub, "--slot", "s_"+c.pub, "--copy-data", "off")
+			if err == nil {
+				t.Fatalf("%s: exit 0, want an error; output:\n%s", c.pub, out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			for _, w := range c.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("error %q lacks %q", last, w)
+				}
+			}
+			var n int
+			if err := e.sub.QueryRow(context.Background(), "SELECT count(*) FROM "+c.table).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]int{"typed_long": 0, "dup_long": 1}[c.table]; n != want {
+				t.Fatalf("%s holds %d rows after the refused transaction, want %d", c.table, n, want)
+			}
+		}
+	})
 }
