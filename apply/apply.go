@@ -53,6 +53,10 @@ type Config struct {
 	// ones (commit_order = dependency): each commit then records its
 	// group in parapply.applied instead of moving the progress row.
 	AheadOfOrder bool
+	// Prefetch opens a second target connection that reads ahead the rows
+	// of coming updates and deletes of tables larger than shared_buffers
+	// (see prefetcher).
+	Prefetch bool
 }
 
 // Defaults for Config.
@@ -121,7 +125,8 @@ type Applier struct {
 	inTxn    bool
 	began    bool
 	grp      group
-	ops      []op // queued, in order, for the next round trip
+	ops      []op        // queued, in order, for the next round trip
+	pf       *prefetcher // nil unless Config.Prefetch
 	qbytes   int
 	inflight *inflight // round trip started by sendAsync
 	failed   error     // a failed round trip's error, until rollback
@@ -184,6 +189,7 @@ type run struct {
 	keys     map[string]int // row index of each key's change; -1: not collapsible
 	closed   bool
 	fallback bool
+	ahead    int // rows whose keys were offered to the prefetcher
 }
 
 // Open connects to the target and prepares the session like the built-in
@@ -215,6 +221,14 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}}
 	registerTextArray(conn)
+	if cfg.Prefetch {
+		// The first key set reaches the prefetcher after Open returns, so
+		// a Warn set by then is the one it calls.
+		if a.pf, err = openPrefetcher(ctx, cc, func(m string) { a.Warn(m) }); err != nil {
+			conn.Close(ctx)
+			return nil, fmt.Errorf("opening the prefetch connection to the target: %w", err)
+		}
+	}
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
 		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
@@ -226,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	for _, s := range set {
 		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
-			conn.Close(ctx)
+			a.Close(ctx)
 			var pe *pgconn.PgError
 			if s.hint != "" && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code[:2] == "22") {
 				return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
@@ -251,7 +265,41 @@ func (a *Applier) SyncCommit() bool { return a.syncCommit }
 // the server.
 func (a *Applier) Close(ctx context.Context) error {
 	a.wait()
+	if a.pf != nil {
+		a.pf.close(ctx)
+	}
 	return a.conn.Close(ctx)
+}
+
+// Prefetched reports the rows read ahead and those dropped while the
+// prefetcher was busy, and the error that stopped it, if any.
+func (a *Applier) Prefetched() (rows, dropped int64, err error) {
+	if a.pf == nil {
+		return 0, 0, nil
+	}
+	return a.pf.Rows.Load(), a.pf.Dropped.Load(), a.pf.Err()
+}
+
+// readAhead offers the keys of r's rows not offered yet to the prefetcher:
+// a chunk at a time while the run fills, and what is left when it becomes a
+// statement (final), unless that is a handful of rows.
+func (a *Applier) readAhead(r *run, final bool) {
+	if a.pf == nil || !r.table.Large || (r.kind != 'U' && r.kind != 'D') {
+		return
+	}
+	n := r.rows - r.ahead
+	if n < prefetchChunk && (!final || n < prefetchChunk/8) {
+		return
+	}
+	args := make([]any, r.split)
+	for i := range args {
+		args[i] = encodeTextArray(r.params[i][r.ahead:r.rows])
+	}
+	if r.table.prefetchSQL == "" {
+		r.table.prefetchSQL = PrefetchSQL(r.table)
+	}
+	a.pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: n})
+	r.ahead = r.rows
 }
 
 // Relation records (or replaces, on a schema change) the description of a
@@ -848,6 +896,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	r.push(0, keySrc, t.Key)
 	r.push(len(t.Key), new, a.cols)
 	r.rows++
+	a.readAhead(r, false)
 	return a.maybeFlush(ctx)
 }
 
@@ -914,6 +963,7 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	r.touch(a.keybuf)
 	r.push(0, old, t.Key)
 	r.rows++
+	a.readAhead(r, false)
 	return a.maybeFlush(ctx)
 }
 
@@ -991,6 +1041,7 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 	if r.rows == 0 {
 		return nil
 	}
+	a.readAhead(r, true)
 	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.RowSecurity {
 		a.grp.bytes += r.bytes
 		a.queue(CopySQL(r.table, r.cols), fmt.Sprintf("insert of %d rows in %s", r.rows, r.table.Name), -1)

@@ -54,6 +54,11 @@ type Table struct {
 	// table: its inserts then go through INSERT, which applies the
 	// policies, not COPY, which refuses them.
 	RowSecurity bool
+	// Large is true when the table's heap was larger than the target's
+	// shared_buffers when it was loaded: its rows are then likely read
+	// from outside the buffer cache, which prefetching takes off the
+	// applier's connection.
+	Large bool
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
@@ -61,8 +66,9 @@ type Table struct {
 
 	// tally counts what reaches the table; pending holds the open
 	// group's changes by kind until it commits.
-	tally   *Tally
-	pending [4]int64
+	tally       *Tally
+	pending     [4]int64
+	prefetchSQL string // built on first use
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a
@@ -139,9 +145,12 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		return nil, err
 	}
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R')
-		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`, oid).Scan(&t.Triggers)
+		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
+		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
+			FROM pg_catalog.pg_partition_tree($1::oid::regclass))
+			> pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers'))`, oid).Scan(&t.Triggers, &t.Large)
 	if err != nil {
-		return nil, fmt.Errorf("reading triggers of %s on the target: %w", t.Name, err)
+		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}
 	return t, nil
 }

@@ -55,6 +55,8 @@ var (
 	stmtsDesc      = desc("statements_total", "Set-based statements executed on the target.")
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
+	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connection.")
+	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead because the prefetch connection was still busy.")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
@@ -79,7 +81,7 @@ var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscri
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
-		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, queueDesc,
+		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
 		streamDesc, retriesDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
 		ch <- d
@@ -140,6 +142,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(stmtsDesc, float64(st.Statements))
 	counter(collapsedDesc, float64(st.Collapsed))
 	counter(replaysDesc, float64(st.Replays))
+	counter(prefetchDesc, float64(st.Prefetched))
+	counter(pfDroppedDesc, float64(st.PrefetchDropped))
 	gauge(queueDesc, float64(st.QueueBytes))
 	gauge(streamDesc, float64(st.StreamBytes))
 	counter(spillDesc, float64(st.SpillBytes))

@@ -151,7 +151,8 @@ func (p *pacedConn) paced(limit int) int {
 		time.Sleep(readPause)
 		return limit
 	}
-	closed, known := p.windowClosed(p.queued())
+	q := p.queued()
+	closed, known := p.windowClosed(q)
 	if !known {
 		time.Sleep(readPause)
 		return limit
@@ -159,11 +160,14 @@ func (p *pacedConn) paced(limit int) int {
 	if closed {
 		return trickleRead
 	}
+	if q >= limit {
+		return limit // a whole read is waiting: pausing would only cap the rate
+	}
 	deadline := time.Now().Add(fillWait)
 	for {
 		time.Sleep(readPause)
 		q := p.queued()
-		if q == 0 {
+		if q == 0 || q >= limit {
 			return limit
 		}
 		if closed, _ := p.windowClosed(q); closed {

@@ -142,6 +142,7 @@ func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn,
 		l.s.log.Debug("an idle stream connection could not be reused", "error", err)
 		sc.app.Close(context.Background())
 	}
+	cfg.Prefetch = false // the loop's applier alone reads ahead
 	app, err := apply.Open(ctx, cfg)
 	if err == nil {
 		err = progress.Share(ctx, app.Conn(), cfg.Slot)

@@ -120,6 +120,7 @@ func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracke
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
+		wcfg.Prefetch = false // the loop's applier alone reads ahead
 		app, err := apply.Open(ctx, wcfg)
 		if err == nil {
 			err = progress.Share(ctx, app.Conn(), cfg.Slot)

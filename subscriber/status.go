@@ -37,6 +37,9 @@ type Status struct {
 	Missing, Collapsed        int64
 	Inserts, Updates, Deletes int64
 	Statements, Replays       int64
+	// Prefetched counts the rows read ahead for coming updates and
+	// deletes; PrefetchDropped those offered while the prefetcher was busy.
+	Prefetched, PrefetchDropped int64
 	// QueueBytes holds the bytes of transactions handed to workers and not
 	// yet committed; StreamBytes those of streamed transactions received
 	// before their commit.
@@ -139,6 +142,9 @@ func (s *Subscriber) Status() Status {
 		st.Missing += a.Stats.Missing.Load()
 		st.Statements += a.Stats.Statements.Load()
 		st.Replays += a.Stats.Replays.Load()
+		rows, dropped, _ := a.Prefetched()
+		st.Prefetched += rows
+		st.PrefetchDropped += dropped
 	}
 	for _, name := range s.tallies.Names() {
 		t := s.tallies.For(name)

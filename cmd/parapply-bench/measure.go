@@ -218,19 +218,23 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 // subscriber started: the target backends applying (the built-in's apply
 // and parallel workers, parapply's connections) and the parapply process.
 func (r *runEnv) applyCPU(ctx context.Context) string {
-	rows, err := r.sub.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker'`)
+	rows, err := r.sub.Query(ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity
+		WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker' ORDER BY 2`)
 	if err != nil {
 		return ""
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	type backend struct {
+		pid  int
+		name string
+	}
+	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
 	if err != nil {
 		return ""
 	}
-	var backends float64
-	for _, pid := range pids {
-		backends += cpuSnapshot(pid).proc / 100
+	s := "; target backends CPU"
+	for _, b := range bs {
+		s += fmt.Sprintf(" %.2fs (%s)", cpuSnapshot(b.pid).proc/100, b.name)
 	}
-	s := fmt.Sprintf("; target backends CPU %.2fs (%d)", backends, len(pids))
 	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
 		s += fmt.Sprintf(", parapply process CPU %.2fs", cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
 	}

@@ -53,6 +53,10 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	prefetch, err := c.bool("prefetch")
+	if err != nil {
+		return cfg, err
+	}
 	rows, err := c.int("batch_rows", 1)
 	if err != nil {
 		return cfg, err
@@ -118,7 +122,8 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	}
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
 		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
-	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows}
+	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
+		Prefetch: prefetch && cfg.Workers == 0}
 	cfg.Log = log
 	return cfg, nil
 }

@@ -1,0 +1,121 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A prefetcher reads, on a target connection of its own, the rows that the
+// applier's coming UPDATE and DELETE statements will change, while the
+// applier's connection still executes the statements before them. When a
+// table is larger than the target's shared_buffers, most of an update's
+// cost is bringing the row's page into the buffer cache (reading it, and
+// writing out the dirty page it replaces); the prefetcher's backend pays
+// that on another core, and the applier finds the page in memory. It is
+// best effort: a key set offered while the prefetcher is busy is dropped,
+// and an error stops prefetching, never applying.
+type prefetcher struct {
+	conn *pgx.Conn
+	jobs chan prefetchJob
+	done chan struct{}
+	// Rows counts the rows read ahead; Dropped the rows offered while the
+	// prefetcher was busy.
+	Rows, Dropped atomic.Int64
+	err           atomic.Pointer[error]
+	warn          func(string)
+	closeOnce     sync.Once
+}
+
+type prefetchJob struct {
+	sql  string
+	args []any
+	rows int
+}
+
+// prefetchChunk is how many keys of a run are read ahead at a time: the
+// first chunk goes out while the run is still filling.
+const prefetchChunk = 512
+
+// prefetchQueue bounds the key sets waiting: beyond about two statements'
+// worth, pages read ahead would be evicted before they are used.
+const prefetchQueue = 24
+
+func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, warn func(string)) (*prefetcher, error) {
+	cc = cc.Copy()
+	cc.RuntimeParams["application_name"] = strings.TrimSuffix(cc.RuntimeParams["application_name"], " apply") + " prefetch"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	registerTextArray(conn)
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)"); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	p := &prefetcher{conn: conn, jobs: make(chan prefetchJob, prefetchQueue), done: make(chan struct{}), warn: warn}
+	go p.loop()
+	return p, nil
+}
+
+func (p *prefetcher) loop() {
+	defer close(p.done)
+	for j := range p.jobs {
+		if p.err.Load() != nil {
+			continue
+		}
+		if _, err := p.conn.Exec(context.Background(), j.sql, j.args...); err != nil {
+			p.err.Store(&err)
+			p.warn(fmt.Sprintf("prefetching stopped (applying goes on without it; prefetch = off turns it off): %v", err))
+			continue
+		}
+		p.Rows.Add(int64(j.rows))
+	}
+}
+
+// offer queues a key set unless the queue is full.
+func (p *prefetcher) offer(j prefetchJob) {
+	if p.err.Load() != nil {
+		return
+	}
+	select {
+	case p.jobs <- j:
+	default:
+		p.Dropped.Add(int64(j.rows))
+	}
+}
+
+// Err is the error that stopped prefetching, if any.
+func (p *prefetcher) Err() error {
+	if e := p.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// close ends the prefetcher once its queue is done; later calls do nothing.
+func (p *prefetcher) close(ctx context.Context) {
+	p.closeOnce.Do(func() {
+		close(p.jobs)
+		<-p.done
+		p.conn.Close(ctx)
+	})
+}
+
+// PrefetchSQL reads the rows of t whose key values the parameters give
+// (one text array per key column), through the same index lookups as the
+// UPDATE or DELETE that will change them. It asks for the ctid so that no
+// index-only scan can skip the heap page.
+func PrefetchSQL(t *Table) string {
+	var b strings.Builder
+	k := aliases("k", len(t.Key))
+	b.WriteString("SELECT count(t.ctid) FROM " + t.Target() + " AS t, ")
+	unnest(&b, k, false)
+	b.WriteString(" WHERE ")
+	keyMatch(&b, t, "t", t.Key, k)
+	return b.String()
+}
