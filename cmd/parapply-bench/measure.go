@@ -224,16 +224,16 @@ func (r *runEnv) applyCPU(ctx context.Context) string {
 		return ""
 	}
 	type backend struct {
-		pid  int
-		name string
+		PID  int
+		Name string
 	}
 	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
 	if err != nil {
-		return ""
+		return "; target backends: " + err.Error()
 	}
 	s := "; target backends CPU"
 	for _, b := range bs {
-		s += fmt.Sprintf(" %.2fs (%s)", cpuSnapshot(b.pid).proc/100, b.name)
+		s += fmt.Sprintf(" %.2fs (%s)", cpuSnapshot(b.PID).proc/100, b.Name)
 	}
 	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
 		s += fmt.Sprintf(", parapply process CPU %.2fs", cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
