@@ -53,9 +53,9 @@ type Config struct {
 	// ones (commit_order = dependency): each commit then records its
 	// group in parapply.applied instead of moving the progress row.
 	AheadOfOrder bool
-	// Prefetch opens a second target connection that reads ahead the rows
-	// of coming updates and deletes of tables larger than shared_buffers
-	// (see prefetcher).
+	// Prefetch lets the applier read ahead, on a second target connection
+	// opened when a table first needs it, the rows of coming updates and
+	// deletes of tables larger than shared_buffers (see prefetcher).
 	Prefetch bool
 }
 
@@ -126,7 +126,12 @@ type Applier struct {
 	began    bool
 	grp      group
 	ops      []op        // queued, in order, for the next round trip
-	pf       *prefetcher // nil unless Config.Prefetch
+	// pf is the prefetcher, opened when a table first needs it (never
+	// without Config.Prefetch); cc is the target's configuration it
+	// connects with.
+	pf        atomic.Pointer[prefetcher]
+	pfOpening bool // the one try to open pf was made
+	cc        *pgx.ConnConfig
 	qbytes   int
 	inflight *inflight // round trip started by sendAsync
 	failed   error     // a failed round trip's error, until rollback
@@ -220,15 +225,8 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		cfg.Tallies = NewTallies()
 	}
 	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}}
+	a.cc = cc
 	registerTextArray(conn)
-	if cfg.Prefetch {
-		// The first key set reaches the prefetcher after Open returns, so
-		// a Warn set by then is the one it calls.
-		if a.pf, err = openPrefetcher(ctx, cc, func(m string) { a.Warn(m) }); err != nil {
-			conn.Close(ctx)
-			return nil, fmt.Errorf("opening the prefetch connection to the target: %w", err)
-		}
-	}
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
 		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
@@ -265,8 +263,8 @@ func (a *Applier) SyncCommit() bool { return a.syncCommit }
 // the server.
 func (a *Applier) Close(ctx context.Context) error {
 	a.wait()
-	if a.pf != nil {
-		a.pf.close(ctx)
+	if pf := a.pf.Load(); pf != nil {
+		pf.close(ctx)
 	}
 	return a.conn.Close(ctx)
 }
@@ -274,22 +272,38 @@ func (a *Applier) Close(ctx context.Context) error {
 // Prefetched reports the rows read ahead and those dropped while the
 // prefetcher was busy, and the error that stopped it, if any.
 func (a *Applier) Prefetched() (rows, dropped int64, err error) {
-	if a.pf == nil {
+	pf := a.pf.Load()
+	if pf == nil {
 		return 0, 0, nil
 	}
-	return a.pf.Rows.Load(), a.pf.Dropped.Load(), a.pf.Err()
+	return pf.Rows.Load(), pf.Dropped.Load(), pf.Err()
 }
 
 // readAhead offers the keys of r's rows not offered yet to the prefetcher:
 // a chunk at a time while the run fills, and what is left when it becomes a
 // statement (final), unless that is a handful of rows.
 func (a *Applier) readAhead(r *run, final bool) {
-	if a.pf == nil || !r.table.Large || (r.kind != 'U' && r.kind != 'D') {
+	if !a.cfg.Prefetch || !r.table.Large || (r.kind != 'U' && r.kind != 'D') {
 		return
 	}
 	n := r.rows - r.ahead
 	if n < prefetchChunk && (!final || n < prefetchChunk/8) {
 		return
+	}
+	pf := a.pf.Load()
+	if pf == nil {
+		if a.pfOpening {
+			return
+		}
+		a.pfOpening = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if pf, err = openPrefetcher(ctx, a.cc, a.Warn); err != nil {
+			a.Warn(fmt.Sprintf("cannot open the prefetch connection to the target (applying goes on without it; prefetch = off turns it off): %v", err))
+			return
+		}
+		a.pf.Store(pf)
 	}
 	args := make([]any, r.split)
 	for i := range args {
@@ -298,7 +312,7 @@ func (a *Applier) readAhead(r *run, final bool) {
 	if r.table.prefetchSQL == "" {
 		r.table.prefetchSQL = PrefetchSQL(r.table)
 	}
-	a.pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: n})
+	pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: n})
 	r.ahead = r.rows
 }
 

@@ -147,18 +147,18 @@ var trickleOff = os.Getenv("PARAPPLY_TRICKLE") == "off"
 // time), and reads at once what arrives on an empty socket. Where the
 // kernel does not report the window, it pauses once and takes up to limit.
 func (p *pacedConn) paced(limit int) int {
-	if limit <= trickleRead || trickleOff {
+	if trickleOff {
 		time.Sleep(readPause)
 		return limit
 	}
 	q := p.queued()
 	closed, known := p.windowClosed(q)
-	if !known {
-		time.Sleep(readPause)
-		return limit
-	}
 	if closed {
 		return trickleRead
+	}
+	if !known || limit <= trickleRead {
+		time.Sleep(readPause)
+		return limit
 	}
 	if q >= limit {
 		return limit // a whole read is waiting: pausing would only cap the rate

@@ -360,6 +360,7 @@ func (r *runEnv) initial(ctx context.Context, m *measurement, tables []string) e
 		return err
 	}
 	t0 := time.Now()
+	machine := cpuSnapshot(0)
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
@@ -378,6 +379,13 @@ func (r *runEnv) initial(ctx context.Context, m *measurement, tables []string) e
 	}
 	err := r.waitMarker(ctx)
 	m.catchup = time.Since(t0).Seconds()
+	s := cpuSnapshot(0)
+	busy := (s.total - machine.total) / 100 / s.at.Sub(machine.at).Seconds()
+	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
+		logf("in sync: machine busy %.2f cores over %.2fs, parapply process CPU %.2fs", busy, m.catchup, cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
+	} else {
+		logf("in sync: machine busy %.2f cores over %.2fs", busy, m.catchup)
+	}
 	m.rssMB = r.eng.stop()
 	return err
 }
