@@ -121,20 +121,20 @@ type Applier struct {
 	// have committed all the same (see Unconfirmed).
 	unconfirmed []pendingTally
 
-	txn      Txn
-	inTxn    bool
-	began    bool
-	grp      group
-	ops      []op        // queued, in order, for the next round trip
+	txn   Txn
+	inTxn bool
+	began bool
+	grp   group
+	ops   []op // queued, in order, for the next round trip
 	// pf is the prefetcher, opened when a table first needs it (never
 	// without Config.Prefetch); cc is the target's configuration it
 	// connects with.
 	pf        atomic.Pointer[prefetcher]
 	pfOpening bool // the one try to open pf was made
 	cc        *pgx.ConnConfig
-	qbytes   int
-	inflight *inflight // round trip started by sendAsync
-	failed   error     // a failed round trip's error, until rollback
+	qbytes    int
+	inflight  *inflight // round trip started by sendAsync
+	failed    error     // a failed round trip's error, until rollback
 	// Open runs, at most one per table, in the order they were opened;
 	// cur is the one the change being added goes to.
 	runs []*run
