@@ -1056,7 +1056,7 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 		return nil
 	}
 	a.readAhead(r, true)
-	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.RowSecurity {
+	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.NoCopy {
 		a.grp.bytes += r.bytes
 		a.queue(CopySQL(r.table, r.cols), fmt.Sprintf("insert of %d rows in %s", r.rows, r.table.Name), -1)
 		o := &a.ops[len(a.ops)-1]

@@ -50,10 +50,11 @@ type Table struct {
 	// from a change (an expression, or a column not published): the table's
 	// changes are then keyed as the whole table.
 	WholeTable bool
-	// RowSecurity is true when row-level security is enabled on the target
-	// table: its inserts then go through INSERT, which applies the
-	// policies, not COPY, which refuses them.
-	RowSecurity bool
+	// NoCopy is true when the target table has row-level security enabled
+	// (COPY refuses its policies) or an INSERT rule that fires for
+	// replicated changes (COPY ignores rules): its inserts then always go
+	// through INSERT.
+	NoCopy bool
 	// Large is true when the table's heap was larger than the target's
 	// shared_buffers when it was loaded: its rows are then likely read
 	// from outside the buffer cache, which prefetching takes off the
@@ -93,7 +94,9 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	}
 	var oid uint32
 	var kind string
-	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, c.relrowsecurity FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind, &t.RowSecurity)
+	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, c.relrowsecurity OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r
+			WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.ev_enabled IN ('A', 'R'))
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind, &t.NoCopy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)
 	}
