@@ -206,11 +206,17 @@ type tableJob struct {
 	deferred   []string // statements rebuilding the indexes dropped for the copy
 }
 
+// DefaultWorkers is the copy's connection pairs unless told otherwise: as
+// many as the built-in's max_sync_workers_per_subscription. On the 2-core
+// development machine the 816 MB initial-sync workload took 15.0-15.7 s with
+// 2, 16.5-18.0 with 3, 17.4-18.2 with 4 and 18.3-20.9 with 8 (docs/benchmarks.md).
+const DefaultWorkers = 2
+
 // Copy copies tables under cfg.Snapshot and records each as synced at
 // cfg.SyncLSN. It returns once every table is done, or at the first error.
 func Copy(ctx context.Context, cfg Config, tables []Table) error {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Existing == "" {
 		cfg.Existing = ExistingError

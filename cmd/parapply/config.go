@@ -31,7 +31,7 @@ var settings = []setting{
 	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)"},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)"},
 	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync"},
-	{"copy_workers", "4", "connection pairs the initial copy uses at once"},
+	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks"},
 	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
 	{"workers", "0", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader"},
