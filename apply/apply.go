@@ -224,8 +224,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if cfg.Tallies == nil {
 		cfg.Tallies = NewTallies()
 	}
-	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}}
-	a.cc = cc
+	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}, cc: cc}
 	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
