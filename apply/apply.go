@@ -1055,33 +1055,35 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 		return nil
 	}
 	a.readAhead(r, true)
+	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
+	a.grp.bytes += r.bytes
+	a.qbytes += r.bytes
 	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.NoCopy {
-		a.grp.bytes += r.bytes
-		a.queue(CopySQL(r.table, r.cols), fmt.Sprintf("insert of %d rows in %s", r.rows, r.table.Name), -1)
-		o := &a.ops[len(a.ops)-1]
-		o.table, o.cols, o.kind = r.table, r.cols, r.kind
-		o.copy = encodeCopyText(r.params, r.rows, r.bytes)
-		a.qbytes += r.bytes
+		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = encodeCopyText(r.params, r.rows, r.bytes)
 		return nil
 	}
 	args := make([]any, len(r.params))
 	for i, p := range r.params {
 		args[i] = encodeTextArray(p)
 	}
-	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
 	expect := r.rows
 	if r.kind == 'I' {
 		expect = -1
 	}
-	a.grp.bytes += r.bytes
 	if r.fallback {
 		return a.withFallback(ctx, r, args, what, expect)
 	}
-	a.queue(r.sql, what, expect, args...)
-	o := &a.ops[len(a.ops)-1]
-	o.table, o.cols, o.args, o.kind = r.table, r.cols, args, r.kind
-	a.qbytes += r.bytes
+	a.queueRun(r, r.sql, what, expect, args...)
 	return nil
+}
+
+// queueRun queues a statement built from run r and returns its op, which
+// names r's table and columns for errors.
+func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *op {
+	a.queue(sql, what, expect, args...)
+	o := &a.ops[len(a.ops)-1]
+	o.table, o.cols, o.kind = r.table, r.cols, r.kind
+	return o
 }
 
 // withFallback runs an UPDATE on a table with unique indexes beyond its key
@@ -1089,9 +1091,7 @@ func (a *Applier) flushRun(ctx context.Context, r *run) error {
 // row order would have avoided, it is rolled back and replayed row by row.
 func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
-	a.queue(r.sql, what, expect, args...)
-	o := &a.ops[len(a.ops)-1]
-	o.table, o.cols, o.args, o.kind = r.table, r.cols, args, r.kind
+	a.queueRun(r, r.sql, what, expect, args...)
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	err := a.send(ctx)
 	var pe *pgconn.PgError
@@ -1107,9 +1107,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		for j, p := range r.params {
 			one[j] = encodeTextArray(p[i : i+1])
 		}
-		a.queue(r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
-		o := &a.ops[len(a.ops)-1]
-		o.table, o.cols, o.args, o.kind = r.table, r.cols, one, r.kind
+		a.queueRun(r, r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)
