@@ -53,6 +53,11 @@ type Config struct {
 	// ones (commit_order = dependency): each commit then records its
 	// group in parapply.applied instead of moving the progress row.
 	AheadOfOrder bool
+	// LockTimeout is the session's lock_timeout ("" leaves the server's):
+	// a wait on a lock held by another session of parapply's (a
+	// transaction applied ahead of its turn, a streamed one held open)
+	// must end, since parapply's own order would never release it.
+	LockTimeout string
 	// Prefetch lets the applier read ahead, on a second target connection
 	// opened when a table first needs it, the rows of coming updates and
 	// deletes of tables larger than shared_buffers (see prefetcher).
@@ -234,6 +239,9 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		{"datestyle", "ISO", ""},
 		{"intervalstyle", "postgres", ""},
 		{"extra_float_digits", "3", ""},
+	}
+	if cfg.LockTimeout != "" {
+		set = append(set, struct{ name, value, hint string }{"lock_timeout", cfg.LockTimeout, "use a duration such as 10s"})
 	}
 	for _, s := range set {
 		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
@@ -1459,3 +1467,7 @@ func (a *Applier) Prepare(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Closed reports whether the target connection is gone, without waiting
+// for statements in flight.
+func (a *Applier) Closed() bool { return a.conn.IsClosed() }

@@ -331,9 +331,11 @@ func (t *Tracker) Positions() (applied, durable parapply.LSN, lastCommit time.Ti
 const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
 
 // Claim waits until no earlier session of this slot is left on the target,
-// then holds the slot's shared lock on conn. wait, if set, is told every ten
-// seconds which backends are still there.
-func Claim(ctx context.Context, conn *pgx.Conn, slot string, wait func(pids []int32)) error {
+// then holds the slot's shared lock on conn. Those of ours (the previous
+// run of this process) are ended at once with pg_terminate_backend; others
+// are waited for, at most limit. wait, if set, is told every ten seconds
+// which backends are still there.
+func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limit time.Duration, wait func(pids []int32)) error {
 	start := time.Now()
 	reported := start
 	for {
@@ -348,13 +350,25 @@ func Claim(ctx context.Context, conn *pgx.Conn, slot string, wait func(pids []in
 			}
 			return nil
 		}
+		if len(ours) > 0 {
+			// Only backends that hold this slot's lock: a pid of ours may
+			// have been reused by an unrelated backend since.
+			pids := make([]int64, len(ours))
+			for i, p := range ours {
+				pids[i] = int64(p)
+			}
+			if _, err := conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l
+				WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid() AND l.pid = ANY($2::int8[])
+				AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot, pids); err != nil {
+				return fmt.Errorf("ending the target sessions of slot %s's previous run: %w", slot, err)
+			}
+		}
+		if time.Since(start) >= limit {
+			return fmt.Errorf("target sessions of an earlier run of slot %s (pids %v) are still there after %s: if no other parapply runs with this slot, end them with SELECT pg_terminate_backend(pid) on the target", slot, holders(ctx, conn, slot), limit)
+		}
 		if wait != nil && time.Since(reported) >= 10*time.Second {
 			reported = time.Now()
-			var pids []int32
-			_ = conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
-				WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
-				AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot).Scan(&pids)
-			wait(pids)
+			wait(holders(ctx, conn, slot))
 		}
 		select {
 		case <-ctx.Done():
@@ -362,6 +376,15 @@ func Claim(ctx context.Context, conn *pgx.Conn, slot string, wait func(pids []in
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// holders lists the other backends holding slot's lock (best effort).
+func holders(ctx context.Context, conn *pgx.Conn, slot string) []int32 {
+	var pids []int32
+	_ = conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+		AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot).Scan(&pids)
+	return pids
 }
 
 // Share holds the slot's shared lock on another target session of a

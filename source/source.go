@@ -224,7 +224,7 @@ func (s *Source) check(ctx context.Context) error {
 		return fmt.Errorf("slot %s belongs to database %s, not %s; choose another --slot", s.cfg.Slot, r[1], s.Database)
 	}
 	if r[2] != nil {
-		return fmt.Errorf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot", s.cfg.Slot, r[2])
+		return fmt.Errorf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot: %w", s.cfg.Slot, r[2], ErrSlotBusy)
 	}
 	if r[4] != nil {
 		if s.Confirmed, err = parapply.ParseLSN(string(r[4])); err != nil {
@@ -233,6 +233,11 @@ func (s *Source) check(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ErrSlotBusy is wrapped by the error of a start that found the slot held
+// by a walsender: a subscriber that was just killed may still hold it for a
+// moment, so a caller may wait and try again.
+var ErrSlotBusy = errors.New("slot in use")
 
 // DropCreatedSlot drops the slot Connect created, for a start that fails
 // before anything depends on it: a slot left behind would hold WAL on the

@@ -49,15 +49,16 @@ type WorkerStats struct {
 	// commit first (nanoseconds).
 	CommitWait atomic.Int64
 	// Retries counts units tried again after a deadlock, a serialization
-	// failure, a lost connection or a unique violation met beside earlier
-	// units; RetriesBy splits them by cause (the order of RetryCauses).
+	// failure, a lock wait past lock_timeout or a unique violation met
+	// beside earlier units; RetriesBy splits them by cause (the order of
+	// RetryCauses).
 	Retries   atomic.Int64
 	RetriesBy [len(RetryCauses)]atomic.Int64
 }
 
 // RetryCauses name why a worker tried a transaction again, in the order of
 // WorkerStats.RetriesBy.
-var RetryCauses = [4]string{"deadlock", "serialization_failure", "lost_connection", "unique_violation"}
+var RetryCauses = [4]string{"deadlock", "serialization_failure", "lock_timeout", "unique_violation"}
 
 // pool applies units on persistent worker connections, in parallel where
 // the scheduler allows, committing in source order.
@@ -112,8 +113,8 @@ type worker struct {
 	stats WorkerStats
 }
 
-// openPool connects n workers to the target.
-func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
+// openPool connects n workers to the target with open.
+func openPool(ctx context.Context, open func(context.Context, apply.Config, bool) (*apply.Applier, error), cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
 	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
 		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now()}
 	p.cond = sync.NewCond(&p.mu)
@@ -121,10 +122,7 @@ func openPool(ctx context.Context, cfg apply.Config, n int, maxBytes int, tracke
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
 		wcfg.Prefetch = false // the loop's applier alone reads ahead
-		app, err := apply.Open(ctx, wcfg)
-		if err == nil {
-			err = progress.Share(ctx, app.Conn(), cfg.Slot)
-		}
+		app, err := open(ctx, wcfg, true)
 		if err != nil {
 			p.closeConns()
 			return nil, err
@@ -282,12 +280,16 @@ var errStopped = errors.New("pool stopped")
 const maxAttempts = 5
 
 // execute applies and commits a unit. A deadlock or serialization failure,
-// a lost connection, or a unique violation met while earlier units were in
-// flight (one of them may free the value: freed values carry no key), is
-// retried: the unit is rolled back (a lost connection is reopened), and
-// tried again once every earlier unit has committed, so that it runs in
-// source order with nothing of parapply's beside it. A unique violation met
-// with nothing earlier in flight is the target's own, and stops parapply.
+// a lock wait past lock_timeout, or a unique violation, met while earlier
+// units were in flight (one of them may hold the lock, or free the value:
+// freed values carry no key), is retried: the unit is rolled back and tried
+// again once every earlier unit has committed, so that it runs in source
+// order with no other unit of parapply's beside it. Met with nothing
+// earlier in flight, a unique violation is the target's own and stops
+// parapply, and a lock wait past lock_timeout ends the run (errLockStall:
+// the lock is held by a streamed transaction applied in flight, or by a
+// session outside parapply). A lost connection ends the run at once: what
+// the target kept is known only once it is read again (see fault.go).
 func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
 	for attempt := 1; ; attempt++ {
 		alone := p.oldest(id)
@@ -295,8 +297,13 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 		if err == nil || errors.Is(err, errStopped) {
 			return err
 		}
-		lost := w.app.Conn().IsClosed()
-		cause := retryCause(err, lost, alone)
+		if w.app.Conn().IsClosed() {
+			return lostConnection(fmt.Errorf("worker %d: %w", w.n, err))
+		}
+		cause := retryCause(err, alone)
+		if cause == "" && isLockTimeout(err) {
+			return errLockStall{fmt.Errorf("worker %d: the oldest transaction in flight waited on a lock longer than lock_timeout: %w", w.n, err)}
+		}
 		if cause == "" || attempt >= maxAttempts || ctx.Err() != nil {
 			return err
 		}
@@ -310,48 +317,25 @@ func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) 
 		if !p.waitOldest(id) {
 			return errStopped
 		}
-		if lost {
-			// Reopen; the connection may have died after COMMIT reached
-			// the target: the progress row tells.
-			last := u.txns[len(u.txns)-1]
-			credit := w.app.Unconfirmed()
-			err := p.reopen(ctx, w)
-			done := false
-			if err == nil {
-				done, err = progress.Applied(ctx, w.app.Conn(), p.cfg.Slot, last.txn.CommitLSN)
-			}
-			var local, flushed parapply.LSN
-			if err == nil && done {
-				local, flushed, err = w.app.WALPositions(ctx)
-			}
-			if err != nil {
-				if attempt+1 >= maxAttempts {
-					return err
-				}
-				p.log.Warn("reopening a worker's connection failed; trying again", "worker", w.n, "error", err)
-				time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-				continue
-			}
-			if done {
-				credit()
-				w.stats.Units.Add(1)
-				p.report(id, u, apply.Committed{End: last.end, CommitTime: last.txn.CommitTime, Local: local, Flushed: flushed})
-				return nil
-			}
-		}
 	}
+}
+
+// isLockTimeout reports a statement cancelled by lock_timeout.
+func isLockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // retryCause names why a failed unit may be tried again, or returns "";
 // alone says every earlier unit had committed when the attempt began.
-func retryCause(err error, lost, alone bool) string {
+func retryCause(err error, alone bool) string {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "40P01":
 		return RetryCauses[0]
 	case errors.As(err, &pe) && pe.Code == "40001":
 		return RetryCauses[1]
-	case lost:
+	case isLockTimeout(err) && !alone:
 		return RetryCauses[2]
 	case errors.As(err, &pe) && pe.Code == "23505" && !alone:
 		return RetryCauses[3]
@@ -375,35 +359,6 @@ func (p *pool) waitOldest(id schedule.ID) bool {
 		p.cond.Wait()
 	}
 	return p.err == nil && !p.closed
-}
-
-// reopen replaces a worker's lost connection.
-func (p *pool) reopen(ctx context.Context, w *worker) error {
-	synced, warn := w.app.Synced(), w.app.Warn
-	oldPID := w.app.Conn().PgConn().PID()
-	w.app.Close(context.Background())
-	app, err := apply.Open(ctx, w.cfg)
-	if err == nil {
-		err = progress.Share(ctx, app.Conn(), p.cfg.Slot)
-	}
-	if err == nil {
-		// The old backend may still be executing what was in its socket,
-		// COMMIT included: end it and wait until it is gone, so that the
-		// progress row read next is final.
-		err = awaitGone(ctx, app, oldPID)
-	}
-	if err != nil {
-		if app != nil {
-			app.Close(context.Background())
-		}
-		return fmt.Errorf("worker %d: reopening its lost target connection: %w", w.n, err)
-	}
-	app.SetSynced(synced)
-	app.Warn = warn
-	app.Stats.Absorb(&w.app.Stats)
-	w.app, w.seen = app, 0
-	w.shown.Store(app)
-	return nil
 }
 
 // awaitGone terminates the target backend pid, if it is still there, and

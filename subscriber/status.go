@@ -15,8 +15,10 @@ const (
 	StateStarting  = "starting"  // connecting and checking the setup
 	StateCopying   = "copying"   // initial copy of existing rows
 	StateStreaming = "streaming" // applying the stream
-	StateStopped   = "stopped"   // Run returned without an error
-	StateFailed    = "failed"    // Run returned an error
+	// StateReconnecting: a fault ended a run; the next starts soon.
+	StateReconnecting = "reconnecting"
+	StateStopped      = "stopped" // Run returned without an error
+	StateFailed       = "failed"  // Run returned an error
 )
 
 // Status is a snapshot of the subscriber's progress.
@@ -64,6 +66,9 @@ type Status struct {
 	SpillBytes                         int64
 	StreamsInFlight                    int64
 	StreamedInFlight, StreamedAtCommit int64
+	// Reconnects counts faults ridden out by starting a new run, by cause
+	// in the order of FaultCauses.
+	Reconnects [len(FaultCauses)]int64
 }
 
 // TableStatus is one table's committed changes and conflicts.
@@ -83,8 +88,8 @@ type WorkerStatus struct {
 	// earlier transactions to commit first.
 	Busy, DependencyWait, CommitWait time.Duration
 	// Retries counts transactions tried again (deadlock, serialization
-	// failure, lost connection, unique violation); RetriesBy splits them in the order of
-	// RetryCauses.
+	// failure, lock wait past lock_timeout, unique violation); RetriesBy
+	// splits them in the order of RetryCauses.
 	Retries   int64
 	RetriesBy [len(RetryCauses)]int64
 }
@@ -109,6 +114,9 @@ func (s *Subscriber) Status() Status {
 			st.Lag = time.Since(st.LastCommit)
 		}
 	}
+	for i := range st.Reconnects {
+		st.Reconnects[i] = s.reconnects[i].Load()
+	}
 	apps := []*apply.Applier{}
 	if ap != nil {
 		apps = append(apps, ap)
@@ -131,6 +139,11 @@ func (s *Subscriber) Status() Status {
 			st.Workers = append(st.Workers, ws)
 		}
 	}
+	past := &apply.Applier{}
+	s.mu.Lock()
+	past.Stats.Absorb(&s.past)
+	s.mu.Unlock()
+	apps = append(apps, past)
 	for _, a := range apps {
 		st.Txns += a.Stats.Txns.Load()
 		st.Groups += a.Stats.Groups.Load()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,9 @@ type Config struct {
 	SpillDir string
 	// CommitOrder is CommitPreserve ("" too) or CommitDependency.
 	CommitOrder string
+	// ReconnectTimeout is how long faults are ridden out (see Run); 0
+	// stops at the first.
+	ReconnectTimeout time.Duration
 }
 
 // Commit orders: with workers, a transaction commits after every earlier
@@ -97,8 +101,21 @@ type Subscriber struct {
 	applier *apply.Applier
 	pool    *pool
 
-	received atomic.Uint64
-	ready    chan struct{}
+	received  atomic.Uint64
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// Across runs: when the current run began streaming (Unix ns, 0 if it
+	// has not), faults ridden out by cause (the order of FaultCauses),
+	// whether the next run applies streamed transactions at their commit
+	// only (after a lock stall), the pids of the target sessions of the
+	// current and the previous run, and the figures of earlier runs.
+	streamedSince atomic.Int64
+	reconnects    [len(FaultCauses)]atomic.Int64
+	atCommitOnly  atomic.Bool
+	sessions      []uint32
+	earlier       []uint32
+	past          apply.Stats
 
 	// For Status: the stream, the state, when Run started, per-table
 	// tallies, commit delays, bytes of streamed transactions held, and
@@ -156,7 +173,11 @@ func (s *Subscriber) targetName() string {
 func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 
 // Run connects, checks the setup, and applies the stream until ctx ends
-// (returning nil) or an error stops it.
+// (returning nil) or an error stops it. A fault (a lost connection, a
+// server restart, the slot still held by a dying walsender, a lock wait
+// past lock_timeout) ends the run and starts a new one from what the
+// target recorded, again and again until ReconnectTimeout passes without a
+// run that streamed for a while; other errors stop it at once.
 func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.started = time.Now()
@@ -168,6 +189,60 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			s.state.Store(StateStopped)
 		}
 	}()
+	var faultSince time.Time
+	for try := 1; ; try++ {
+		began := time.Now()
+		err := s.run(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		cause := faultCause(err)
+		if cause == "" || s.cfg.ReconnectTimeout <= 0 {
+			return err
+		}
+		if s.streamedSince.Load() != 0 && time.Since(began) >= steadyRun {
+			// The run streamed long enough: this fault starts a new window.
+			faultSince, try = time.Time{}, 1
+		}
+		if faultSince.IsZero() {
+			faultSince = began
+		}
+		if time.Since(faultSince) >= s.cfg.ReconnectTimeout {
+			return fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, s.cfg.ReconnectTimeout)
+		}
+		s.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+		s.atCommitOnly.Store(cause == FaultLockWait)
+		delay := min(reconnectFirstDelay<<min(try-1, 8), reconnectMaxDelay)
+		s.state.Store(StateReconnecting)
+		s.log.Warn("a fault ended the run; starting again from what the target recorded", "cause", cause, "error", err, "attempt", try,
+			"retry_in", delay.String(), "gives_up_in", (s.cfg.ReconnectTimeout - time.Since(faultSince)).Round(time.Second).String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
+}
+
+// Reconnect timing: the first retry after a fault waits
+// reconnectFirstDelay, each next one twice as long up to
+// reconnectMaxDelay; a run that streamed for steadyRun ends the fault.
+const (
+	reconnectFirstDelay = 100 * time.Millisecond
+	reconnectMaxDelay   = 5 * time.Second
+	steadyRun           = 10 * time.Second
+)
+
+// DefaultReconnectTimeout is how long parapply rides out faults.
+const DefaultReconnectTimeout = 5 * time.Minute
+
+// run is one run: connect, check, copy, stream, until ctx ends or the first
+// error. Everything it opens it closes; what it learnt of the target's
+// state dies with it, but the pids of its target sessions are kept, so
+// that the next run can end any that outlive it (see progress.Claim).
+func (s *Subscriber) run(ctx context.Context) (err error) {
+	s.streamedSince.Store(0)
+	defer s.endRun()
 	scfg := s.cfg.Source
 	scfg.ExportSnapshot = s.cfg.CopyData
 	src, err := source.Connect(ctx, scfg)
@@ -188,11 +263,21 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		}
 	}()
 	s.src.Store(src)
-	app, err := apply.Open(ctx, s.cfg.Target)
+	app, err := s.openTarget(ctx, s.cfg.Target, false)
 	if err != nil {
 		return err
 	}
 	defer app.Close(context.Background())
+	defer func() {
+		// Name the faults met on the reader's own connection.
+		switch {
+		case err == nil || faultCause(err) != "":
+		case app.Closed():
+			err = lostConnection(err)
+		case isLockTimeout(err):
+			err = errLockStall{fmt.Errorf("a change waited on a lock longer than lock_timeout: %w", err)}
+		}
+	}()
 	published := src.Published
 	rels := make([]*parapply.Relation, len(published))
 	for i, pt := range published {
@@ -213,7 +298,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			return errors.New("two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0: set it above 0 there (a restart is needed), or turn two_phase off")
 		}
 	}
-	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, func(pids []int32) {
+	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32) {
 		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
 	})
 	if err != nil {
@@ -251,7 +336,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		tcfg := s.cfg.Target
 		tcfg.AppName = s.targetName()
 		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
-		p, err := openPool(ctx, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
+		p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -270,9 +355,9 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		s.mu.Unlock()
 	}
 
-	spillDir, err := os.MkdirTemp(s.cfg.SpillDir, "parapply-spill-")
+	spillDir, err := s.spillDir(src.SourceID(), app)
 	if err != nil {
-		return fmt.Errorf("creating a directory for spill files: %w (set spill_directory to a writable directory)", err)
+		return err
 	}
 	defer os.RemoveAll(spillDir)
 	sctx, cancel := context.WithCancel(ctx)
@@ -282,7 +367,8 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
 	go s.watchSyncStandby(sctx)
 	s.state.Store(StateStreaming)
-	close(s.ready)
+	s.streamedSince.Store(time.Now().UnixNano())
+	s.readyOnce.Do(func() { close(s.ready) })
 
 	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
@@ -756,6 +842,10 @@ func (l *loop) handOver(ctx context.Context, st *stream) error {
 // transaction already (which only its commit LSN, unknown yet, would tell).
 func (l *loop) inflightAllowed(st *stream) bool {
 	if int(l.s.inflight.Load()) >= l.s.cfg.StreamWorkers {
+		return false
+	}
+	if l.s.atCommitOnly.Load() {
+		// The last run stalled on a lock; this one takes no chance.
 		return false
 	}
 	for _, lsn := range l.app.Synced() {

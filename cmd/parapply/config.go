@@ -41,6 +41,8 @@ var settings = []setting{
 	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},
 	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting"},
+	{"lock_timeout", "10s", "the target sessions' lock_timeout: a wait this long on a lock ends in a retry of the transaction after the earlier ones, or, for the oldest, in a new run from what the target recorded (a lock held by a session outside parapply); 0 turns it off"},
+	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s; 0 stops at the first fault"},
 	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},
 	{"metrics_addr", "", "host:port to serve Prometheus metrics on (/metrics); empty turns them off"},
 	{"log_format", "text", "log format: text or json"},
@@ -202,8 +204,19 @@ func (c config) size(name string) (int, error) {
 	return n * mult, nil
 }
 
+// durationOrOff is duration, with 0 for off.
+func (c config) durationOrOff(name string) (time.Duration, error) {
+	if strings.TrimSpace(c[name]) == "0" {
+		return 0, nil
+	}
+	return c.duration(name)
+}
+
 func (c config) duration(name string) (time.Duration, error) {
-	s := c[name]
+	s := strings.TrimSpace(c[name])
+	if n, ok := strings.CutSuffix(s, "min"); ok {
+		s = n + "m" // postgresql.conf's unit for minutes
+	}
 	if n, err := strconv.Atoi(s); err == nil {
 		if n <= 0 {
 			return 0, fmt.Errorf("invalid value for %s: %q (a duration above zero, such as 10s)", name, s)

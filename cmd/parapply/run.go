@@ -98,6 +98,13 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		return cfg, err
 	}
 	cfg.SpillDir = c["spill_directory"]
+	if cfg.ReconnectTimeout, err = c.durationOrOff("reconnect_timeout"); err != nil {
+		return cfg, err
+	}
+	lockTimeout, err := c.durationOrOff("lock_timeout")
+	if err != nil {
+		return cfg, err
+	}
 	if v := c["logical_decoding_work_mem"]; v != "" {
 		n, err := c.size("logical_decoding_work_mem")
 		if err != nil {
@@ -123,7 +130,8 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
 		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
-		Prefetch: prefetch && cfg.Workers == 0}
+		LockTimeout: fmt.Sprintf("%dms", lockTimeout.Milliseconds()),
+		Prefetch:    prefetch && cfg.Workers == 0}
 	cfg.Log = log
 	return cfg, nil
 }

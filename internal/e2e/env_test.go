@@ -157,7 +157,7 @@ func (e *env) publisherLSN() parapply.LSN {
 func (e *env) waitCaughtUp(r *running) {
 	e.t.Helper()
 	target := e.publisherLSN()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(waitCaughtUpFor)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-r.done:
@@ -169,7 +169,7 @@ func (e *env) waitCaughtUp(r *running) {
 			return
 		}
 	}
-	e.t.Fatalf("subscriber did not reach %s within 3 minutes (status %+v)", target, r.s.Status())
+	e.t.Fatalf("subscriber did not reach %s within 3 minutes (status %+v); target sessions: %s", target, r.s.Status(), e.targetSessions())
 }
 
 // waitSlotConfirmed waits until the publisher's slot confirms the
@@ -204,3 +204,28 @@ func (e *env) verify(tables ...string) {
 		e.t.Logf("%s: %d rows identical", r.Table, r.Rows)
 	}
 }
+
+// targetSessions describes the target's client sessions, for a failure
+// message.
+func (e *env) targetSessions() string {
+	c, err := pgx.Connect(context.Background(), e.pair.Subscriber.DSN("postgres"))
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close(context.Background())
+	var out string
+	err = c.QueryRow(context.Background(), `SELECT string_agg(format('pid %s %s state %s wait %s/%s blocked by %s: %s', pid, application_name, state, wait_event_type, wait_event,
+		pg_blocking_pids(pid), left(query, 200)), E'\n') FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&out)
+	if err != nil {
+		return err.Error()
+	}
+	return out
+}
+
+// waitCaughtUpFor bounds waitCaughtUp (PARAPPLY_TEST_CATCHUP, default 3m).
+var waitCaughtUpFor = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("PARAPPLY_TEST_CATCHUP")); err == nil {
+		return d
+	}
+	return 3 * time.Minute
+}()

@@ -167,6 +167,8 @@ type Server struct {
 	Version int // server major version, e.g. 18
 
 	cmd  *exec.Cmd
+	args []string
+	logw io.Writer
 	done chan error
 	cred *syscall.Credential
 	root string
@@ -237,25 +239,56 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	for _, k := range keys {
 		args = append(args, "-c", k+"="+settings[k])
 	}
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
-	s.cmd.Dir = root
-	logw := opts.Log
-	if logw == nil {
-		logw = io.Discard
+	s.args = args
+	s.logw = opts.Log
+	if s.logw == nil {
+		s.logw = io.Discard
 	}
-	s.cmd.Stdout, s.cmd.Stderr = logw, logw
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
-	if err := s.cmd.Start(); err != nil {
+	if err := s.launch(); err != nil {
 		s.cleanup()
-		return nil, fmt.Errorf("starting %s server: %w", s.Name, err)
+		return nil, err
 	}
-	s.done = make(chan error, 1)
-	go func() { s.done <- s.cmd.Wait() }()
 	if err := s.waitReady(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+// launch starts the postmaster on the server's data directory.
+func (s *Server) launch() error {
+	s.cmd = exec.Command(filepath.Join(s.BinDir, "postgres"), s.args...)
+	s.cmd.Dir = s.root
+	s.cmd.Stdout, s.cmd.Stderr = s.logw, s.logw
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s server: %w", s.Name, err)
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait() }()
+	return nil
+}
+
+// Restart stops the server and starts it again on the same data directory
+// and port: immediate is a crash (pg_ctl stop -m immediate: no checkpoint,
+// every backend ended at once, recovery at start), else a fast shutdown.
+// It returns once the server accepts connections again.
+func (s *Server) Restart(ctx context.Context, immediate bool) error {
+	sig := syscall.SIGINT
+	if immediate {
+		sig = syscall.SIGQUIT
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	if err := s.launch(); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
 }
 
 func serverUser() (*syscall.Credential, error) {
