@@ -108,8 +108,8 @@ type faultRun struct {
 	workers int
 	order   string
 	// fault injects one fault; n counts from 1.
-	fault func(t *testing.T, n int)
-	faults  int
+	fault  func(t *testing.T, n int)
+	faults int
 	// sourceDSN, targetDSN override the servers' own (to go through a
 	// proxy).
 	sourceDSN, targetDSN string
