@@ -1107,8 +1107,11 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		return err
 	}
 	a.Stats.Replays.Add(1)
-	if _, err := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT parapply_run"); err != nil {
-		return fmt.Errorf("rolling back a set-based update of %s: %w", r.table.Name, err)
+	if _, rerr := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT parapply_run"); rerr != nil {
+		// The violation came from a statement queued before the
+		// savepoint (which then never existed): that error is the one
+		// to report, and to retry on.
+		return err
 	}
 	for i := 0; i < r.rows; i++ {
 		one := make([]any, len(r.params))

@@ -180,10 +180,18 @@ type UniqueIndex struct {
 	NullsEqual bool
 }
 
-// loadUniques reads the target's unique indexes on t: those beyond the one
-// matching the key set ExtraUnique, and become t.Uniques, or t.WholeTable
-// when their values cannot be read from a change.
+// loadUniques reads the target's unique indexes on t, and on its partitions
+// when it is partitioned (an index of a partition that is not part of one
+// of t's counts as if it were on t: values that collide in it collide in
+// t): those beyond the one matching the key set ExtraUnique, and become
+// t.Uniques, or t.WholeTable when their values cannot be read from a
+// change. An exclusion constraint, whose conflicts no value names, makes
+// t.WholeTable too.
 func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
+		WHERE contype = 'x' AND conrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))`, oid).Scan(&t.WholeTable); err != nil {
+		return fmt.Errorf("reading exclusion constraints of %s on the target: %w", t.Name, err)
+	}
 	rel := t.Rel
 	var keyNames []string
 	for _, k := range t.Key {
@@ -197,7 +205,10 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 			ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n)
 				JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 				WHERE k.n <= i.indnkeyatts ORDER BY k.n)
-		FROM pg_catalog.pg_index i WHERE i.indrelid = $1 AND i.indisunique ORDER BY i.indexrelid`, oid)
+		FROM pg_catalog.pg_index i
+		WHERE i.indrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)) AND i.indisunique
+		AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits h WHERE h.inhrelid = i.indexrelid)
+		ORDER BY i.indexrelid`, oid)
 	if err != nil {
 		return fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
 	}

@@ -41,7 +41,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	infoDesc       = desc("info", "Always 1; labels name the version, the slot and the application_name.", "version", "slot", "application_name")
-	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, stopped, failed), 0 for the others.", "state")
+	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, reconnecting, stopped, failed), 0 for the others.", "state")
 	startDesc      = desc("start_time_seconds", "When the run started, in seconds since the Unix epoch.")
 	lsnDesc        = desc("lsn_bytes", "Publisher WAL positions as byte offsets: received (end of the last change received), applied (committed on the target), flushed (durable on the target, reported to the publisher), source_wal_end (the publisher's WAL end as of its last message).", "position")
 	lagBytesDesc   = desc("lag_bytes", "Publisher WAL not yet applied on the target: source_wal_end minus applied.")
@@ -62,7 +62,8 @@ var (
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
-	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lost_connection, unique_violation.", "cause")
+	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation.", "cause")
+	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
 	wRowsDesc      = desc("worker_rows_total", "Row changes applied by each worker (every attempt counts).", "worker")
@@ -76,13 +77,13 @@ var (
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
 )
 
-var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateStopped, subscriber.StateFailed}
+var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateReconnecting, subscriber.StateStopped, subscriber.StateFailed}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
-		streamDesc, retriesDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
+		streamDesc, retriesDesc, reconnectsDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
 		ch <- d
 	}
@@ -165,6 +166,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, cause := range subscriber.RetryCauses {
 		counter(retriesDesc, float64(retries[i]), cause)
+	}
+	for i, cause := range subscriber.FaultCauses {
+		counter(reconnectsDesc, float64(st.Reconnects[i]), cause)
 	}
 	if p := st.Copy; p != nil {
 		gauge(copyTablesDesc, float64(p.TablesDone), "done")

@@ -60,10 +60,10 @@ parapply_rows_total{kind="insert",table="public.a"} 5
 parapply_rows_total{kind="update",table="public.a"} 2
 `},
 		{"parapply_retries_total", `
-# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lost_connection, unique_violation.
+# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation.
 # TYPE parapply_retries_total counter
 parapply_retries_total{cause="deadlock"} 1
-parapply_retries_total{cause="lost_connection"} 2
+parapply_retries_total{cause="lock_timeout"} 2
 parapply_retries_total{cause="serialization_failure"} 1
 parapply_retries_total{cause="unique_violation"} 3
 `},
@@ -77,10 +77,11 @@ parapply_commit_delay_seconds_sum 3.55
 parapply_commit_delay_seconds_count 3
 `},
 		{"parapply_state", `
-# HELP parapply_state 1 for the state parapply is in (starting, copying, streaming, stopped, failed), 0 for the others.
+# HELP parapply_state 1 for the state parapply is in (starting, copying, streaming, reconnecting, stopped, failed), 0 for the others.
 # TYPE parapply_state gauge
 parapply_state{state="copying"} 0
 parapply_state{state="failed"} 0
+parapply_state{state="reconnecting"} 0
 parapply_state{state="starting"} 0
 parapply_state{state="stopped"} 0
 parapply_state{state="streaming"} 1

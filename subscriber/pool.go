@@ -73,9 +73,14 @@ type pool struct {
 	closed   bool
 	failed   chan struct{}
 
-	// rels logs every relation message in stream order; a worker loads
-	// each into its applier before it applies anything that follows.
+	// rels logs the relation messages in stream order, from the relBase-th
+	// on; a worker loads each into its applier before it applies anything
+	// that follows. Those before relBase, which no unit still to apply
+	// starts before, are folded into the latest description of each
+	// relation (folded), so that the log does not grow for ever.
 	rels    []*parapply.Relation
+	relBase int
+	folded  map[uint32]*parapply.Relation
 	workers []*worker
 	tracker *progress.Tracker
 	cfg     apply.Config
@@ -188,8 +193,53 @@ func (p *pool) add(u *unit) error {
 	id, _ := p.sched.Add(u.keys, u.barrier)
 	p.units[id] = u
 	p.bytes += u.bytes
+	p.trimRelations()
 	p.cond.Broadcast()
 	return nil
+}
+
+// relTrimAt is how many relation messages the log holds before those no
+// unit needs any more are folded.
+const relTrimAt = 1024
+
+// trimRelations folds the relation messages logged before every unit still
+// to apply; the reader calls it (through add) with p.mu held, so no unit
+// being built starts before them either.
+func (p *pool) trimRelations() {
+	if len(p.rels) < relTrimAt {
+		return
+	}
+	upto := p.relBase + len(p.rels)
+	for _, u := range p.units {
+		upto = min(upto, u.relSeq)
+	}
+	if upto-p.relBase < relTrimAt/2 {
+		return
+	}
+	if p.folded == nil {
+		p.folded = map[uint32]*parapply.Relation{}
+	}
+	for _, r := range p.rels[:upto-p.relBase] {
+		p.folded[r.ID] = r
+	}
+	p.rels = slices.Clone(p.rels[upto-p.relBase:])
+	p.relBase = upto
+}
+
+// relationsUpTo returns the relation messages a worker that has loaded the
+// first from must load before it applies a unit starting at upto: those in
+// between, or, when some of them were folded (or the worker applied a later
+// unit, commit_order = dependency), the folded ones and every one logged
+// before upto. Called with p.mu held.
+func (p *pool) relationsUpTo(from, upto int) []*parapply.Relation {
+	if from > upto || from < p.relBase {
+		out := make([]*parapply.Relation, 0, len(p.folded)+upto-p.relBase)
+		for _, r := range p.folded {
+			out = append(out, r)
+		}
+		return append(out, p.rels[:upto-p.relBase]...)
+	}
+	return p.rels[from-p.relBase : upto-p.relBase]
 }
 
 // relation logs a relation message; the reader calls it in stream order.
@@ -197,14 +247,14 @@ func (p *pool) relation(rel *parapply.Relation) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rels = append(p.rels, rel)
-	return len(p.rels)
+	return p.relBase + len(p.rels)
 }
 
 // relSeq returns the number of relation messages logged.
 func (p *pool) relSeq() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.rels)
+	return p.relBase + len(p.rels)
 }
 
 // drain waits until every unit handed over is committed.
@@ -383,13 +433,7 @@ func awaitGone(ctx context.Context, app *apply.Applier, pid uint32) error {
 // try applies a unit and commits it once every earlier unit has.
 func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
 	p.mu.Lock()
-	from := w.seen
-	if from > u.relSeq {
-		// The worker has applied a later unit (commit_order =
-		// dependency): load every description as of this unit's start.
-		from = 0
-	}
-	catchUp := p.rels[from:u.relSeq]
+	catchUp := p.relationsUpTo(w.seen, u.relSeq)
 	p.mu.Unlock()
 	began := time.Now()
 	// Only the latest description of each relation matters: nothing
