@@ -224,7 +224,7 @@ func (s *Source) check(ctx context.Context) error {
 		return fmt.Errorf("slot %s belongs to database %s, not %s; choose another --slot", s.cfg.Slot, r[1], s.Database)
 	}
 	if r[2] != nil {
-		return fmt.Errorf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot: %w", s.cfg.Slot, r[2], ErrSlotBusy)
+		return slotBusy{s.cfg.Slot, string(r[2])}
 	}
 	if r[4] != nil {
 		if s.Confirmed, err = parapply.ParseLSN(string(r[4])); err != nil {
@@ -238,6 +238,14 @@ func (s *Source) check(ctx context.Context) error {
 // by a walsender: a subscriber that was just killed may still hold it for a
 // moment, so a caller may wait and try again.
 var ErrSlotBusy = errors.New("slot in use")
+
+type slotBusy struct{ slot, pid string }
+
+func (e slotBusy) Error() string {
+	return fmt.Sprintf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot", e.slot, e.pid)
+}
+
+func (e slotBusy) Is(target error) bool { return target == ErrSlotBusy }
 
 // DropCreatedSlot drops the slot Connect created, for a start that fails
 // before anything depends on it: a slot left behind would hold WAL on the

@@ -111,6 +111,7 @@ type Subscriber struct {
 	// only (after a lock stall), the pids of the target sessions of the
 	// current and the previous run, and the figures of earlier runs.
 	streamedSince atomic.Int64
+	everStreamed  atomic.Bool
 	reconnects    [len(FaultCauses)]atomic.Int64
 	atCommitOnly  atomic.Bool
 	sessions      []uint32
@@ -200,6 +201,16 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if cause == "" || s.cfg.ReconnectTimeout <= 0 {
 			return err
 		}
+		limit := s.cfg.ReconnectTimeout
+		if !s.everStreamed.Load() {
+			// A first start that cannot reach a server is a setup
+			// mistake, said at once; only a slot still held by the
+			// walsender of a subscriber that just died is waited for.
+			if cause != FaultSlotBusy {
+				return err
+			}
+			limit = min(limit, firstStartSlotWait)
+		}
 		if s.streamedSince.Load() != 0 && time.Since(began) >= steadyRun {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
@@ -207,15 +218,18 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if faultSince.IsZero() {
 			faultSince = began
 		}
-		if time.Since(faultSince) >= s.cfg.ReconnectTimeout {
-			return fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, s.cfg.ReconnectTimeout)
+		if time.Since(faultSince) >= limit {
+			if limit < s.cfg.ReconnectTimeout {
+				return fmt.Errorf("%w (still so after %s)", err, limit)
+			}
+			return fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, limit)
 		}
 		s.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
 		s.atCommitOnly.Store(cause == FaultLockWait)
 		delay := min(reconnectFirstDelay<<min(try-1, 8), reconnectMaxDelay)
 		s.state.Store(StateReconnecting)
 		s.log.Warn("a fault ended the run; starting again from what the target recorded", "cause", cause, "error", err, "attempt", try,
-			"retry_in", delay.String(), "gives_up_in", (s.cfg.ReconnectTimeout - time.Since(faultSince)).Round(time.Second).String())
+			"retry_in", delay.String(), "gives_up_in", (limit - time.Since(faultSince)).Round(time.Second).String())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -232,6 +246,11 @@ const (
 	reconnectMaxDelay   = 5 * time.Second
 	steadyRun           = 10 * time.Second
 )
+
+// firstStartSlotWait bounds the wait for a slot still held by a dying
+// walsender at the first start (after a kill, the walsender notices its
+// client is gone within moments).
+const firstStartSlotWait = 10 * time.Second
 
 // DefaultReconnectTimeout is how long parapply rides out faults.
 const DefaultReconnectTimeout = 5 * time.Minute
@@ -368,6 +387,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	go s.watchSyncStandby(sctx)
 	s.state.Store(StateStreaming)
 	s.streamedSince.Store(time.Now().UnixNano())
+	s.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
 	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
