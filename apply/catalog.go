@@ -189,7 +189,7 @@ type UniqueIndex struct {
 // t.WholeTable too.
 func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint
-		WHERE contype = 'x' AND conrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))`, oid).Scan(&t.WholeTable); err != nil {
+		WHERE contype = 'x' AND (conrelid = $1 OR conrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`, oid).Scan(&t.WholeTable); err != nil {
 		return fmt.Errorf("reading exclusion constraints of %s on the target: %w", t.Name, err)
 	}
 	rel := t.Rel
@@ -206,7 +206,7 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 				JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 				WHERE k.n <= i.indnkeyatts ORDER BY k.n)
 		FROM pg_catalog.pg_index i
-		WHERE i.indrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)) AND i.indisunique
+		WHERE (i.indrelid = $1 OR i.indrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))) AND i.indisunique
 		AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits h WHERE h.inhrelid = i.indexrelid)
 		ORDER BY i.indexrelid`, oid)
 	if err != nil {

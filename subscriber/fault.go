@@ -43,7 +43,7 @@ func (e errLockStall) Unwrap() error { return e.err }
 // Fault causes, as counted in Status.Reconnects and the metrics.
 const (
 	FaultConnection = "connection" // a connection to the publisher or target was lost or refused
-	FaultServer     = "server"     // a server shut down, crashed or is starting up
+	FaultServer     = "server"     // a server shut down, crashed or is starting up, or ended the session
 	FaultSlotBusy   = "slot_busy"  // the slot was still held by an earlier walsender
 	FaultLockWait   = "lock_wait"  // a lock wait on the target passed lock_timeout
 )
