@@ -340,6 +340,16 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		return err
 	}
 	t, err := LoadTable(ctx, a.conn, rel)
+	if errors.Is(err, errNoTable) && a.synced != nil {
+		if _, ok := a.synced[rel.QualifiedName()]; !ok {
+			// Not among the tables parapply copied (a partition that
+			// another publication sends as itself, whose rows arrive
+			// through its root's; or a table that joined a publication
+			// since the start), and not on the target: its changes are
+			// skipped, as those of any table not copied yet.
+			t, err = &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}, nil
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -392,7 +402,7 @@ func (a *Applier) skip(t *Table) bool {
 		}
 		if !a.warned[t.Name] {
 			a.warned[t.Name] = true
-			a.Warn(fmt.Sprintf("table %s joined the publication after parapply started; its changes are skipped until the next start copies it (restart parapply to sync it)", t.Name))
+			a.Warn(fmt.Sprintf("changes to table %s are skipped: it is not among the published tables parapply copied at its start (if it joined a publication since, restart parapply to sync it; a partition whose root is published through the root is reached through its root)", t.Name))
 		}
 		a.Skipped.Add(1)
 		return true
@@ -935,6 +945,10 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 		set = a.cols
 	}
 	a.mask, a.oldCols = present(t, old, nil, a.mask, a.oldCols)
+	noCols := len(a.oldCols) == 0 // a table with no columns: any row will do
+	if noCols {
+		a.oldCols = append(a.oldCols, emptyRow...)
+	}
 	if len(a.all) != len(t.Rel.Columns) {
 		a.all = a.all[:0]
 		for i := range t.Rel.Columns {
@@ -947,7 +961,11 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 	}
 	r := a.cur
 	r.touch(a.keybuf)
-	r.push(0, old, a.oldCols)
+	if noCols {
+		r.params[0] = append(r.params[0], nil)
+	} else {
+		r.push(0, old, a.oldCols)
+	}
 	r.push(len(a.oldCols), new, set)
 	r.rows++
 	if kind == 'F' {

@@ -84,6 +84,15 @@ func (t *Table) Target() string {
 // ErrSchema marks a published table the target cannot take as it is.
 var ErrSchema = errors.New("target schema does not match the publication")
 
+// errNoTable is matched (errors.Is) by LoadTable's error for a table
+// missing on the target.
+var errNoTable = errors.New("no such table")
+
+type missingTable struct{ error }
+
+func (e missingTable) Unwrap() error        { return e.error }
+func (e missingTable) Is(target error) bool { return target == errNoTable }
+
 // LoadTable reads the target's catalog for the table rel names and checks
 // that every published column exists there.
 func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Table, error) {
@@ -98,7 +107,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 			WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.ev_enabled IN ('A', 'R'))
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind, &t.NoCopy)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)
+		return nil, missingTable{fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the target catalog for %s: %w", t.Name, err)

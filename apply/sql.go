@@ -143,6 +143,11 @@ func fullMatch(b *strings.Builder, t *Table, old []int, extra []string) {
 	}
 	b.WriteString(" FROM ")
 	unnest(b, append(o, extra...), true)
+	if len(old) == 1 && old[0] < 0 {
+		// No columns (emptyRow): any row matches.
+		b.WriteString(" JOIN " + t.Target() + " AS c ON true ORDER BY u.n) AS m")
+		return
+	}
 	b.WriteString(" JOIN " + t.Target() + " AS c ON ROW(")
 	for i, c := range old {
 		if i > 0 {

@@ -503,10 +503,20 @@ type PublishedTable struct {
 	RowFilter    string
 }
 
-// publishedTables lists what the publications send, combining several
-// publications of one table as PostgreSQL does: a row passes if any
-// publication's filter passes it (no filter passes all), and the columns
-// are the union of the column lists (no list means all).
+// publishedTables lists what the publications send, computed as PostgreSQL
+// 16's subscriptions do (pg_get_publication_tables over all the
+// publications at once), by hand so that a PostgreSQL 14 or 15 publisher
+// gets the same answer:
+//   - when any of the publications publishes through partition roots, a
+//     table one of whose ancestors is listed is left out: its changes
+//     arrive as that ancestor's, and its rows are in the ancestor's copy
+//     (copying both would copy them twice);
+//   - a row passes if any publication's filter passes it (no filter passes
+//     all);
+//   - the columns are the publications' column list, which must be the
+//     same in each (PostgreSQL 16+ refuses different lists, as parapply
+//     does; a PostgreSQL 15 publisher sends their union, and so parapply
+//     takes it).
 func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) {
 	pubs := make([]string, len(s.cfg.Publications))
 	for i, p := range s.cfg.Publications {
@@ -514,26 +524,63 @@ func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) 
 	}
 	cols, filter := "NULL::text", "NULL::text"
 	if s.ServerVersion >= 150000 {
-		cols, filter = "array_to_string(attnames, ',')", "rowfilter"
+		cols, filter = "array_to_string(t.attnames, ',')", "t.rowfilter"
 	}
-	rows, err := s.query(ctx, "SELECT schemaname, tablename, "+cols+", "+filter+" FROM pg_catalog.pg_publication_tables WHERE pubname IN ("+strings.Join(pubs, ",")+") ORDER BY 1, 2")
+	rows, err := s.query(ctx, `SELECT t.schemaname, t.tablename, `+cols+`, `+filter+`, p.pubviaroot, c.oid,
+			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid)
+		FROM pg_catalog.pg_publication_tables t
+		JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname
+		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
+		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
+		WHERE t.pubname IN (`+strings.Join(pubs, ",")+`) ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("listing published tables: %w", err)
 	}
+	return combinePublished(rows, s.ServerVersion)
+}
+
+// combinePublished applies publishedTables' rules to its rows: schema,
+// table, column names (comma separated; empty or NULL for all), row filter
+// (NULL for none), pubviaroot, oid and the oids of its ancestors, one row
+// per table and publication, ordered by table.
+func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, error) {
+	viaRoot := false
+	listed := map[string]bool{}
+	for _, r := range rows {
+		viaRoot = viaRoot || string(r[4]) == "t"
+		listed[string(r[5])] = true
+	}
 	var out []PublishedTable
+	var colSets []string // per entry of out, the first column list seen ("*" for all)
 	allCols, noFilter := map[int]bool{}, map[int]bool{}
 	for _, r := range rows {
+		if viaRoot && hasListedAncestor(string(r[6]), listed) {
+			continue
+		}
 		schema, name := string(r[0]), string(r[1])
 		i := len(out) - 1
-		if i < 0 || out[i].Schema != schema || out[i].Name != name {
+		first := i < 0 || out[i].Schema != schema || out[i].Name != name
+		if first {
 			out = append(out, PublishedTable{Schema: schema, Name: name})
+			colSets = append(colSets, "")
 			i++
 		}
 		t := &out[i]
-		if r[2] == nil || len(r[2]) == 0 {
+		set := "*"
+		if len(r[2]) > 0 {
+			set = string(r[2])
+		}
+		if !first && set != colSets[i] && serverVersion >= 160000 {
+			return nil, fmt.Errorf("table %s is published with different column lists in the given publications (%s and %s); PostgreSQL 16+ refuses such a subscription too: give the table the same column list in each, or subscribe to fewer publications",
+				parapply.QuoteIdent(schema)+"."+parapply.QuoteIdent(name), describeColumns(colSets[i]), describeColumns(set))
+		}
+		if first {
+			colSets[i] = set
+		}
+		if set == "*" {
 			allCols[i] = true
 		} else {
-			for _, c := range strings.Split(string(r[2]), ",") {
+			for _, c := range strings.Split(set, ",") {
 				if !slices.Contains(t.Columns, c) {
 					t.Columns = append(t.Columns, c)
 				}
@@ -556,6 +603,24 @@ func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) 
 		}
 	}
 	return out, nil
+}
+
+func describeColumns(set string) string {
+	if set == "*" {
+		return "all columns"
+	}
+	return "(" + set + ")"
+}
+
+// hasListedAncestor reports whether an oid array's text form ({1,2})
+// names a listed oid.
+func hasListedAncestor(ancestors string, listed map[string]bool) bool {
+	for _, a := range strings.Split(strings.Trim(ancestors, "{}"), ",") {
+		if a != "" && listed[a] {
+			return true
+		}
+	}
+	return false
 }
 
 // SnapshotSlot is a temporary slot whose exported snapshot serves a copy

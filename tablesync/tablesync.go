@@ -578,6 +578,10 @@ func (c chunk) sourceSQL() string {
 
 func (c chunk) targetSQL() string {
 	j := c.t
+	if j.targetCols == "" {
+		// A table with no columns: its rows carry nothing but their count.
+		return "COPY " + j.QualifiedName() + " FROM STDIN (FORMAT " + j.format + ")"
+	}
 	return "COPY " + j.QualifiedName() + " (" + j.targetCols + ") FROM STDIN (FORMAT " + j.format + ")"
 }
 
