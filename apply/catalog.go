@@ -20,6 +20,13 @@ type Table struct {
 	// Types holds, per published column, the target type to cast the text
 	// value to; "" marks a column the target does not take (generated).
 	Types []string
+	// AlwaysIdentity lists the published columns that are GENERATED
+	// ALWAYS AS IDENTITY on the target: inserts give their values with
+	// OVERRIDING SYSTEM VALUE (as the built-in apply does, which bypasses
+	// the check), and updates, which PostgreSQL lets set them only to
+	// DEFAULT, leave them out (see Applier.Update).
+	AlwaysIdentity []int
+	keyAndIdentity []int // Key, then AlwaysIdentity
 	// Key lists the published columns that locate a row (replica identity).
 	Key []int
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
@@ -116,22 +123,23 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
 	}
 	t.Partitioned = kind == "p"
-	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '' FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
+	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a'
+		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("reading columns of %s on the target: %w", t.Name, err)
 	}
 	type col struct {
-		typ       string
-		generated bool
+		typ               string
+		generated, always bool
 	}
 	cols := map[string]col{}
 	for rows.Next() {
 		var name, typ string
-		var gen bool
-		if err := rows.Scan(&name, &typ, &gen); err != nil {
+		var gen, always bool
+		if err := rows.Scan(&name, &typ, &gen, &always); err != nil {
 			return nil, err
 		}
-		cols[name] = col{typ, gen}
+		cols[name] = col{typ, gen, always}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -145,6 +153,9 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		if !tc.generated {
 			t.Types[i] = tc.typ
 		}
+		if tc.always {
+			t.AlwaysIdentity = append(t.AlwaysIdentity, i)
+		}
 		if c.Key {
 			t.Key = append(t.Key, i)
 		}
@@ -153,6 +164,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		// No key flagged (a table with REPLICA IDENTITY DEFAULT and no primary key): only inserts can be published.
 		t.Key = nil
 	}
+	t.keyAndIdentity = append(slices.Clone(t.Key), t.AlwaysIdentity...)
 	if err := loadUniques(ctx, conn, oid, t); err != nil {
 		return nil, err
 	}

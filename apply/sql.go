@@ -70,7 +70,11 @@ func InsertSQL(t *Table, cols []int) string {
 		}
 		b.WriteString(colName(t, c))
 	}
-	b.WriteString(") SELECT ")
+	b.WriteString(")")
+	if len(t.AlwaysIdentity) > 0 {
+		b.WriteString(" OVERRIDING SYSTEM VALUE")
+	}
+	b.WriteString(" SELECT ")
 	v := aliases("v", len(cols))
 	for i, c := range cols {
 		if i > 0 {

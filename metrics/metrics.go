@@ -63,6 +63,9 @@ var (
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
 	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation.", "cause")
+	seqAtDesc      = desc("sequence_sync_timestamp_seconds", "When the publisher's sequences were last synced to the target (Unix time; 0: not yet).")
+	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them).", "result")
+	seqFailDesc    = desc("sequence_sync_failing", "1 while the last sequence sync failed (the log says why).")
 	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
@@ -83,7 +86,7 @@ var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscri
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
-		streamDesc, retriesDesc, reconnectsDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
+		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
 		ch <- d
 	}
@@ -170,6 +173,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for i, cause := range subscriber.FaultCauses {
 		counter(reconnectsDesc, float64(st.Reconnects[i]), cause)
 	}
+	if sq := st.Sequences; !sq.At.IsZero() {
+		gauge(seqAtDesc, float64(sq.At.UnixNano())/1e9)
+		gauge(seqDesc, float64(sq.Sequences), "synced")
+		gauge(seqDesc, float64(sq.Moved), "moved")
+		gauge(seqDesc, float64(sq.Missing), "missing")
+		gauge(seqDesc, float64(sq.Unread), "unreadable")
+	}
+	failing := 0.0
+	if st.SequenceError != "" {
+		failing = 1
+	}
+	gauge(seqFailDesc, failing)
 	if p := st.Copy; p != nil {
 		gauge(copyTablesDesc, float64(p.TablesDone), "done")
 		gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")

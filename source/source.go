@@ -518,25 +518,36 @@ type PublishedTable struct {
 //     does; a PostgreSQL 15 publisher sends their union, and so parapply
 //     takes it).
 func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) {
-	pubs := make([]string, len(s.cfg.Publications))
-	for i, p := range s.cfg.Publications {
+	return ListPublished(ctx, s.conn, s.cfg.Publications)
+}
+
+// ListPublished is publishedTables on any connection to the publisher
+// database (a replication connection or an ordinary one).
+func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []string) ([]PublishedTable, error) {
+	version, _ := strconv.Atoi(conn.ParameterStatus("server_version_num"))
+	pubs := make([]string, len(publications))
+	for i, p := range publications {
 		pubs[i] = parapply.QuoteLiteral(p)
 	}
 	cols, filter := "NULL::text", "NULL::text"
-	if s.ServerVersion >= 150000 {
+	if version >= 150000 {
 		cols, filter = "array_to_string(t.attnames, ',')", "t.rowfilter"
 	}
-	rows, err := s.query(ctx, `SELECT t.schemaname, t.tablename, `+cols+`, `+filter+`, p.pubviaroot, c.oid,
+	res, err := conn.Exec(ctx, `SELECT t.schemaname, t.tablename, `+cols+`, `+filter+`, p.pubviaroot, c.oid,
 			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid)
 		FROM pg_catalog.pg_publication_tables t
 		JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname
 		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
 		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
-		WHERE t.pubname IN (`+strings.Join(pubs, ",")+`) ORDER BY 1, 2`)
+		WHERE t.pubname IN (`+strings.Join(pubs, ",")+`) ORDER BY 1, 2`).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("listing published tables: %w", err)
 	}
-	return combinePublished(rows, s.ServerVersion)
+	var rows [][][]byte
+	if len(res) > 0 {
+		rows = res[len(res)-1].Rows
+	}
+	return combinePublished(rows, version)
 }
 
 // combinePublished applies publishedTables' rules to its rows: schema,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/tablesync"
 )
 
@@ -69,6 +70,11 @@ type Status struct {
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
+	// Sequences is the last sequence sync (zero At: none yet);
+	// SequenceError the error of the last one that failed ("" if it
+	// succeeded).
+	Sequences     sequences.Summary
+	SequenceError string
 }
 
 // TableStatus is one table's committed changes and conflicts.
@@ -113,6 +119,12 @@ func (s *Subscriber) Status() Status {
 		if st.Received > st.Applied && !st.LastCommit.IsZero() {
 			st.Lag = time.Since(st.LastCommit)
 		}
+	}
+	if v := s.seqSummary.Load(); v != nil {
+		st.Sequences = *v
+	}
+	if v := s.seqErr.Load(); v != nil {
+		st.SequenceError = *v
 	}
 	for i := range st.Reconnects {
 		st.Reconnects[i] = s.reconnects[i].Load()

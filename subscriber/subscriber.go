@@ -20,6 +20,7 @@ import (
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/schedule"
+	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/spill"
 	"github.com/parapply/parapply/tablesync"
@@ -61,6 +62,11 @@ type Config struct {
 	// ReconnectTimeout is how long faults are ridden out (see Run); 0
 	// stops at the first.
 	ReconnectTimeout time.Duration
+	// Sequences says which publisher sequences are brought to the target
+	// (sequences.None, Owned or All): after the copy, and every
+	// SequenceSyncInterval while streaming (0: only after the copy).
+	Sequences            string
+	SequenceSyncInterval time.Duration
 }
 
 // Commit orders: with workers, a transaction commits after every earlier
@@ -118,6 +124,15 @@ type Subscriber struct {
 	earlier       []uint32
 	past          apply.Stats
 
+	// The last sequence sync's summary and error, and the sequences
+	// warned about (missing on the target, unreadable on the publisher);
+	// seqMu makes syncs one at a time (a run's last may overlap the next
+	// run's first).
+	seqMu      sync.Mutex
+	seqSummary atomic.Pointer[sequences.Summary]
+	seqErr     atomic.Pointer[string]
+	seqWarned  map[string]bool
+
 	// For Status: the stream, the state, when Run started, per-table
 	// tallies, commit delays, bytes of streamed transactions held, and
 	// the last copy progress.
@@ -153,7 +168,7 @@ func New(cfg Config) *Subscriber {
 	if l == nil {
 		l = slog.Default()
 	}
-	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), seqWarned: map[string]bool{}, tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
 	sub.cfg.Target.Tallies = sub.tallies
 	sub.cfg.Target.SyncStandby = &sub.syncStandby
 	sub.cfg.Source.Prompt = &sub.syncStandby
@@ -338,6 +353,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err := s.sync(ctx, src, app, published); err != nil {
 		return err
 	}
+	s.syncSequences(ctx, published)
 	tracker := progress.NewTracker(pos.EndLSN)
 	tracker.Observe = func(commitTime time.Time) { s.delays.Observe(time.Since(commitTime).Seconds()) }
 	s.mu.Lock()
@@ -385,6 +401,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
 	go s.watchSyncStandby(sctx)
+	go s.keepSequences(sctx, published)
 	s.state.Store(StateStreaming)
 	s.streamedSince.Store(time.Now().UnixNano())
 	s.everStreamed.Store(true)

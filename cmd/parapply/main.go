@@ -22,6 +22,7 @@ const usage = `parapply: apply a PostgreSQL publication to a target database, fa
 usage:
   parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
   parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
+  parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
   parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers
   parapply version                                                    print the version
 
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string) error {
 		return runCommand(ctx, args[1:])
 	case "status":
 		return statusCommand(ctx, args[1:], os.Stdout)
+	case "sync-sequences":
+		return syncSequencesCommand(ctx, args[1:], os.Stdout)
 	case "demo":
 		return demoCommand(ctx, args[1:])
 	case "version", "--version":

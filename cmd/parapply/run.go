@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/parapply/parapply/apply"
@@ -36,12 +35,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if c["target"] == "" {
 		return cfg, errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
 	}
-	var pubs []string
-	for _, p := range strings.Split(c["publication"], ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			pubs = append(pubs, p)
-		}
-	}
+	pubs := splitList(c["publication"])
 	if len(pubs) == 0 {
 		return cfg, errors.New("no publication given: set --publication to the publication(s) to subscribe to")
 	}
@@ -99,6 +93,12 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	}
 	cfg.SpillDir = c["spill_directory"]
 	if cfg.ReconnectTimeout, err = c.durationOrOff("reconnect_timeout"); err != nil {
+		return cfg, err
+	}
+	if cfg.Sequences, err = sequencesMode(c); err != nil {
+		return cfg, err
+	}
+	if cfg.SequenceSyncInterval, err = c.durationOrOff("sequence_sync_interval"); err != nil {
 		return cfg, err
 	}
 	lockTimeout, err := c.durationOrOff("lock_timeout")

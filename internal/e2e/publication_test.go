@@ -242,3 +242,32 @@ func TestTableWithoutColumns(t *testing.T) {
 		publishers: true,
 	})
 }
+
+// TestIdentityAlways: columns GENERATED ALWAYS AS IDENTITY (on both sides)
+// take the publisher's values, as under the built-in apply, which bypasses
+// the check an INSERT or UPDATE statement makes: copied, inserted one by
+// one and in bulk (COPY), updated (the column left out of SET), deleted,
+// under a primary key and under REPLICA IDENTITY FULL.
+func TestIdentityAlways(t *testing.T) {
+	e := newEnv(t, "")
+	schema := `CREATE TABLE ga (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int);
+		CREATE TABLE gaf (id bigint GENERATED ALWAYS AS IDENTITY, v int);
+		ALTER TABLE gaf REPLICA IDENTITY FULL`
+	e.runScenario(t, scenario{
+		pub:    schema + `; CREATE PUBLICATION pub_ga FOR TABLE ga, gaf`,
+		sub:    schema,
+		pubs:   []string{"pub_ga"},
+		before: []string{`INSERT INTO ga (v) SELECT g FROM generate_series(1, 10) g`, `INSERT INTO gaf (v) VALUES (1), (2)`},
+		after: []string{
+			`INSERT INTO ga (v) VALUES (100)`,
+			`INSERT INTO ga (v) SELECT g FROM generate_series(1, 400) g`,
+			`INSERT INTO gaf (v) SELECT g FROM generate_series(1, 300) g`,
+			`UPDATE ga SET v = v + 1000 WHERE id % 3 = 0`,
+			`UPDATE gaf SET v = -v WHERE id % 5 = 0`,
+			`DELETE FROM ga WHERE id % 7 = 0`,
+			`DELETE FROM gaf WHERE id % 11 = 0`,
+		},
+		tables:     []string{"public.ga", "public.gaf"},
+		publishers: true,
+	})
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+)
+
+// sequencesMode reads the sequences setting.
+func sequencesMode(c config) (string, error) {
+	switch m := c["sequences"]; m {
+	case sequences.None, sequences.Owned, sequences.All:
+		return m, nil
+	default:
+		return "", fmt.Errorf("invalid value for sequences: %q (none, owned or all)", m)
+	}
+}
+
+// syncSequencesCommand brings the publisher's sequences to the target once
+// and says what it did to each: the cut-over step of a migration, run once
+// writes on the publisher have stopped and parapply has caught up.
+func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("sync-sequences", flag.ContinueOnError)
+	usageFor(fs, "parapply sync-sequences --source DSN --target DSN --publication NAME[,NAME] [--sequences owned|all] [--config FILE]")
+	c, err := loadConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	mode, err := sequencesMode(c)
+	if err != nil {
+		return err
+	}
+	if mode == sequences.None {
+		mode = sequences.Owned
+	}
+	if c["source"] == "" || c["target"] == "" {
+		return fmt.Errorf("sync-sequences needs --source and --target")
+	}
+	src, err := sequences.Connect(ctx, c["source"], c["application_name"]+" sequences")
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	dst, err := sequences.Connect(ctx, c["target"], c["application_name"]+" sequences")
+	if err != nil {
+		return err
+	}
+	defer dst.Close(context.Background())
+	var tables []sequences.Table
+	if mode == sequences.Owned {
+		if c["publication"] == "" {
+			return fmt.Errorf("sequences = owned syncs the sequences of the published tables: name the publication with --publication (or use --sequences all)")
+		}
+		published, err := source.ListPublished(ctx, src.PgConn(), splitList(c["publication"]))
+		if err != nil {
+			return err
+		}
+		for _, t := range published {
+			tables = append(tables, sequences.Table{Schema: t.Schema, Name: t.Name})
+		}
+	}
+	res, err := sequences.Sync(ctx, src, dst, mode, tables)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		var what string
+		switch {
+		case r.Missing:
+			what = "missing on the target: create it there"
+		case !r.Readable:
+			what = "not readable by the source role: GRANT SELECT ON SEQUENCE " + r.QualifiedName() + " to it"
+		case !r.Used:
+			what = "never used on the publisher: left as it is"
+		case r.Moved && r.Called:
+			what = fmt.Sprintf("set to %d (was %d)", r.Last, r.Before)
+		case r.Moved:
+			what = fmt.Sprintf("set to %d (was unused)", r.Last)
+		default:
+			what = fmt.Sprintf("already at %d, publisher at %d: left as it is", r.Before, r.Last)
+		}
+		fmt.Fprintf(out, "%s: %s\n", r.QualifiedName(), what)
+	}
+	sum := sequences.Summarize(res)
+	fmt.Fprintf(out, "%d sequences: %d moved forward, %d missing on the target, %d not readable\n", sum.Sequences, sum.Moved, sum.Missing, sum.Unread)
+	if sum.Missing > 0 || sum.Unread > 0 {
+		return fmt.Errorf("%d sequences could not be synced (see above)", sum.Missing+sum.Unread)
+	}
+	return nil
+}
+
+// splitList splits a comma-separated setting.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package subscriber
+
+import (
+	"context"
+	"time"
+
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+)
+
+// syncSequences brings the publisher's sequences of the published tables
+// (or all, per the sequences setting) to the target, on connections of
+// its own. A failure is logged and shown in Status, never fatal: the rows
+// keep flowing, and the next sync tries again.
+func (s *Subscriber) syncSequences(ctx context.Context, published []source.PublishedTable) {
+	mode := s.cfg.Sequences
+	if mode == "" || mode == sequences.None {
+		return
+	}
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	tables := make([]sequences.Table, len(published))
+	for i, t := range published {
+		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}
+	}
+	err := func() error {
+		ctx, cancel := context.WithTimeout(ctx, sequenceSyncTimeout)
+		defer cancel()
+		src, err := sequences.Connect(ctx, s.cfg.Source.DSN, s.targetName()+" sequences")
+		if err != nil {
+			return err
+		}
+		defer src.Close(context.Background())
+		dst, err := sequences.Connect(ctx, s.cfg.Target.DSN, s.targetName()+" sequences")
+		if err != nil {
+			return err
+		}
+		defer dst.Close(context.Background())
+		res, err := sequences.Sync(ctx, src, dst, mode, tables)
+		if err != nil {
+			return err
+		}
+		sum := sequences.Summarize(res)
+		s.seqSummary.Store(&sum)
+		for _, r := range res {
+			switch {
+			case r.Missing && !s.seqWarned[r.QualifiedName()]:
+				s.seqWarned[r.QualifiedName()] = true
+				s.log.Warn("a publisher sequence does not exist on the target; create it there to have it synced", "sequence", r.QualifiedName())
+			case !r.Readable && !s.seqWarned[r.QualifiedName()]:
+				s.seqWarned[r.QualifiedName()] = true
+				s.log.Warn("the source role may not read a sequence; GRANT SELECT ON SEQUENCE to it to have it synced", "sequence", r.QualifiedName())
+			case r.Moved:
+				s.log.Debug("sequence synced", "sequence", r.QualifiedName(), "value", r.Last, "target_was", r.Before)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		msg := err.Error()
+		s.seqErr.Store(&msg)
+		if ctx.Err() == nil {
+			s.log.Warn("syncing sequences failed; trying again at the next interval", "error", err)
+		}
+		return
+	}
+	s.seqErr.Store(nil)
+}
+
+// sequenceSyncTimeout bounds one sequence sync.
+const sequenceSyncTimeout = 30 * time.Second
+
+// keepSequences syncs sequences every SequenceSyncInterval until ctx ends.
+func (s *Subscriber) keepSequences(ctx context.Context, published []source.PublishedTable) {
+	if s.cfg.SequenceSyncInterval <= 0 || s.cfg.Sequences == "" || s.cfg.Sequences == sequences.None {
+		return
+	}
+	t := time.NewTicker(s.cfg.SequenceSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.syncSequences(ctx, published)
+		}
+	}
+}
