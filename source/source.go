@@ -525,6 +525,14 @@ func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) 
 // database (a replication connection or an ordinary one).
 func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []string) ([]PublishedTable, error) {
 	version, _ := strconv.Atoi(conn.ParameterStatus("server_version_num"))
+	if version == 0 {
+		// Reported at connection start only from PostgreSQL 16 on.
+		res, err := conn.Exec(ctx, "SHOW server_version_num").ReadAll()
+		if err != nil || len(res) == 0 || len(res[0].Rows) != 1 {
+			return nil, fmt.Errorf("reading the source's server version: %v", err)
+		}
+		version, _ = strconv.Atoi(string(res[0].Rows[0][0]))
+	}
 	pubs := make([]string, len(publications))
 	for i, p := range publications {
 		pubs[i] = parapply.QuoteLiteral(p)

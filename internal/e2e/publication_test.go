@@ -86,7 +86,7 @@ func (e *env) runScenario(t *testing.T, sc scenario) {
 func (e *env) builtinSubscription(t *testing.T, schema string, pubs []string, from int) *pgx.Conn {
 	t.Helper()
 	if v := e.pair.Subscriber.Version; v < from {
-		t.Logf("the built-in subscription of PostgreSQL %d gets this scenario wrong (fixed in %d): comparing parapply with the publisher only", v, from)
+		t.Logf("the built-in subscription of PostgreSQL %d gets this scenario wrong (fixed in %d): not compared with it", v, from)
 		return nil
 	}
 	ctx := context.Background()
@@ -186,6 +186,12 @@ func TestPartitionColumnLists(t *testing.T) {
 		tables:      []string{"public.test_root"},
 		builtinFrom: 16,
 	})
+	if e.pair.Publisher.Version < 16 {
+		// A PostgreSQL 15 publisher sends a partition's changes with the
+		// union of the column lists; only the copy is parapply's to get
+		// right there (the root's rows, once).
+		return
+	}
 	// The root's list (a, b): c never arrives.
 	var n int
 	if err := e.sub.QueryRow(context.Background(), "SELECT count(*) FROM test_root WHERE c IS NOT NULL").Scan(&n); err != nil || n != 0 {
