@@ -203,31 +203,26 @@ func (e *env) runFaults(t *testing.T, fr faultRun) {
 	e.verify("public.audit", "public.customers", "public.orders", "public.order_lines", "public.keyless", "public.bulk")
 }
 
-// reconnect replaces the test's connections to both servers.
+// reconnect replaces the test's connections to both servers (a restart
+// may have ended them), trying for up to ten seconds.
 func (e *env) reconnect() {
 	e.t.Helper()
 	ctx := context.Background()
-	for _, c := range []**pgx.Conn{&e.pub, &e.sub} {
-		(*c).Close(ctx)
-	}
-	var err error
-	for i := 0; i < 100; i++ {
-		if e.pub, err = pgx.Connect(ctx, e.pair.Publisher.DSN("postgres")); err == nil {
-			break
+	for _, c := range []struct {
+		conn **pgx.Conn
+		s    *pgtest.Server
+	}{{&e.pub, e.pair.Publisher}, {&e.sub, e.pair.Subscriber}} {
+		(*c.conn).Close(ctx)
+		var err error
+		for i := 0; i < 100; i++ {
+			if *c.conn, err = pgx.Connect(ctx, c.s.DSN("postgres")); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for i := 0; i < 100; i++ {
-		if e.sub, err = pgx.Connect(ctx, e.pair.Subscriber.DSN("postgres")); err == nil {
-			break
+		if err != nil {
+			e.t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		e.t.Fatal(err)
 	}
 }
 
