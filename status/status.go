@@ -50,6 +50,26 @@ type Record struct {
 	Copy          *Copy      `json:"copy,omitempty"`
 	LastError     string     `json:"last_error,omitempty"`
 	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+	// Faults counts the faults ridden out since the start, by cause
+	// (subscriber.FaultCauses); Sequences is the last sequence sync.
+	Faults    map[string]int64 `json:"faults,omitempty"`
+	Sequences *Sequences       `json:"sequences,omitempty"`
+}
+
+// Sequences is the last sequence sync in a Record.
+type Sequences struct {
+	At         time.Time `json:"at"`
+	Sequences  int       `json:"sequences"`
+	Moved      int       `json:"moved"`
+	Missing    int       `json:"missing"`
+	Unreadable int       `json:"unreadable"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// health is what the health column holds.
+type health struct {
+	Faults    map[string]int64 `json:"faults,omitempty"`
+	Sequences *Sequences       `json:"sequences,omitempty"`
 }
 
 // Worker is one worker's figures in a Record.
@@ -116,6 +136,17 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		r.Workers = append(r.Workers, Worker{Worker: w.Worker, SourceTxns: w.Txns, TargetTxns: w.Units, Rows: w.Rows,
 			BusySeconds: w.Busy.Seconds(), DependencyWaitSecs: w.DependencyWait.Seconds(), CommitWaitSecs: w.CommitWait.Seconds(), Retries: w.Retries})
 	}
+	for i, n := range st.Reconnects {
+		if n > 0 {
+			if r.Faults == nil {
+				r.Faults = map[string]int64{}
+			}
+			r.Faults[subscriber.FaultCauses[i]] = n
+		}
+	}
+	if sq := st.Sequences; !sq.At.IsZero() || st.SequenceError != "" {
+		r.Sequences = &Sequences{At: sq.At, Sequences: sq.Sequences, Moved: sq.Moved, Missing: sq.Missing, Unreadable: sq.Unread, Error: st.SequenceError}
+	}
 	if p := st.Copy; p != nil {
 		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds()}
 	}
@@ -151,6 +182,7 @@ CREATE TABLE IF NOT EXISTS parapply.status (
 	last_error       text,
 	last_error_at    timestamptz
 );
+ALTER TABLE parapply.status ADD COLUMN IF NOT EXISTS health jsonb;
 COMMENT ON TABLE parapply.status IS 'parapply: what each running (or last) parapply of a slot reports about itself, updated every second; read with parapply status';`
 
 // Create makes parapply.status if it is missing. Two sessions creating the
@@ -171,9 +203,9 @@ func Create(ctx context.Context, conn *pgx.Conn) error {
 
 const upsertSQL = `INSERT INTO parapply.status AS s (slot_name, state, pid, host, version, application_name, started_at, updated_at,
 	received_lsn, applied_lsn, flushed_lsn, source_wal_end, lag_bytes, lag_seconds, last_commit_time,
-	source_txns, target_txns, rows, missing_rows, txns_per_second, rows_per_second, queue_bytes, workers, copy, last_error, last_error_at)
+	source_txns, target_txns, rows, missing_rows, txns_per_second, rows_per_second, queue_bytes, workers, copy, last_error, last_error_at, health)
 VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8::text::pg_lsn, $9::text::pg_lsn, $10::text::pg_lsn, $11::text::pg_lsn, $12, $13, $14,
-	$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
+	$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)
 ON CONFLICT (slot_name) DO UPDATE SET state = excluded.state, pid = excluded.pid, host = excluded.host, version = excluded.version,
 	application_name = excluded.application_name, started_at = excluded.started_at, updated_at = excluded.updated_at,
 	received_lsn = excluded.received_lsn, applied_lsn = excluded.applied_lsn, flushed_lsn = excluded.flushed_lsn,
@@ -181,7 +213,7 @@ ON CONFLICT (slot_name) DO UPDATE SET state = excluded.state, pid = excluded.pid
 	last_commit_time = excluded.last_commit_time, source_txns = excluded.source_txns, target_txns = excluded.target_txns,
 	rows = excluded.rows, missing_rows = excluded.missing_rows, txns_per_second = excluded.txns_per_second,
 	rows_per_second = excluded.rows_per_second, queue_bytes = excluded.queue_bytes, workers = excluded.workers,
-	copy = excluded.copy, last_error = excluded.last_error, last_error_at = excluded.last_error_at`
+	copy = excluded.copy, last_error = excluded.last_error, last_error_at = excluded.last_error_at, health = excluded.health`
 
 // Write records r as its slot's row.
 func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
@@ -199,10 +231,14 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	if r.LastError != "" {
 		lastErr = &r.LastError
 	}
+	h, err := json.Marshal(health{r.Faults, r.Sequences})
+	if err != nil {
+		return err
+	}
 	_, err = conn.Exec(ctx, upsertSQL, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
 		r.Received.String(), r.Applied.String(), r.Flushed.String(), r.SourceWALEnd.String(), r.LagBytes, r.LagSeconds, r.LastCommit,
 		r.SourceTxns, r.TargetTxns, r.Rows, r.Missing, r.TxnsPerSecond, r.RowsPerSecond, r.QueueBytes, string(workers), nullBytes(cp),
-		lastErr, r.LastErrorAt)
+		lastErr, r.LastErrorAt, string(h))
 	if err != nil {
 		return fmt.Errorf("writing parapply.status: %w", err)
 	}
@@ -240,7 +276,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		coalesce(flushed_lsn, '0/0')::text, coalesce(source_wal_end, '0/0')::text, coalesce(lag_bytes, 0), coalesce(lag_seconds, 0),
 		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
 		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
-		coalesce(last_error, ''), last_error_at
+		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text
 		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.status: %w", err)
@@ -249,11 +285,11 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 	var out []Record
 	for rows.Next() {
 		var r Record
-		var recv, appl, flus, end, workers string
+		var recv, appl, flus, end, workers, hl string
 		var cp *string
 		if err := rows.Scan(&r.Slot, &r.State, &r.PID, &r.Host, &r.Version, &r.ApplicationName, &r.StartedAt, &r.UpdatedAt,
 			&recv, &appl, &flus, &end, &r.LagBytes, &r.LagSeconds, &r.LastCommit, &r.SourceTxns, &r.TargetTxns, &r.Rows, &r.Missing,
-			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt); err != nil {
+			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt, &hl); err != nil {
 			return nil, fmt.Errorf("reading parapply.status: %w", err)
 		}
 		for _, p := range []struct {
@@ -264,6 +300,11 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 				return nil, err
 			}
 		}
+		var h health
+		if err := json.Unmarshal([]byte(hl), &h); err != nil {
+			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
+		}
+		r.Faults, r.Sequences = h.Faults, h.Sequences
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}

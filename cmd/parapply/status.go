@@ -16,6 +16,7 @@ import (
 
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/status"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // slotReport is what `parapply status` shows of one slot.
@@ -214,6 +215,25 @@ func printStatus(w io.Writer, rep statusReport) {
 		fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
 		fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
 		fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
+		if len(s.Faults) > 0 {
+			var parts []string
+			for _, c := range subscriber.FaultCauses {
+				if n := s.Faults[c]; n > 0 {
+					parts = append(parts, fmt.Sprintf("%s %d", c, n))
+				}
+			}
+			fmt.Fprintf(tw, "  faults\tridden out since start: %s\n", strings.Join(parts, ", "))
+		}
+		if q := s.Sequences; q != nil {
+			line := fmt.Sprintf("%d synced %s ago (%d moved forward, %d missing on the target, %d not readable)", q.Sequences, since(rep.Time, q.At), q.Moved, q.Missing, q.Unreadable)
+			if q.At.IsZero() {
+				line = "not synced yet"
+			}
+			if q.Error != "" {
+				line += "; last sync failed: " + q.Error
+			}
+			fmt.Fprintf(tw, "  sequences\t%s\n", line)
+		}
 		if c := s.Copy; c != nil {
 			fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, bytesText(c.Bytes), c.ElapsedSeconds)
 		}
