@@ -13,7 +13,6 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
-	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/spill"
 )
 
@@ -143,17 +142,9 @@ func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn,
 		sc.app.Close(context.Background())
 	}
 	cfg.Prefetch = false // the loop's applier alone reads ahead
-	app, err := apply.Open(ctx, cfg)
-	if err == nil {
-		err = progress.Share(ctx, app.Conn(), cfg.Slot)
-	}
-	if err == nil {
-		_, err = app.Conn().Exec(ctx, "SET lock_timeout = '"+inflightLockTimeout+"'")
-	}
+	cfg.LockTimeout = inflightLockTimeout
+	app, err := l.s.open(ctx, cfg, true, true)
 	if err != nil {
-		if app != nil {
-			app.Close(context.Background())
-		}
 		return streamConn{}, err
 	}
 	app.SetSynced(l.app.Synced())

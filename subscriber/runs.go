@@ -23,12 +23,30 @@ const claimTimeout = time.Minute
 // that the next run can end it if it outlives this one; share takes the
 // slot's shared lock (every session but the one that claims it).
 func (s *Subscriber) openTarget(ctx context.Context, cfg apply.Config, share bool) (*apply.Applier, error) {
+	return s.open(ctx, cfg, share, false)
+}
+
+// keptStreamSessions bounds the stream sessions a run remembers: a long run
+// opens many, one after another, and only the last few can still be there.
+const keptStreamSessions = 64
+
+// open is openTarget; a stream session (opened again and again over a
+// run) is remembered among the last keptStreamSessions only.
+func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream bool) (*apply.Applier, error) {
 	app, err := apply.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	pid := app.Conn().PgConn().PID()
 	s.mu.Lock()
-	s.sessions = append(s.sessions, app.Conn().PgConn().PID())
+	if stream {
+		if len(s.streamSessions) >= keptStreamSessions {
+			s.streamSessions = append(s.streamSessions[:0], s.streamSessions[1:]...)
+		}
+		s.streamSessions = append(s.streamSessions, pid)
+	} else {
+		s.sessions = append(s.sessions, pid)
+	}
 	s.mu.Unlock()
 	if share {
 		if err := progress.Share(ctx, app.Conn(), cfg.Slot); err != nil {
@@ -61,7 +79,8 @@ func (s *Subscriber) endRun() {
 		}
 	}
 	s.tracker, s.applier, s.pool = nil, nil, nil
-	s.earlier, s.sessions = s.sessions, nil
+	s.earlier = append(s.sessions, s.streamSessions...)
+	s.sessions, s.streamSessions = nil, nil
 }
 
 // spillDir makes an empty directory for the run's spill files, named after

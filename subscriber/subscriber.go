@@ -116,13 +116,14 @@ type Subscriber struct {
 	// whether the next run applies streamed transactions at their commit
 	// only (after a lock stall), the pids of the target sessions of the
 	// current and the previous run, and the figures of earlier runs.
-	streamedSince atomic.Int64
-	everStreamed  atomic.Bool
-	reconnects    [len(FaultCauses)]atomic.Int64
-	atCommitOnly  atomic.Bool
-	sessions      []uint32
-	earlier       []uint32
-	past          apply.Stats
+	streamedSince  atomic.Int64
+	everStreamed   atomic.Bool
+	reconnects     [len(FaultCauses)]atomic.Int64
+	atCommitOnly   atomic.Bool
+	sessions       []uint32
+	streamSessions []uint32
+	earlier        []uint32
+	past           apply.Stats
 
 	// The last sequence sync's summary and error, and the sequences
 	// warned about (missing on the target, unreadable on the publisher);
@@ -226,7 +227,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			limit = min(limit, firstStartSlotWait)
 		}
-		if s.streamedSince.Load() != 0 && time.Since(began) >= steadyRun {
+		if since := s.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
 		}
