@@ -31,6 +31,9 @@ type options struct {
 	binary    string
 	workers   []int
 	plot      string
+	// readDelay delays every file read of the subscriber server (0: the
+	// workload's own, none for most).
+	readDelay time.Duration
 }
 
 func main() {
@@ -62,10 +65,11 @@ func run(ctx context.Context, args []string) error {
 	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
 	workersFlag := fs.String("workers", "0", "parapply worker counts to measure, comma separated")
 	plot := fs.String("plot", "", "write PNG charts to this directory")
+	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay}
 	if len(o.workloads) == 1 && o.workloads[0] == "all" {
 		o.workloads = workloadNames()
 	}

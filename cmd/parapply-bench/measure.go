@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -31,8 +32,12 @@ type workload struct {
 	schema  string
 	preload func(scale float64) []string
 	tables  []string
-	// pubSettings are extra publisher settings (postgresql.conf).
-	pubSettings map[string]string
+	// pubSettings and subSettings are extra server settings
+	// (postgresql.conf).
+	pubSettings, subSettings map[string]string
+	// readDelay delays every file read of the subscriber server, unless
+	// --read-delay says otherwise.
+	readDelay time.Duration
 	// write generates the workload on the publisher and returns the number
 	// of transactions it committed.
 	write func(ctx context.Context, r *runEnv) (int64, error)
@@ -72,7 +77,14 @@ var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
 func measure(ctx context.Context, o options, w workload, engineName string, workers int) (m measurement, err error) {
-	pair, err := pgtest.StartPair(ctx, w.pubSettings, nil)
+	sub := pgtest.Options{Settings: w.subSettings}
+	if delay := cmp.Or(o.readDelay, w.readDelay); delay > 0 {
+		if sub.Env, err = pgtest.ReadDelayEnv(delay); err != nil {
+			return m, err
+		}
+		logf("every file read of the subscriber server is delayed by %s", delay)
+	}
+	pair, err := pgtest.StartPairWith(ctx, pgtest.Options{Settings: w.pubSettings}, sub)
 	if err != nil {
 		return m, err
 	}

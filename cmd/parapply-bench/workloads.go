@@ -52,13 +52,7 @@ var workloads = map[string]workload{
 			return []string{fmt.Sprintf("INSERT INTO t (pk, counter) SELECT g, 0 FROM generate_series(1, %d) g", scaled(100000, scale))}
 		},
 		tables: []string{"t"},
-		write: func(ctx context.Context, r *runEnv) (int64, error) {
-			rows := scaled(100000, r.o.scale)
-			return clients(ctx, r.pubDSN, 10, seconds(20, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
-				_, err := c.Exec(ctx, "UPDATE t SET counter = counter + 1 WHERE pk = $1", 1+rnd.IntN(rows))
-				return err
-			})
-		},
+		write:  pointUpdates(20),
 	},
 	"secondary-insert": {
 		doc:    "1M rows with an index on sk, 10 clients x 20 s of single-row inserts (scenario 2, at the size measured in WORKLOADS.md)",
@@ -227,4 +221,36 @@ func workloadNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// pointUpdates is point-update's writer: 10 clients updating random rows
+// for secs seconds (scaled).
+func pointUpdates(secs float64) func(ctx context.Context, r *runEnv) (int64, error) {
+	return func(ctx context.Context, r *runEnv) (int64, error) {
+		rows := scaled(100000, r.o.scale)
+		return clients(ctx, r.pubDSN, 10, seconds(secs, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+			_, err := c.Exec(ctx, "UPDATE t SET counter = counter + 1 WHERE pk = $1", 1+rnd.IntN(rows))
+			return err
+		})
+	}
+}
+
+// The slow-read workloads (WORKLOADS.md): point-update and
+// secondary-insert with every file read of the subscriber server delayed by
+// 0.1 ms, as on a network-attached cloud disk, with a buffer cache smaller
+// than the data (shared_buffers 128MB). The apply then waits on reads, not
+// on the CPU: where more connections must pay, even on two cores.
+func init() {
+	slow := func(base, doc string) workload {
+		w := workloads[base]
+		w.doc = doc
+		w.readDelay = 100 * time.Microsecond
+		w.subSettings = map[string]string{"shared_buffers": "128MB"}
+		return w
+	}
+	workloads["slow-read"] = slow("point-update", "point-update (10 clients x 10 s) with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, the slow-disk case)")
+	w := workloads["slow-read"]
+	w.write = pointUpdates(10)
+	workloads["slow-read"] = w
+	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
 }

@@ -155,6 +155,8 @@ type Options struct {
 	Settings map[string]string
 	// Log receives the server's log; nil discards it.
 	Log io.Writer
+	// Env is added to the server's environment (see ReadDelayEnv).
+	Env []string
 }
 
 // Server is one running PostgreSQL instance on loopback, trusting local
@@ -168,6 +170,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	args []string
+	env  []string
 	logw io.Writer
 	done chan error
 	cred *syscall.Credential
@@ -240,6 +243,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		args = append(args, "-c", k+"="+settings[k])
 	}
 	s.args = args
+	s.env = opts.Env
 	s.logw = opts.Log
 	if s.logw == nil {
 		s.logw = io.Discard
@@ -260,6 +264,9 @@ func (s *Server) launch() error {
 	s.cmd = exec.Command(filepath.Join(s.BinDir, "postgres"), s.args...)
 	s.cmd.Dir = s.root
 	s.cmd.Stdout, s.cmd.Stderr = s.logw, s.logw
+	if len(s.env) > 0 {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s server: %w", s.Name, err)
@@ -397,12 +404,19 @@ type Pair struct {
 // StartPair starts a publisher and a subscriber with the given extra settings
 // (nil for the defaults).
 func StartPair(ctx context.Context, pub, sub map[string]string) (*Pair, error) {
+	return StartPairWith(ctx, Options{Settings: pub}, Options{Settings: sub})
+}
+
+// StartPairWith starts a publisher and a subscriber with the given options
+// (their names are set here).
+func StartPairWith(ctx context.Context, pub, sub Options) (*Pair, error) {
 	var p Pair
 	var errP, errS error
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.Publisher, errP = Start(ctx, Options{Name: "publisher", Settings: pub}) }()
-	go func() { defer wg.Done(); p.Subscriber, errS = Start(ctx, Options{Name: "subscriber", Settings: sub}) }()
+	pub.Name, sub.Name = "publisher", "subscriber"
+	go func() { defer wg.Done(); p.Publisher, errP = Start(ctx, pub) }()
+	go func() { defer wg.Done(); p.Subscriber, errS = Start(ctx, sub) }()
 	wg.Wait()
 	if err := errors.Join(errP, errS); err != nil {
 		p.Stop()
