@@ -86,8 +86,8 @@ type Stats struct {
 	Groups atomic.Int64
 }
 
-// Absorb adds o's totals to s: a reopened connection's applier carries on
-// its predecessor's figures.
+// Absorb adds o's totals to s: the totals of a run's appliers carry on into
+// the next run after a fault.
 func (s *Stats) Absorb(o *Stats) {
 	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
 		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
@@ -122,9 +122,6 @@ type Applier struct {
 	// changes in the open group.
 	tallies *Tallies
 	touched []*Table
-	// unconfirmed holds the counts of the last Commit that failed: it may
-	// have committed all the same (see Unconfirmed).
-	unconfirmed []pendingTally
 
 	txn   Txn
 	inTxn bool
@@ -1174,18 +1171,16 @@ func (a *Applier) Commit(ctx context.Context) (Committed, error) {
 
 // end queues the end of the group (see queueEnd), waits for it and fills
 // c. If the round trip fails, the group may have ended all the same (the
-// connection died after COMMIT reached the target): its counts are kept for
-// Unconfirmed.
+// connection died after COMMIT reached the target): the run then ends, and
+// the next one reads the progress row to know.
 func (a *Applier) end(ctx context.Context, c *Committed, gid string) error {
 	if err := a.queueEnd(ctx, c, gid); err != nil {
 		return err
 	}
 	if err := a.send(ctx); err != nil {
-		a.unconfirmed = c.tallies
 		a.rollback(ctx)
 		return err
 	}
-	a.unconfirmed = nil
 	return c.finish(a)
 }
 
@@ -1280,19 +1275,6 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 	a.queue(progress.ForgetPreparedSQL, "forgetting the prepared transaction", -1, a.cfg.Slot, gid)
 	err := a.end(ctx, &c, "")
 	return c, err
-}
-
-// Unconfirmed returns a function that counts the changes of the last
-// Commit that failed, for a caller that has found out (from the progress
-// row) that it committed all the same.
-func (a *Applier) Unconfirmed() func() {
-	ts := a.unconfirmed
-	a.unconfirmed = nil
-	return func() {
-		for _, t := range ts {
-			t.addTo()
-		}
-	}
 }
 
 // Wait waits for the round trip in flight, if any, and returns its error.

@@ -111,7 +111,6 @@ const advanceEvery = time.Second
 
 type worker struct {
 	n     int
-	cfg   apply.Config
 	app   *apply.Applier
 	shown atomic.Pointer[apply.Applier] // app, for Status from other goroutines
 	seen  int                           // relation messages loaded
@@ -132,7 +131,7 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 			p.closeConns()
 			return nil, err
 		}
-		w := &worker{n: i, cfg: wcfg, app: app}
+		w := &worker{n: i, app: app}
 		w.shown.Store(app)
 		p.workers = append(p.workers, w)
 	}
