@@ -303,7 +303,7 @@ func (a *Applier) readAhead(r *run, final bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var err error
-		if pf, err = openPrefetcher(ctx, a.cc, a.Warn); err != nil {
+		if pf, err = openPrefetcher(ctx, a.cc, PrefetchConns, a.Warn); err != nil {
 			a.Warn(fmt.Sprintf("cannot open the prefetch connection to the target (applying goes on without it; prefetch = off turns it off): %v", err))
 			return
 		}

@@ -20,9 +20,9 @@ import (
 // best effort: a key set offered while the prefetcher is busy is dropped,
 // and an error stops prefetching, never applying.
 type prefetcher struct {
-	conn *pgx.Conn
-	jobs chan prefetchJob
-	done chan struct{}
+	conns []*pgx.Conn
+	jobs  chan prefetchJob
+	done  sync.WaitGroup
 	// Rows counts the rows read ahead; Dropped the rows offered while the
 	// prefetcher was busy.
 	Rows, Dropped atomic.Int64
@@ -38,38 +38,58 @@ type prefetchJob struct {
 }
 
 // prefetchChunk is how many keys of a run are read ahead at a time: the
-// first chunk goes out while the run is still filling.
-const prefetchChunk = 512
+// first chunk goes out while the run is still filling, and the chunks of a
+// run are read on several connections at once.
+const prefetchChunk = 128
 
 // prefetchQueue bounds the key sets waiting: beyond about two statements'
-// worth, pages read ahead would be evicted before they are used.
-const prefetchQueue = 24
+// worth of rows, pages read ahead would be evicted before they are used.
+const prefetchQueue = 96
 
-func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, warn func(string)) (*prefetcher, error) {
+// PrefetchConns is how many connections read ahead at once: each reads
+// one row after another (an index lookup, then the heap page), so reads
+// overlap only across connections; on a disk where a read waits, that many
+// reads are in flight.
+const PrefetchConns = 4
+
+func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
 	cc.RuntimeParams["application_name"] = strings.TrimSuffix(cc.RuntimeParams["application_name"], " apply") + " prefetch"
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return nil, err
+	p := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), warn: warn}
+	for range max(n, 1) {
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err == nil {
+			registerTextArray(conn)
+			_, err = conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)")
+			if err != nil {
+				conn.Close(ctx)
+			}
+		}
+		if err != nil {
+			for _, c := range p.conns {
+				c.Close(ctx)
+			}
+			return nil, err
+		}
+		p.conns = append(p.conns, conn)
 	}
-	registerTextArray(conn)
-	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)"); err != nil {
-		conn.Close(ctx)
-		return nil, err
+	for _, c := range p.conns {
+		p.done.Add(1)
+		go p.loop(c)
 	}
-	p := &prefetcher{conn: conn, jobs: make(chan prefetchJob, prefetchQueue), done: make(chan struct{}), warn: warn}
-	go p.loop()
 	return p, nil
 }
 
-func (p *prefetcher) loop() {
-	defer close(p.done)
+func (p *prefetcher) loop(conn *pgx.Conn) {
+	defer p.done.Done()
 	for j := range p.jobs {
 		if p.err.Load() != nil {
 			continue
 		}
-		if _, err := p.conn.Exec(context.Background(), j.sql, j.args...); err != nil {
-			p.err.Store(&err)
+		if _, err := conn.Exec(context.Background(), j.sql, j.args...); err != nil {
+			if !p.err.CompareAndSwap(nil, &err) {
+				continue
+			}
 			p.warn(fmt.Sprintf("prefetching stopped (applying goes on without it; prefetch = off turns it off): %v", err))
 			continue
 		}
@@ -101,8 +121,10 @@ func (p *prefetcher) Err() error {
 func (p *prefetcher) close(ctx context.Context) {
 	p.closeOnce.Do(func() {
 		close(p.jobs)
-		<-p.done
-		p.conn.Close(ctx)
+		p.done.Wait()
+		for _, c := range p.conns {
+			c.Close(ctx)
+		}
 	})
 }
 

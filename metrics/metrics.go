@@ -69,6 +69,7 @@ var (
 	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
+	wBatchDesc     = desc("worker_units_total", "Units (consecutive source transactions handed over together) applied by each worker; several share a target transaction when they are ready at once.", "worker")
 	wRowsDesc      = desc("worker_rows_total", "Row changes applied by each worker (every attempt counts).", "worker")
 	wBusyDesc      = desc("worker_busy_seconds_total", "Time each worker spent applying and committing.", "worker")
 	wDepDesc       = desc("worker_dependency_wait_seconds_total", "Time each worker was idle while transactions in flight could not start (they depended on others).", "worker")
@@ -86,7 +87,7 @@ var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscri
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
-		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
+		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
 		ch <- d
 	}
@@ -159,6 +160,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		n := strconv.Itoa(w.Worker)
 		counter(wTxnsDesc, float64(w.Txns), n)
 		counter(wUnitsDesc, float64(w.Units), n)
+		counter(wBatchDesc, float64(w.UnitsApplied), n)
 		counter(wRowsDesc, float64(w.Rows), n)
 		counter(wBusyDesc, w.Busy.Seconds(), n)
 		counter(wDepDesc, w.DependencyWait.Seconds(), n)

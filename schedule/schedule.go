@@ -54,6 +54,8 @@ type ID uint64
 
 type unit struct {
 	keys    []Key
+	deps    []ID // units it waited for when added (some may be done since)
+	barrier bool
 	waits   int  // units not done yet that this one waits for
 	waiters []ID // units waiting for this one
 	started bool
@@ -82,7 +84,7 @@ func New() *Scheduler {
 func (s *Scheduler) Add(keys []Key, barrier bool) (ID, []ID) {
 	id := s.next
 	s.next++
-	u := &unit{keys: keys}
+	u := &unit{keys: keys, barrier: barrier}
 	s.units[id] = u
 	var deps []ID
 	wait := func(d ID) {
@@ -110,10 +112,40 @@ func (s *Scheduler) Add(keys []Key, barrier bool) (ID, []ID) {
 		}
 		s.owner[k] = id
 	}
+	u.deps = deps
 	if u.waits == 0 {
 		s.ready = append(s.ready, id)
 	}
 	return id, deps
+}
+
+// Extend lets the worker that holds the started units first to last (a run
+// of consecutive IDs it applies in one target transaction, in ID order)
+// take last+1 as well, and marks it started: when last+1 is added, not
+// started, neither it nor first is a barrier, and every unit it waits for
+// is done or among first to last. Applied after them in the same
+// transaction, it then still follows everything it shares a key with. Runs
+// of consecutive IDs committed whole keep the commit order a prefix of the
+// source order, so workers that wait for every earlier unit to commit never
+// wait for each other in a cycle.
+func (s *Scheduler) Extend(first, last ID) (ID, bool) {
+	next := last + 1
+	u, ok := s.units[next]
+	f, fok := s.units[first]
+	if !ok || !fok || u.started || u.barrier || f.barrier || next >= s.next {
+		return 0, false
+	}
+	if u.waits > 0 {
+		for _, d := range u.deps {
+			if _, pending := s.units[d]; pending && d < first {
+				return 0, false
+			}
+		}
+	} else if i := slices.Index(s.ready, next); i >= 0 {
+		s.ready = slices.Delete(s.ready, i, i+1)
+	}
+	u.started = true
+	return next, true
 }
 
 // Ready returns the units that may start now, lowest first, and marks them
@@ -157,7 +189,7 @@ func (s *Scheduler) Done(id ID) error {
 	}
 	for _, w := range u.waiters {
 		wu := s.units[w]
-		if wu.waits--; wu.waits == 0 {
+		if wu.waits--; wu.waits == 0 && !wu.started {
 			s.insertReady(w)
 		}
 	}

@@ -86,14 +86,16 @@ func TestDoneReleasesInOrder(t *testing.T) {
 // with commit order preserved only the oldest commits; the run never gets
 // stuck; memory holds only what is in flight.
 func TestRandomSchedules(t *testing.T) {
-	for seed := uint64(1); seed <= 200; seed++ {
+	for seed := uint64(1); seed <= 300; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
 			units := 50 + r.IntN(300)
 			keySpace := 1 + r.IntN(40)
 			workers := 1 + r.IntN(8)
 			preserve := r.IntN(2) == 0
-			runSchedule(t, r, units, keySpace, workers, preserve)
+			extend := seed > 100 // the first 100 seeds take one unit at a time
+			t.Logf("seed %d: %d units, %d keys, %d workers, preserve %v, extend %v", seed, units, keySpace, workers, preserve, extend)
+			runSchedule(t, r, units, keySpace, workers, preserve, extend)
 		})
 	}
 }
@@ -105,12 +107,19 @@ type simUnit struct {
 	started bool
 }
 
-func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve bool) {
+// runSchedule simulates workers that each take the oldest ready unit and,
+// with extend, the next ones Extend allows, apply them in one transaction
+// and commit them together (in preserve mode once every earlier unit has
+// committed). It checks that no unit is applied while an earlier one it
+// conflicts with is neither done nor applied before it in the same
+// transaction, that the schedule never gets stuck, and that keys are
+// forgotten.
+func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve, extend bool) {
 	t.Helper()
 	s := New()
 	all := map[ID]*simUnit{}
-	var running []ID  // started, being applied
-	var finished []ID // applied, waiting to commit (preserve)
+	var running [][]ID  // started batches, being applied
+	var finished [][]ID // applied batches, waiting to commit
 	added := 0
 	conflicts := func(a, b *simUnit) bool {
 		if a.barrier || b.barrier {
@@ -123,15 +132,25 @@ func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve 
 		}
 		return false
 	}
-	start := func(id ID) {
+	start := func(batch []ID, id ID) {
 		u := all[id]
 		for e, eu := range all {
-			if e < id && !eu.done && conflicts(eu, u) {
-				t.Fatalf("unit %d started while earlier unit %d, which it conflicts with, is not done", id, e)
+			if e < id && !eu.done && conflicts(eu, u) && !slices.Contains(batch, e) {
+				t.Fatalf("unit %d started (batch %v) while earlier unit %d, which it conflicts with, is not done", id, batch, e)
 			}
 		}
+		if u.started {
+			t.Fatalf("unit %d started twice", id)
+		}
 		u.started = true
-		running = append(running, id)
+	}
+	oldestIn := func(batches [][]ID) int {
+		for i, b := range batches {
+			if b[0] == s.Oldest() {
+				return i
+			}
+		}
+		return -1
 	}
 	for steps := 0; ; steps++ {
 		if steps > 100*n {
@@ -153,20 +172,23 @@ func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve 
 					}
 				}
 			}
-		case len(finished) > 0 && (!preserve || slices.Contains(finished, s.Oldest())):
-			// Commit: in preserve mode only the oldest; otherwise any.
+		case len(finished) > 0 && (!preserve || oldestIn(finished) >= 0):
+			// Commit: in preserve mode only the batch holding the oldest
+			// unit; otherwise any.
 			i := r.IntN(len(finished))
 			if preserve {
-				i = slices.Index(finished, s.Oldest())
+				i = oldestIn(finished)
 			}
-			id := finished[i]
-			if preserve && !s.MayCommit(id) {
-				t.Fatalf("unit %d may not commit yet", id)
+			batch := finished[i]
+			if preserve && !s.MayCommit(batch[0]) {
+				t.Fatalf("batch %v may not commit yet", batch)
 			}
 			finished = slices.Delete(finished, i, i+1)
-			all[id].done = true
-			if err := s.Done(id); err != nil {
-				t.Fatal(err)
+			for _, id := range batch {
+				all[id].done = true
+				if err := s.Done(id); err != nil {
+					t.Fatal(err)
+				}
 			}
 		case len(running) > 0:
 			i := r.IntN(len(running))
@@ -180,13 +202,32 @@ func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve 
 				return
 			}
 		}
-		// Hand ready units to free workers, oldest first.
+		// Hand ready units to free workers, oldest first; a running batch
+		// may grow while it is applied.
 		for len(running)+len(finished) < workers {
 			id, ok := s.Next()
 			if !ok {
 				break
 			}
-			start(id)
+			batch := []ID{id}
+			start(batch, id)
+			running = append(running, batch)
+		}
+		if extend {
+			for i, b := range running {
+				for r.IntN(3) > 0 {
+					id, ok := s.Extend(b[0], b[len(b)-1])
+					if !ok {
+						break
+					}
+					if id != b[len(b)-1]+1 {
+						t.Fatalf("Extend of %v gave %d", b, id)
+					}
+					start(b, id)
+					b = append(b, id)
+				}
+				running[i] = b
+			}
 		}
 		held := 0
 		for _, u := range all {
@@ -197,6 +238,56 @@ func runSchedule(t *testing.T, r *rand.Rand, n, keySpace, workers int, preserve 
 		if s.Keys() > held {
 			t.Fatalf("%d keys remembered, only %d held by units in flight", s.Keys(), held)
 		}
+	}
+}
+
+func TestExtend(t *testing.T) {
+	a, b := MakeKey("t", []byte("a")), MakeKey("t", []byte("b"))
+	s := New()
+	s.Add([]Key{a}, false) // 1
+	s.Add([]Key{a}, false) // 2 waits for 1
+	s.Add([]Key{b}, false) // 3
+	s.Add(nil, true)       // 4 barrier
+	s.Add([]Key{b}, false) // 5 waits for 4
+	if id, ok := s.Next(); !ok || id != 1 {
+		t.Fatalf("next %d %v, want 1", id, ok)
+	}
+	if id, ok := s.Extend(1, 1); !ok || id != 2 {
+		t.Fatalf("unit 2 waits only for unit 1, held by the same worker: Extend gave %d %v", id, ok)
+	}
+	if id, ok := s.Extend(1, 2); !ok || id != 3 {
+		t.Fatalf("unit 3 is ready: Extend gave %d %v", id, ok)
+	}
+	if got := s.Ready(); len(got) != 0 {
+		t.Fatalf("unit 3 was taken by Extend, yet ready lists %v", got)
+	}
+	if _, ok := s.Extend(1, 3); ok {
+		t.Fatal("a barrier must not join a batch")
+	}
+	for id := ID(1); id <= 3; id++ {
+		if err := s.Done(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Ready(); !slices.Equal(got, []ID{4}) {
+		t.Fatalf("ready %v, want [4]", got)
+	}
+	if _, ok := s.Extend(4, 4); ok {
+		t.Fatal("a barrier's batch must not grow")
+	}
+	s2 := New()
+	s2.Add([]Key{a}, false) // 1
+	s2.Add([]Key{b}, false) // 2
+	s2.Add([]Key{a}, false) // 3 waits for 1
+	s2.Next()
+	if id, ok := s2.Next(); !ok || id != 2 {
+		t.Fatalf("next %d %v, want 2", id, ok)
+	}
+	if _, ok := s2.Extend(2, 2); ok {
+		t.Fatal("unit 3 waits for unit 1, held by another worker: it must not join unit 2's batch")
+	}
+	if _, ok := s2.Extend(5, 5); ok {
+		t.Fatal("Extend of units never added must fail")
 	}
 }
 

@@ -77,6 +77,7 @@ type Worker struct {
 	Worker             int     `json:"worker"`
 	SourceTxns         int64   `json:"source_transactions"`
 	TargetTxns         int64   `json:"target_transactions"`
+	Units              int64   `json:"units"`
 	Rows               int64   `json:"rows"`
 	BusySeconds        float64 `json:"busy_seconds"`
 	DependencyWaitSecs float64 `json:"dependency_wait_seconds"`
@@ -133,7 +134,7 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		r.RowsPerSecond = float64(st.Rows-prev.Rows) / elapsed.Seconds()
 	}
 	for _, w := range st.Workers {
-		r.Workers = append(r.Workers, Worker{Worker: w.Worker, SourceTxns: w.Txns, TargetTxns: w.Units, Rows: w.Rows,
+		r.Workers = append(r.Workers, Worker{Worker: w.Worker, SourceTxns: w.Txns, TargetTxns: w.Units, Units: w.UnitsApplied, Rows: w.Rows,
 			BusySeconds: w.Busy.Seconds(), DependencyWaitSecs: w.DependencyWait.Seconds(), CommitWaitSecs: w.CommitWait.Seconds(), Retries: w.Retries})
 	}
 	for i, n := range st.Reconnects {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,24 @@ type unit struct {
 	keys    []schedule.Key
 	barrier bool
 	bytes   int
+	changes int // row changes and truncates
+}
+
+// batch is a run of consecutive units a worker applies as one target
+// transaction: the oldest ready unit it took, and the units after it that
+// the scheduler let it add (see schedule.Scheduler.Extend).
+type batch struct {
+	ids     []schedule.ID
+	units   []*unit
+	changes int
+	bytes   int
+}
+
+func (b *batch) add(id schedule.ID, u *unit) {
+	b.ids = append(b.ids, id)
+	b.units = append(b.units, u)
+	b.changes += u.changes
+	b.bytes += u.bytes
 }
 
 type unitTxn struct {
@@ -38,8 +58,10 @@ type unitTxn struct {
 
 // WorkerStats are one worker's running totals.
 type WorkerStats struct {
-	// Units counts target transactions committed.
-	Units atomic.Int64
+	// Units counts target transactions committed; Merged counts the units
+	// they held (several consecutive units may share one).
+	Units  atomic.Int64
+	Merged atomic.Int64
 	// Busy is the time spent applying (nanoseconds).
 	Busy atomic.Int64
 	// DependencyWait is the time spent idle while transactions were in
@@ -69,9 +91,15 @@ type pool struct {
 	units    map[schedule.ID]*unit
 	bytes    int // bytes of units in flight
 	maxBytes int
-	err      error
-	closed   bool
-	failed   chan struct{}
+	// queued counts the changes of units added and not yet taken by a
+	// worker; batchMax bounds the changes a worker puts in one target
+	// transaction (see budget).
+	queued     int
+	batchMax   int
+	batchBytes int
+	err        error
+	closed     bool
+	failed     chan struct{}
 
 	// rels logs the relation messages in stream order, from the relBase-th
 	// on; a worker loads each into its applier before it applies anything
@@ -118,9 +146,13 @@ type worker struct {
 }
 
 // openPool connects n workers to the target with open.
-func openPool(ctx context.Context, open func(context.Context, apply.Config, bool) (*apply.Applier, error), cfg apply.Config, n int, maxBytes int, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
-	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: maxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
-		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now()}
+func openPool(ctx context.Context, open func(context.Context, apply.Config, bool) (*apply.Applier, error), cfg apply.Config, n int, limits GroupLimits, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
+	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 4 * limits.MaxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
+		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now(),
+		batchMax: min(limits.MaxChanges, defaultBatchMax), batchBytes: limits.MaxBytes}
+	if v, err := strconv.Atoi(os.Getenv("PARAPPLY_BATCH_MAX")); err == nil && v > 0 {
+		p.batchMax = v // experiments only
+	}
 	p.cond = sync.NewCond(&p.mu)
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
@@ -192,6 +224,7 @@ func (p *pool) add(u *unit) error {
 	id, _ := p.sched.Add(u.keys, u.barrier)
 	p.units[id] = u
 	p.bytes += u.bytes
+	p.queued += u.changes
 	p.trimRelations()
 	p.cond.Broadcast()
 	return nil
@@ -296,13 +329,13 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 			}
 			p.cond.Wait()
 		}
-		u := p.units[id]
 		if p.sched.InFlight() > 1 {
 			w.stats.DependencyWait.Add(int64(time.Since(waited)))
 		}
+		b := p.take(id)
 		p.mu.Unlock()
 
-		err := p.execute(ctx, w, id, u)
+		err := p.execute(ctx, w, b)
 		if errors.Is(err, errStopped) {
 			return nil
 		}
@@ -310,15 +343,56 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 			return err
 		}
 		p.mu.Lock()
-		err = p.sched.Done(id)
-		delete(p.units, id)
-		p.bytes -= u.bytes
+		for i, id := range b.ids {
+			if err == nil {
+				err = p.sched.Done(id)
+			}
+			delete(p.units, id)
+			p.bytes -= b.units[i].bytes
+		}
 		p.cond.Broadcast()
 		p.mu.Unlock()
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// Batch sizes: a worker fills its target transaction with up to its share
+// of the changes waiting to be taken (so that the backlog spreads over every
+// worker), at least batchMin (so that commits stay cheap beside the changes
+// when little waits) and at most batchMax (so that a batch holds few keys
+// and the next worker finds units that do not wait for it).
+const (
+	batchMin        = 64
+	defaultBatchMax = 512
+)
+
+// take builds the batch a worker applies next, from the ready unit id and
+// the consecutive units the scheduler lets it add. Called with p.mu held.
+func (p *pool) take(id schedule.ID) *batch {
+	b := &batch{}
+	b.add(id, p.units[id])
+	budget := p.budget()
+	for b.changes < budget && b.bytes < p.batchBytes {
+		next, ok := p.units[b.ids[len(b.ids)-1]+1]
+		if !ok || b.changes+next.changes > budget {
+			break
+		}
+		nid, ok := p.sched.Extend(b.ids[0], b.ids[len(b.ids)-1])
+		if !ok {
+			break
+		}
+		b.add(nid, next)
+	}
+	p.queued -= b.changes
+	return b
+}
+
+// budget returns how many changes the next batch may hold. Called with
+// p.mu held.
+func (p *pool) budget() int {
+	return max(min(p.queued/len(p.workers), p.batchMax), min(batchMin, p.batchMax))
 }
 
 // errStopped means the pool stopped (shutdown, or another worker failed)
@@ -339,10 +413,11 @@ const maxAttempts = 5
 // the lock is held by a streamed transaction applied in flight, or by a
 // session outside parapply). A lost connection ends the run at once: what
 // the target kept is known only once it is read again (see fault.go).
-func (p *pool) execute(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
+func (p *pool) execute(ctx context.Context, w *worker, b *batch) error {
+	id := b.ids[0]
 	for attempt := 1; ; attempt++ {
 		alone := p.oldest(id)
-		err := p.try(ctx, w, id, u)
+		err := p.try(ctx, w, b)
 		if err == nil || errors.Is(err, errStopped) {
 			return err
 		}
@@ -429,12 +504,54 @@ func awaitGone(ctx context.Context, app *apply.Applier, pid uint32) error {
 	}
 }
 
-// try applies a unit and commits it once every earlier unit has.
-func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) error {
+// try applies a batch and commits it once every earlier unit has.
+func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
+	began := time.Now()
+	for _, u := range b.units {
+		if err := p.catchUp(ctx, w, u); err != nil {
+			return err
+		}
+		rels, err := w.apply(ctx, u)
+		w.seen = u.relSeq + rels
+		if err != nil {
+			return err
+		}
+	}
+	if err := w.app.Prepare(ctx); err != nil {
+		return err
+	}
+	w.stats.Busy.Add(int64(time.Since(began)))
+
+	if !p.cfg.AheadOfOrder {
+		waited := time.Now()
+		ok := p.waitOldest(b.ids[0])
+		w.stats.CommitWait.Add(int64(time.Since(waited)))
+		if !ok {
+			w.app.Abort(context.Background())
+			return errStopped
+		}
+	}
+	began = time.Now()
+	c, err := w.app.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	w.stats.Busy.Add(int64(time.Since(began)))
+	w.stats.Units.Add(1)
+	w.stats.Merged.Add(int64(len(b.ids)))
+	p.report(b, c)
+	if p.cfg.AheadOfOrder {
+		p.advance(ctx, w)
+	}
+	return nil
+}
+
+// catchUp loads into w's applier the relation messages logged before u
+// that it has not loaded yet.
+func (p *pool) catchUp(ctx context.Context, w *worker, u *unit) error {
 	p.mu.Lock()
 	catchUp := p.relationsUpTo(w.seen, u.relSeq)
 	p.mu.Unlock()
-	began := time.Now()
 	// Only the latest description of each relation matters: nothing
 	// between them is applied here.
 	latest := map[uint32]int{}
@@ -449,45 +566,22 @@ func (p *pool) try(ctx context.Context, w *worker, id schedule.ID, u *unit) erro
 		}
 	}
 	w.seen = u.relSeq
-	rels, err := w.apply(ctx, u)
-	if err == nil {
-		err = w.app.Prepare(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	w.stats.Busy.Add(int64(time.Since(began)))
-
-	if !p.cfg.AheadOfOrder {
-		waited := time.Now()
-		ok := p.waitOldest(id)
-		w.stats.CommitWait.Add(int64(time.Since(waited)))
-		if !ok {
-			w.app.Abort(context.Background())
-			return errStopped
-		}
-	}
-	began = time.Now()
-	c, err := w.app.Commit(ctx)
-	if err != nil {
-		return err
-	}
-	w.stats.Busy.Add(int64(time.Since(began)))
-	w.seen += rels
-	w.stats.Units.Add(1)
-	p.report(id, u, c)
-	if p.cfg.AheadOfOrder {
-		p.advance(ctx, w)
-	}
 	return nil
 }
 
-// report hands a unit's commit to the tracker once every earlier unit's
-// has been: positions reach it in source order whatever the commit order.
-func (p *pool) report(id schedule.ID, u *unit, c apply.Committed) {
+// report hands the commit of a batch's units to the tracker once every
+// earlier unit's has been: positions reach it in source order whatever the
+// commit order. Each unit is reported at its own last transaction, so that
+// the tracker never passes a unit committed by another worker later.
+func (p *pool) report(b *batch, c apply.Committed) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.reports[id] = pendingReport{c, u.txns[len(u.txns)-1]}
+	for i, id := range b.ids {
+		last := b.units[i].txns[len(b.units[i].txns)-1]
+		uc := c
+		uc.End, uc.CommitTime = last.end, last.txn.CommitTime
+		p.reports[id] = pendingReport{uc, last}
+	}
 	for {
 		r, ok := p.reports[p.nextReport]
 		if !ok {

@@ -88,7 +88,10 @@ type TableStatus struct {
 type WorkerStatus struct {
 	Worker      int
 	Txns, Units int64 // source transactions, and target transactions they were applied in
-	Rows        int64
+	// UnitsApplied counts the units those target transactions held (a
+	// worker puts consecutive ready units in one; see pool.take).
+	UnitsApplied int64
+	Rows         int64
 	// Busy is time spent applying; DependencyWait, time idle while
 	// transactions in flight could not start; CommitWait, time waiting for
 	// earlier transactions to commit first.
@@ -141,7 +144,7 @@ func (s *Subscriber) Status() Status {
 			wa := w.shown.Load()
 			apps = append(apps, wa)
 			ws := WorkerStatus{
-				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), Rows: wa.Stats.Rows(),
+				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), UnitsApplied: w.stats.Merged.Load(), Rows: wa.Stats.Rows(),
 				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
 				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
 			}

@@ -372,7 +372,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		tcfg := s.cfg.Target
 		tcfg.AppName = s.targetName()
 		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
-		p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, 4*s.cfg.Group.MaxBytes, tracker, s.log)
+		p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, s.cfg.Group, tracker, s.log)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -727,11 +727,24 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 		l.app.End(end)
 	}
 	_, _, changes, bytes, age := l.group()
-	if l.limits.MaxChanges <= 1 || changes >= l.limits.MaxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
+	maxChanges := l.limits.MaxChanges
+	if l.pool != nil {
+		// Small units: workers find independent ones, and merge
+		// consecutive ready ones into batches of their own size.
+		maxChanges = min(maxChanges, unitMaxChanges)
+	}
+	if maxChanges <= 1 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
 		return l.commitGroup(ctx)
 	}
 	return nil
 }
+
+// unitMaxChanges bounds, with workers, the changes of the consecutive
+// source transactions the reader puts in one unit (a larger transaction is
+// a unit by itself): small enough that units over different rows exist to
+// run side by side, large enough that the scheduler's cost per unit stays
+// small beside the changes'.
+const unitMaxChanges = 32
 
 // take adds a change to the unit being built, with its scheduling keys.
 func (l *loop) take(m pgoutput.Message) error {
@@ -757,6 +770,7 @@ func (l *loop) take(m pgoutput.Message) error {
 	}
 	u.barrier = u.barrier || barrier
 	u.msgs = append(u.msgs, m)
+	u.changes++
 	return err
 }
 

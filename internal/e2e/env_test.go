@@ -43,8 +43,14 @@ func newEnv(t *testing.T, schema string) *env {
 // newEnvSettings is newEnv with the servers' settings given.
 func newEnvSettings(t *testing.T, schema string, pubSettings, subSettings map[string]string) *env {
 	t.Helper()
+	return newEnvWith(t, schema, pgtest.Options{Settings: pubSettings}, pgtest.Options{Settings: subSettings})
+}
+
+// newEnvWith is newEnv with the servers' options given.
+func newEnvWith(t *testing.T, schema string, pubOpts, subOpts pgtest.Options) *env {
+	t.Helper()
 	ctx := context.Background()
-	pair, err := pgtest.StartPair(ctx, pubSettings, subSettings)
+	pair, err := pgtest.StartPairWith(ctx, pubOpts, subOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

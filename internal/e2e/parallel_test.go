@@ -21,17 +21,25 @@ func TestParallelAdversarial(t *testing.T) {
 	type run struct {
 		workers int
 		order   string
+		batches bool // default unit sizes: workers merge ready units
 	}
 	var runs []run
 	for _, w := range []int{0, 1, 2, 4, 8} {
-		runs = append(runs, run{w, subscriber.CommitPreserve})
+		runs = append(runs, run{w, subscriber.CommitPreserve, false})
 	}
 	for _, w := range []int{2, 4, 8} {
-		runs = append(runs, run{w, subscriber.CommitDependency})
+		runs = append(runs, run{w, subscriber.CommitDependency, false})
+	}
+	for _, w := range []int{2, 8} {
+		runs = append(runs, run{w, subscriber.CommitPreserve, true}, run{w, subscriber.CommitDependency, true})
 	}
 	for _, rn := range runs {
 		workers := rn.workers
-		t.Run(fmt.Sprintf("workers=%d/%s", workers, rn.order), func(t *testing.T) {
+		name := fmt.Sprintf("workers=%d/%s", workers, rn.order)
+		if rn.batches {
+			name += "/batches"
+		}
+		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, `CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL);
 				CREATE TABLE uniq (id int PRIMARY KEY, u int NOT NULL UNIQUE);
 				CREATE TABLE reborn (id int PRIMARY KEY, gen int NOT NULL);
@@ -46,8 +54,11 @@ func TestParallelAdversarial(t *testing.T) {
 			cfg := e.config(fmt.Sprintf("adv%d", workers))
 			cfg.Workers = workers
 			cfg.CommitOrder = rn.order
-			// Small units, so that many are in flight at once.
-			cfg.Group.MaxChanges = 1
+			if !rn.batches {
+				// One unit per source transaction, so that many are in
+				// flight at once.
+				cfg.Group.MaxChanges = 1
+			}
 			r := e.start(cfg)
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
@@ -114,9 +125,17 @@ func TestParallelAdversarial(t *testing.T) {
 			e.waitCaughtUp(r)
 			e.verify("hot", "uniq", "reborn", "parent", "child", "nokey", "scratch")
 			st := r.s.Status()
-			t.Logf("%d source transactions in %d target transactions, %d workers", st.Txns, st.Groups, len(st.Workers))
-			if st.Groups < txns {
+			var units, batches int64
+			for _, w := range st.Workers {
+				units += w.UnitsApplied
+				batches += w.Units
+			}
+			t.Logf("%d source transactions in %d target transactions, %d workers (%d units in %d batches)", st.Txns, st.Groups, len(st.Workers), units, batches)
+			if !rn.batches && st.Groups < txns {
 				t.Errorf("only %d target transactions: the units were not small", st.Groups)
+			}
+			if rn.batches && units <= batches {
+				t.Errorf("%d units in %d target transactions: no worker put ready units together", units, batches)
 			}
 			if len(st.Workers) != workers {
 				t.Errorf("status lists %d workers, want %d", len(st.Workers), workers)
