@@ -54,26 +54,7 @@ var workloads = map[string]workload{
 		tables: []string{"t"},
 		write:  pointUpdates(20),
 	},
-	"secondary-insert": {
-		doc:    "1M rows with an index on sk, 10 clients x 20 s of single-row inserts (scenario 2, at the size measured in WORKLOADS.md)",
-		method: methodCatchup,
-		schema: "CREATE TABLE t (pk serial PRIMARY KEY, sk integer, counter integer DEFAULT 0); CREATE INDEX ON t (sk)",
-		preload: func(scale float64) []string {
-			n := scaled(1000000, scale)
-			return []string{
-				// Deterministic, so publisher and subscriber start identical.
-				fmt.Sprintf("INSERT INTO t (sk) SELECT (hashtext(g::text) & 2147483647) %% %d FROM generate_series(1, %d) g", n, n),
-			}
-		},
-		tables: []string{"t"},
-		write: func(ctx context.Context, r *runEnv) (int64, error) {
-			n := scaled(1000000, r.o.scale)
-			return clients(ctx, r.pubDSN, 10, seconds(20, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
-				_, err := c.Exec(ctx, "INSERT INTO t (sk) VALUES ($1)", rnd.IntN(n))
-				return err
-			})
-		},
-	},
+	"secondary-insert": secondaryInsert(1000000, "1M rows with an index on sk, 10 clients x 20 s of single-row inserts (scenario 2, at the size measured in WORKLOADS.md)"),
 	"tpcb": {
 		doc:         "pgbench's TPC-B-like transaction, scale 10, 16 clients x 30 s, publisher synchronous_commit = off, subscriber live (bdr-3.7-parallel-writers.txt)",
 		method:      methodLive,
@@ -252,5 +233,35 @@ func init() {
 	w := workloads["slow-read"]
 	w.write = pointUpdates(10)
 	workloads["slow-read"] = w
-	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
+	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert at the seed's 10M rows (a 210 MB index on sk, so a new row's leaf page is rarely in the buffer cache) with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
+	w = workloads["slow-read-insert"]
+	big := secondaryInsert(10000000, "")
+	w.preload, w.write = big.preload, big.write
+	workloads["slow-read-insert"] = w
+}
+
+// secondaryInsert is scenario 2 of logical-replication-prefetch.txt: rows
+// preloaded with an index on sk, then 10 clients x 20 s of single-row
+// inserts with random sk.
+func secondaryInsert(rows int, doc string) workload {
+	return workload{
+		doc:    doc,
+		method: methodCatchup,
+		schema: "CREATE TABLE t (pk serial PRIMARY KEY, sk integer, counter integer DEFAULT 0); CREATE INDEX ON t (sk)",
+		preload: func(scale float64) []string {
+			n := scaled(rows, scale)
+			return []string{
+				// Deterministic, so publisher and subscriber start identical.
+				fmt.Sprintf("INSERT INTO t (sk) SELECT (hashtext(g::text) & 2147483647) %% %d FROM generate_series(1, %d) g", n, n),
+			}
+		},
+		tables: []string{"t"},
+		write: func(ctx context.Context, r *runEnv) (int64, error) {
+			n := scaled(rows, r.o.scale)
+			return clients(ctx, r.pubDSN, 10, seconds(20, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+				_, err := c.Exec(ctx, "INSERT INTO t (sk) VALUES ($1)", rnd.IntN(n))
+				return err
+			})
+		},
+	}
 }

@@ -36,7 +36,7 @@ var settings = []setting{
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
 	{"workers", "0", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader"},
 	{"commit_order", "preserve", "with workers: preserve commits in the publisher's commit order (a reader only sees states the publisher had); dependency commits each transaction as soon as those it conflicts with have (faster, but a reader may see later transactions before unrelated earlier ones)"},
-	{"prefetch", "on", "with workers = 0: a second target connection reads ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the applier finds their pages in memory"},
+	{"prefetch", "on", "with workers = 0: four more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the applier finds their pages in memory"},
 	{"batch_rows", "10000", "most rows in one set-based statement"},
 	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},
