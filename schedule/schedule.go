@@ -227,6 +227,9 @@ func (s *Scheduler) Oldest() ID {
 	return s.low
 }
 
+// ReadyCount returns the number of units that may start now.
+func (s *Scheduler) ReadyCount() int { return len(s.ready) }
+
 // InFlight returns the number of units added and not done.
 func (s *Scheduler) InFlight() int { return len(s.units) }
 

@@ -86,7 +86,12 @@ var RetryCauses = [4]string{"deadlock", "serialization_failure", "lock_timeout",
 // the scheduler allows, committing in source order.
 type pool struct {
 	mu       sync.Mutex
+	// cond wakes those waiting for a commit (the commit gate, drain, the
+	// reader blocked on maxBytes) and work the idle workers; both are
+	// broadcast when the pool fails or stops. A unit that becomes ready
+	// wakes one idle worker, not all of them.
 	cond     *sync.Cond
+	work     *sync.Cond
 	sched    *schedule.Scheduler
 	units    map[schedule.ID]*unit
 	bytes    int // bytes of units in flight
@@ -154,6 +159,7 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 		p.batchMax = v // experiments only
 	}
 	p.cond = sync.NewCond(&p.mu)
+	p.work = sync.NewCond(&p.mu)
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
@@ -195,6 +201,7 @@ func (p *pool) stop() {
 	p.mu.Lock()
 	p.closed = true
 	p.cond.Broadcast()
+	p.work.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.closeConns()
@@ -208,6 +215,7 @@ func (p *pool) fail(err error) {
 		close(p.failed)
 	}
 	p.cond.Broadcast()
+	p.work.Broadcast()
 }
 
 // add hands a unit to the workers; it blocks while the units in flight
@@ -226,7 +234,9 @@ func (p *pool) add(u *unit) error {
 	p.bytes += u.bytes
 	p.queued += u.changes
 	p.trimRelations()
-	p.cond.Broadcast()
+	if p.sched.ReadyCount() > 0 {
+		p.work.Signal()
+	}
 	return nil
 }
 
@@ -327,12 +337,15 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 			if id, ok = p.sched.Next(); ok {
 				break
 			}
-			p.cond.Wait()
+			p.work.Wait()
 		}
 		if p.sched.InFlight() > 1 {
 			w.stats.DependencyWait.Add(int64(time.Since(waited)))
 		}
 		b := p.take(id)
+		if p.sched.ReadyCount() > 0 {
+			p.work.Signal() // the next idle worker takes the next batch
+		}
 		p.mu.Unlock()
 
 		err := p.execute(ctx, w, b)
@@ -351,6 +364,9 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 			p.bytes -= b.units[i].bytes
 		}
 		p.cond.Broadcast()
+		if p.sched.ReadyCount() > 0 {
+			p.work.Signal()
+		}
 		p.mu.Unlock()
 		if err != nil {
 			return err

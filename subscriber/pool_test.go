@@ -14,6 +14,7 @@ import (
 func TestRelationLogTrimmed(t *testing.T) {
 	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 1 << 30}
 	p.cond = sync.NewCond(&p.mu)
+	p.work = sync.NewCond(&p.mu)
 	// Descriptions of relations 1..4, each described again and again.
 	for i := 0; i < 3*relTrimAt; i++ {
 		p.relation(&parapply.Relation{ID: uint32(1 + i%4), Name: "v" + string(rune('a'+i%26))})
