@@ -163,6 +163,7 @@ type group struct {
 	bytes         int // parameter bytes of statements already queued or sent
 	first, last   Txn
 	end           parapply.LSN // end LSN of the last finished source transaction
+	rows          [3]int64     // row changes by kind (tallyInsert, tallyUpdate, tallyDelete)
 	opened        time.Time
 }
 
@@ -829,8 +830,9 @@ func present(t *Table, tup parapply.Tuple, skip []int, mask []byte, buf []int) (
 
 // change looks up the table of a row change and checks its tuples; it
 // returns nil (and the error, if any) when the change is not to be applied
-// (see skip), else counts it in n and in the open group.
-func (a *Applier) change(rel uint32, what string, n *atomic.Int64, kind int, tups ...parapply.Tuple) (*Table, error) {
+// (see skip), else counts it in the open group (Stats and the table's
+// tally hear of it when the group commits).
+func (a *Applier) change(rel uint32, what string, kind int, tups ...parapply.Tuple) (*Table, error) {
 	t, err := a.table(rel)
 	if err != nil {
 		return nil, err
@@ -843,7 +845,7 @@ func (a *Applier) change(rel uint32, what string, n *atomic.Int64, kind int, tup
 	if a.skip(t) {
 		return nil, nil
 	}
-	n.Add(1)
+	a.grp.rows[kind]++
 	a.count(t, kind)
 	a.grp.changes++
 	return t, nil
@@ -855,7 +857,7 @@ var emptyRow = []int{-1}
 
 // Insert queues an INSERT of tup into relation rel.
 func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
-	t, err := a.change(rel, "insert", &a.Stats.Inserts, tallyInsert, tup)
+	t, err := a.change(rel, "insert", tallyInsert, tup)
 	if t == nil {
 		return err
 	}
@@ -882,7 +884,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	if oldKind == 0 {
 		tups = tups[:1]
 	}
-	t, err := a.change(rel, "update", &a.Stats.Updates, tallyUpdate, tups...)
+	t, err := a.change(rel, "update", tallyUpdate, tups...)
 	if t == nil {
 		return err
 	}
@@ -1001,7 +1003,7 @@ func (a *Applier) full(ctx context.Context, t *Table, kind byte, old, new parapp
 
 // Delete queues a DELETE of the row old identifies.
 func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old parapply.Tuple) error {
-	t, err := a.change(rel, "delete", &a.Stats.Deletes, tallyDelete, old)
+	t, err := a.change(rel, "delete", tallyDelete, old)
 	if t == nil {
 		return err
 	}
@@ -1195,12 +1197,16 @@ type Committed struct {
 	// target's disk, and so is everything committed before it.
 	Durable bool
 	txns    int
+	rows    [3]int64
 	ins, fl string
 	tallies []pendingTally
 }
 
 func (c *Committed) finish(a *Applier) error {
 	a.Stats.Txns.Add(int64(c.txns))
+	a.Stats.Inserts.Add(c.rows[tallyInsert])
+	a.Stats.Updates.Add(c.rows[tallyUpdate])
+	a.Stats.Deletes.Add(c.rows[tallyDelete])
 	a.Stats.Groups.Add(1)
 	for _, t := range c.tallies {
 		t.addTo()
@@ -1329,7 +1335,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	}
 	// The WAL positions ride in the same round trip, right after COMMIT.
 	a.ops = append(a.ops, op{sql: walPositionsSQL, what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
-	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
+	c.End, c.CommitTime, c.txns, c.rows = g.end, g.last.CommitTime, g.txns, g.rows
 	c.tallies = a.takeCounts()
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
 	return nil

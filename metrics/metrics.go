@@ -70,7 +70,7 @@ var (
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
 	wBatchDesc     = desc("worker_units_total", "Units (consecutive source transactions handed over together) applied by each worker; several share a target transaction when they are ready at once.", "worker")
-	wRowsDesc      = desc("worker_rows_total", "Row changes applied by each worker (every attempt counts).", "worker")
+	wRowsDesc      = desc("worker_rows_total", "Row changes committed by each worker.", "worker")
 	wBusyDesc      = desc("worker_busy_seconds_total", "Time each worker spent applying and committing.", "worker")
 	wDepDesc       = desc("worker_dependency_wait_seconds_total", "Time each worker was idle while transactions in flight could not start (they depended on others).", "worker")
 	wOrderDesc     = desc("worker_commit_order_wait_seconds_total", "Time each worker waited for earlier transactions to commit first.", "worker")

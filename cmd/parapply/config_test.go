@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"os"
@@ -604,5 +605,20 @@ func TestNewLogger(t *testing.T) {
 	c["log_level"] = "loud"
 	if _, err := newLogger(c, io.Discard); err == nil || !strings.Contains(err.Error(), "log_level") {
 		t.Errorf("log_level loud: error %v, want one naming log_level", err)
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"run", "--help"}, {"run", "-h"}, {"status", "--help"}, {"demo", "--help"}, {"sync-sequences", "--help"}} {
+		err := run(context.Background(), args)
+		if code := exitCode(err); code != 0 {
+			t.Errorf("parapply %v: exit status %d (%v), want 0", args, code, err)
+		}
+	}
+	if code := exitCode(run(context.Background(), nil)); code != 2 {
+		t.Errorf("parapply with no command: exit status %d, want 2", code)
+	}
+	if code := exitCode(run(context.Background(), []string{"run", "--no-such-flag"})); code != 1 {
+		t.Errorf("parapply run --no-such-flag: exit status %d, want 1", code)
 	}
 }

@@ -32,13 +32,26 @@ Run "parapply run -h" for every setting.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
+	err := run(ctx, os.Args[1:])
+	if code := exitCode(err); code == 1 {
 		fmt.Fprintln(os.Stderr, "parapply:", oneLine(err.Error()))
 		os.Exit(1)
+	} else if code != 0 {
+		os.Exit(code)
 	}
+}
+
+// exitCode maps what run returned to the process's exit status: 0 when it
+// succeeded or the usage was asked for (-h, --help), 2 when no command was
+// given, 1 for every error (which main prints).
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	return 1
 }
 
 // oneLine folds a multi-line error (pgx lists every address it tried) into
@@ -47,10 +60,14 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
 
+// errUsage means no command was given: the usage went to standard error,
+// and the exit status is 2, as for any other usage error.
+var errUsage = errors.New("no command given")
+
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
-		return flag.ErrHelp
+		return errUsage
 	}
 	switch args[0] {
 	case "run":
