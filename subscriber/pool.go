@@ -85,7 +85,7 @@ var RetryCauses = [4]string{"deadlock", "serialization_failure", "lock_timeout",
 // pool applies units on persistent worker connections, in parallel where
 // the scheduler allows, committing in source order.
 type pool struct {
-	mu       sync.Mutex
+	mu sync.Mutex
 	// cond wakes those waiting for a commit (the commit gate, drain, the
 	// reader blocked on maxBytes) and work the idle workers; both are
 	// broadcast when the pool fails or stops. A unit that becomes ready
