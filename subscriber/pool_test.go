@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -61,5 +62,73 @@ func TestRelationLogTrimmed(t *testing.T) {
 				t.Fatalf("from %d upto %d: relation %d described as %q, want %q", c.from, c.upto, id, got[id], name)
 			}
 		}
+	}
+}
+
+// TestTakeBatches checks how a worker fills its batch: consecutive units,
+// up to its share of the changes waiting (at least batchMin, at most
+// batchMax), never past a unit that waits for another worker's batch or a
+// barrier.
+func TestTakeBatches(t *testing.T) {
+	key := func(s string) []schedule.Key { return []schedule.Key{schedule.MakeKey("t", []byte(s))} }
+	type add struct {
+		keys    []schedule.Key
+		changes int
+		barrier bool
+	}
+	tests := []struct {
+		name    string
+		workers int
+		max     int
+		adds    []add
+		want    [][]schedule.ID // batches taken one after another, none committed
+	}{
+		{"independent units share out the backlog", 2, 512,
+			[]add{{key("a"), 32, false}, {key("b"), 32, false}, {key("c"), 32, false}, {key("d"), 32, false}, {key("e"), 32, false}, {key("f"), 32, false}},
+			[][]schedule.ID{{1, 2, 3}, {4, 5}, {6}}}, // 192/2 = 96, then 96/2 = 48 < batchMin
+		{"a unit waiting for another batch ends this one", 4, 512,
+			[]add{{key("a"), 100, false}, {key("b"), 10, false}, {key("a"), 10, false}, {key("c"), 10, false}},
+			[][]schedule.ID{{1}, {2}, {4}}},
+		{"a unit waiting for its own batch joins it", 1, 512,
+			[]add{{key("a"), 10, false}, {key("a"), 10, false}, {key("a"), 10, false}},
+			[][]schedule.ID{{1, 2, 3}}},
+		{"batchMax bounds a batch", 1, 40,
+			[]add{{key("a"), 20, false}, {key("b"), 20, false}, {key("c"), 20, false}},
+			[][]schedule.ID{{1, 2}, {3}}},
+		{"a barrier goes alone", 1, 512,
+			[]add{{key("a"), 10, false}, {nil, 1, true}, {key("b"), 10, false}},
+			[][]schedule.ID{{1}}},
+		{"group_max_changes = 1: one unit per batch", 1, 1,
+			[]add{{key("a"), 1, false}, {key("b"), 1, false}},
+			[][]schedule.ID{{1}, {2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 1 << 30, batchMax: tt.max, batchBytes: 1 << 30}
+			p.cond = sync.NewCond(&p.mu)
+			p.work = sync.NewCond(&p.mu)
+			p.workers = make([]*worker, tt.workers)
+			for _, a := range tt.adds {
+				if err := p.add(&unit{keys: a.keys, changes: a.changes, barrier: a.barrier, txns: []unitTxn{{}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got [][]schedule.ID
+			for {
+				id, ok := p.sched.Next()
+				if !ok {
+					break
+				}
+				got = append(got, p.take(id).ids)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("batches %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if !slices.Equal(got[i], tt.want[i]) {
+					t.Fatalf("batches %v, want %v", got, tt.want)
+				}
+			}
+		})
 	}
 }
