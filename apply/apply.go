@@ -128,11 +128,12 @@ type Applier struct {
 	began bool
 	grp   group
 	ops   []op // queued, in order, for the next round trip
-	// pf is the prefetcher, opened when a table first needs it (never
-	// without Config.Prefetch); cc is the target's configuration it
-	// connects with.
-	pf        atomic.Pointer[prefetcher]
-	pfOpening bool // the one try to open pf was made
+	// ra reads ahead (never without Config.Prefetch): the applier's own,
+	// or one shared with other appliers (ShareReadAhead); ownRA says
+	// whether this applier reports and closes it. cc is the target's
+	// configuration.
+	ra        *readAheads
+	ownRA     bool
 	cc        *pgx.ConnConfig
 	qbytes    int
 	inflight  *inflight // round trip started by sendAsync
@@ -228,6 +229,9 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		cfg.Tallies = NewTallies()
 	}
 	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}, cc: cc}
+	if cfg.Prefetch {
+		a.ra, a.ownRA = &readAheads{cc: cc, warn: func(m string) { a.Warn(m) }}, true
+	}
 	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
@@ -268,20 +272,30 @@ func (a *Applier) SyncCommit() bool { return a.syncCommit }
 // the server.
 func (a *Applier) Close(ctx context.Context) error {
 	a.wait()
-	if pf := a.pf.Load(); pf != nil {
-		pf.close(ctx)
+	if a.ownRA {
+		a.ra.close(ctx)
 	}
 	return a.conn.Close(ctx)
 }
 
 // Prefetched reports the rows read ahead and those dropped while the
-// prefetcher was busy, and the error that stopped it, if any.
+// prefetcher was busy, and the error that stopped it, if any (for an
+// applier sharing another's prefetcher: nothing, that one reports them).
 func (a *Applier) Prefetched() (rows, dropped int64, err error) {
-	pf := a.pf.Load()
-	if pf == nil {
+	if !a.ownRA {
 		return 0, 0, nil
 	}
-	return pf.Rows.Load(), pf.Dropped.Load(), pf.Err()
+	return a.ra.counts()
+}
+
+// ShareReadAhead makes a read ahead on from's prefetch connections instead
+// of opening its own: workers share one prefetcher, so that its
+// connections stay few however many workers there are.
+func (a *Applier) ShareReadAhead(from *Applier) {
+	if !a.cfg.Prefetch || from.ra == nil {
+		return
+	}
+	a.ra, a.ownRA = from.ra, false
 }
 
 // readAhead offers the keys of r's rows not offered yet to the prefetcher:
@@ -295,20 +309,9 @@ func (a *Applier) readAhead(r *run, final bool) {
 	if n < prefetchChunk && (!final || n < prefetchChunk/8) {
 		return
 	}
-	pf := a.pf.Load()
+	pf := a.ra.get()
 	if pf == nil {
-		if a.pfOpening {
-			return
-		}
-		a.pfOpening = true
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var err error
-		if pf, err = openPrefetcher(ctx, a.cc, PrefetchConns, a.Warn); err != nil {
-			a.Warn(fmt.Sprintf("cannot open the prefetch connection to the target (applying goes on without it; prefetch = off turns it off): %v", err))
-			return
-		}
-		a.pf.Store(pf)
+		return
 	}
 	args := make([]any, r.split)
 	for i := range args {

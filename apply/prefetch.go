@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -94,6 +95,53 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 			continue
 		}
 		p.Rows.Add(int64(j.rows))
+	}
+}
+
+// readAheads opens a prefetcher the first time one is needed, once, for
+// every applier that shares it.
+type readAheads struct {
+	mu    sync.Mutex
+	pf    *prefetcher
+	tried bool
+	cc    *pgx.ConnConfig
+	warn  func(string)
+}
+
+// get returns the prefetcher, opening it on the first call; nil if it
+// could not be opened (said once).
+func (r *readAheads) get() *prefetcher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.tried {
+		r.tried = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pf, err := openPrefetcher(ctx, r.cc, PrefetchConns, r.warn)
+		if err != nil {
+			r.warn(fmt.Sprintf("cannot open the prefetch connections to the target (applying goes on without them; prefetch = off turns them off): %v", err))
+		}
+		r.pf = pf
+	}
+	return r.pf
+}
+
+func (r *readAheads) counts() (rows, dropped int64, err error) {
+	r.mu.Lock()
+	pf := r.pf
+	r.mu.Unlock()
+	if pf == nil {
+		return 0, 0, nil
+	}
+	return pf.Rows.Load(), pf.Dropped.Load(), pf.Err()
+}
+
+func (r *readAheads) close(ctx context.Context) {
+	r.mu.Lock()
+	pf := r.pf
+	r.mu.Unlock()
+	if pf != nil {
+		pf.close(ctx)
 	}
 }
 

@@ -163,11 +163,14 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
-		wcfg.Prefetch = false // the loop's applier alone reads ahead
 		app, err := open(ctx, wcfg, true)
 		if err != nil {
 			p.closeConns()
 			return nil, err
+		}
+		if i > 1 {
+			// One prefetcher for all: its connections stay few.
+			app.ShareReadAhead(p.workers[0].app)
 		}
 		w := &worker{n: i, app: app}
 		w.shown.Store(app)

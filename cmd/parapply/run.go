@@ -133,7 +133,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
 		LockTimeout: fmt.Sprintf("%dms", lockTimeout.Milliseconds()),
-		Prefetch:    prefetch && cfg.Workers == 0}
+		Prefetch:    prefetch}
 	cfg.Log = log
 	return cfg, nil
 }

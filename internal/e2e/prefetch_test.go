@@ -1,26 +1,34 @@
 package e2e
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
-// TestPrefetch applies updates, deletes and key changes to a table larger
-// than the target's shared_buffers with prefetch on: the target ends equal
-// to the publisher, and rows were read ahead on the prefetch connection.
+// TestPrefetch applies updates and deletes to a table larger than the
+// target's shared_buffers with prefetch on, on one applier and on a pool of
+// workers sharing one prefetcher: rows are read ahead, and the target ends
+// equal to the publisher.
 func TestPrefetch(t *testing.T) {
-	e := newEnvSettings(t, `CREATE TABLE wide (id int PRIMARY KEY, n int, pad text)`, nil, map[string]string{"shared_buffers": "2MB"})
-	e.both(`INSERT INTO wide SELECT g, 0, repeat('p', 200) FROM generate_series(1, 20000) g`)
-	cfg := e.config("prefetch")
-	cfg.Workers = 0
-	cfg.Target.Prefetch = true
-	r := e.start(cfg)
-	e.exec(e.pub, `UPDATE wide SET n = n + 1 WHERE id % 3 = 0`)
-	e.exec(e.pub, `DELETE FROM wide WHERE id % 7 = 0`)
-	e.exec(e.pub, `UPDATE wide SET id = id + 100000 WHERE id % 11 = 0`)
-	e.exec(e.pub, `BEGIN; UPDATE wide SET n = n + 5 WHERE id BETWEEN 1000 AND 3000; DELETE FROM wide WHERE id BETWEEN 2000 AND 2100; COMMIT`)
-	e.waitCaughtUp(r)
-	e.verify("public.wide")
-	st := r.s.Status()
-	if st.Prefetched == 0 {
-		t.Fatalf("no row was read ahead (%d dropped)", st.PrefetchDropped)
+	for _, workers := range []int{0, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			e := newEnvSettings(t, `CREATE TABLE wide (id int PRIMARY KEY, n int, pad text)`, nil, map[string]string{"shared_buffers": "2MB"})
+			e.both(`INSERT INTO wide SELECT g, 0, repeat('p', 200) FROM generate_series(1, 20000) g`)
+			cfg := e.config("prefetch")
+			cfg.Workers = workers
+			cfg.Target.Prefetch = true
+			r := e.start(cfg)
+			e.exec(e.pub, `UPDATE wide SET n = n + 1 WHERE id % 3 = 0`)
+			e.exec(e.pub, `DELETE FROM wide WHERE id % 7 = 0`)
+			e.exec(e.pub, `UPDATE wide SET id = id + 100000 WHERE id % 11 = 0`)
+			e.exec(e.pub, `BEGIN; UPDATE wide SET n = n + 5 WHERE id BETWEEN 1000 AND 3000; DELETE FROM wide WHERE id BETWEEN 2000 AND 2100; COMMIT`)
+			e.waitCaughtUp(r)
+			e.verify("public.wide")
+			st := r.s.Status()
+			if st.Prefetched == 0 {
+				t.Fatalf("no row was read ahead (%d dropped)", st.PrefetchDropped)
+			}
+			t.Logf("prefetched %d rows, dropped %d", st.Prefetched, st.PrefetchDropped)
+		})
 	}
-	t.Logf("prefetched %d rows, dropped %d", st.Prefetched, st.PrefetchDropped)
 }
