@@ -132,12 +132,12 @@ type Applier struct {
 	// or one shared with other appliers (ShareReadAhead); ownRA says
 	// whether this applier reports and closes it. cc is the target's
 	// configuration.
-	ra        *readAheads
-	ownRA     bool
-	cc        *pgx.ConnConfig
-	qbytes    int
-	inflight  *inflight // round trip started by sendAsync
-	failed    error     // a failed round trip's error, until rollback
+	ra       *readAheads
+	ownRA    bool
+	cc       *pgx.ConnConfig
+	qbytes   int
+	inflight *inflight // round trip started by sendAsync
+	failed   error     // a failed round trip's error, until rollback
 	// Open runs, at most one per table, in the order they were opened;
 	// cur is the one the change being added goes to.
 	runs []*run
