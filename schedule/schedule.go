@@ -129,23 +129,39 @@ func (s *Scheduler) Add(keys []Key, barrier bool) (ID, []ID) {
 // source order, so workers that wait for every earlier unit to commit never
 // wait for each other in a cycle.
 func (s *Scheduler) Extend(first, last ID) (ID, bool) {
-	next := last + 1
+	next, _, ok := s.Joinable(first, last)
+	if !ok {
+		return 0, false
+	}
+	u := s.units[next]
+	if u.waits == 0 {
+		if i := slices.Index(s.ready, next); i >= 0 {
+			s.ready = slices.Delete(s.ready, i, i+1)
+		}
+	}
+	u.started = true
+	return next, true
+}
+
+// Joinable reports whether Extend(first, last) would take last+1, without
+// taking it, and whether that unit waits for a unit of the batch (chained:
+// no other worker could start it before the batch commits) rather than
+// being ready.
+func (s *Scheduler) Joinable(first, last ID) (next ID, chained, ok bool) {
+	next = last + 1
 	u, ok := s.units[next]
 	f, fok := s.units[first]
-	if !ok || !fok || u.started || u.barrier || f.barrier || next >= s.next {
-		return 0, false
+	if !ok || !fok || u.started || u.barrier || f.barrier {
+		return 0, false, false
 	}
 	if u.waits > 0 {
 		for _, d := range u.deps {
 			if _, pending := s.units[d]; pending && d < first {
-				return 0, false
+				return 0, false, false
 			}
 		}
-	} else if i := slices.Index(s.ready, next); i >= 0 {
-		s.ready = slices.Delete(s.ready, i, i+1)
 	}
-	u.started = true
-	return next, true
+	return next, u.waits > 0, true
 }
 
 // Ready returns the units that may start now, lowest first, and marks them

@@ -252,8 +252,14 @@ func TestExtend(t *testing.T) {
 	if id, ok := s.Next(); !ok || id != 1 {
 		t.Fatalf("next %d %v, want 1", id, ok)
 	}
+	if id, chained, ok := s.Joinable(1, 1); !ok || id != 2 || !chained {
+		t.Fatalf("Joinable(1, 1) = %d %v %v, want 2, chained", id, chained, ok)
+	}
 	if id, ok := s.Extend(1, 1); !ok || id != 2 {
 		t.Fatalf("unit 2 waits only for unit 1, held by the same worker: Extend gave %d %v", id, ok)
+	}
+	if id, chained, ok := s.Joinable(1, 2); !ok || id != 3 || chained {
+		t.Fatalf("Joinable(1, 2) = %d %v %v, want 3, ready", id, chained, ok)
 	}
 	if id, ok := s.Extend(1, 2); !ok || id != 3 {
 		t.Fatalf("unit 3 is ready: Extend gave %d %v", id, ok)

@@ -101,6 +101,7 @@ type pool struct {
 	// transaction (see budget).
 	queued     int
 	batchMax   int
+	chainMax   int
 	batchBytes int
 	err        error
 	closed     bool
@@ -154,7 +155,7 @@ type worker struct {
 func openPool(ctx context.Context, open func(context.Context, apply.Config, bool) (*apply.Applier, error), cfg apply.Config, n int, limits GroupLimits, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
 	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 4 * limits.MaxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
 		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now(),
-		batchMax: min(limits.MaxChanges, defaultBatchMax), batchBytes: limits.MaxBytes}
+		batchMax: min(limits.MaxChanges, defaultBatchMax), chainMax: limits.MaxChanges, batchBytes: limits.MaxBytes}
 	if v, err := strconv.Atoi(os.Getenv("PARAPPLY_BATCH_MAX")); err == nil && v > 0 {
 		p.batchMax = v // experiments only
 	}
@@ -377,11 +378,14 @@ func (p *pool) run(ctx context.Context, w *worker) error {
 	}
 }
 
-// Batch sizes: a worker fills its target transaction with up to its share
-// of the changes waiting to be taken (so that the backlog spreads over every
-// worker), at least batchMin (so that commits stay cheap beside the changes
-// when little waits) and at most batchMax (so that a batch holds few keys
-// and the next worker finds units that do not wait for it).
+// Batch sizes: a worker fills its target transaction with ready units up to
+// its share of the changes waiting to be taken (so that the backlog spreads
+// over every worker), at least batchMin (so that commits stay cheap beside
+// the changes when little waits) and at most batchMax (so that a batch holds
+// few keys and the next worker finds units that do not wait for it). Units
+// that wait for the batch itself (a chain on hot rows, or a table keyed as a
+// whole) join it up to group_max_changes (chainMax): no other worker could
+// start them sooner, and one statement for many of their rows is cheaper.
 const (
 	batchMin        = 64
 	defaultBatchMax = 512
@@ -393,13 +397,24 @@ func (p *pool) take(id schedule.ID) *batch {
 	b := &batch{}
 	b.add(id, p.units[id])
 	budget := p.budget()
-	for b.changes < budget && b.bytes < p.batchBytes {
-		next, ok := p.units[b.ids[len(b.ids)-1]+1]
-		if !ok || b.changes+next.changes > budget {
+	for b.bytes < p.batchBytes {
+		first, last := b.ids[0], b.ids[len(b.ids)-1]
+		nid, chained, ok := p.sched.Joinable(first, last)
+		if !ok {
 			break
 		}
-		nid, ok := p.sched.Extend(b.ids[0], b.ids[len(b.ids)-1])
-		if !ok {
+		// A unit that waits for this batch could run nowhere else before
+		// it commits: it joins up to the group limit. A ready one could,
+		// and joins only within the worker's share.
+		limit := budget
+		if chained {
+			limit = p.chainMax
+		}
+		next := p.units[nid]
+		if b.changes+next.changes > limit {
+			break
+		}
+		if _, ok := p.sched.Extend(first, last); !ok {
 			break
 		}
 		b.add(nid, next)

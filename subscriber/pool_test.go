@@ -79,32 +79,36 @@ func TestTakeBatches(t *testing.T) {
 	tests := []struct {
 		name    string
 		workers int
-		max     int
+		max     int // batchMax
+		chain   int // chainMax (group_max_changes)
 		adds    []add
 		want    [][]schedule.ID // batches taken one after another, none committed
 	}{
-		{"independent units share out the backlog", 2, 512,
+		{"independent units share out the backlog", 2, 512, 20000,
 			[]add{{key("a"), 32, false}, {key("b"), 32, false}, {key("c"), 32, false}, {key("d"), 32, false}, {key("e"), 32, false}, {key("f"), 32, false}},
 			[][]schedule.ID{{1, 2, 3}, {4, 5}, {6}}}, // 192/2 = 96, then 96/2 = 48 < batchMin
-		{"a unit waiting for another batch ends this one", 4, 512,
+		{"a unit waiting for another batch ends this one", 4, 512, 20000,
 			[]add{{key("a"), 100, false}, {key("b"), 10, false}, {key("a"), 10, false}, {key("c"), 10, false}},
 			[][]schedule.ID{{1}, {2}, {4}}},
-		{"a unit waiting for its own batch joins it", 1, 512,
-			[]add{{key("a"), 10, false}, {key("a"), 10, false}, {key("a"), 10, false}},
+		{"units waiting for their own batch join it past batchMax", 1, 15, 30,
+			[]add{{key("a"), 10, false}, {key("a"), 10, false}, {key("a"), 10, false}, {key("a"), 10, false}},
 			[][]schedule.ID{{1, 2, 3}}},
-		{"batchMax bounds a batch", 1, 40,
+		{"a ready unit after a chain joins within the share only", 1, 15, 100,
+			[]add{{key("a"), 10, false}, {key("a"), 10, false}, {key("b"), 10, false}},
+			[][]schedule.ID{{1, 2}, {3}}},
+		{"batchMax bounds a batch", 1, 40, 20000,
 			[]add{{key("a"), 20, false}, {key("b"), 20, false}, {key("c"), 20, false}},
 			[][]schedule.ID{{1, 2}, {3}}},
-		{"a barrier goes alone", 1, 512,
+		{"a barrier goes alone", 1, 512, 20000,
 			[]add{{key("a"), 10, false}, {nil, 1, true}, {key("b"), 10, false}},
 			[][]schedule.ID{{1}}},
-		{"group_max_changes = 1: one unit per batch", 1, 1,
+		{"group_max_changes = 1: one unit per batch", 1, 1, 1,
 			[]add{{key("a"), 1, false}, {key("b"), 1, false}},
 			[][]schedule.ID{{1}, {2}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 1 << 30, batchMax: tt.max, batchBytes: 1 << 30}
+			p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 1 << 30, batchMax: tt.max, chainMax: tt.chain, batchBytes: 1 << 30}
 			p.cond = sync.NewCond(&p.mu)
 			p.work = sync.NewCond(&p.mu)
 			p.workers = make([]*worker, tt.workers)
