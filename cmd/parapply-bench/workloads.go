@@ -166,6 +166,17 @@ func seconds(s float64, scale float64) time.Duration {
 // clients runs fn in n connections until d has passed; each call is one
 // transaction. It returns the transactions committed.
 func clients(ctx context.Context, dsn string, n int, d time.Duration, fn func(context.Context, *pgx.Conn, *rand.Rand) error) (int64, error) {
+	return runClients(ctx, dsn, n, d, 0, fn)
+}
+
+// clientsFixed is clients with a fixed backlog instead of a duration: each
+// of n clients makes each transactions, its random numbers seeded by its
+// number, so that every engine of a run gets the same transactions.
+func clientsFixed(ctx context.Context, dsn string, n, each int, fn func(context.Context, *pgx.Conn, *rand.Rand) error) (int64, error) {
+	return runClients(ctx, dsn, n, 0, each, fn)
+}
+
+func runClients(ctx context.Context, dsn string, n int, d time.Duration, each int, fn func(context.Context, *pgx.Conn, *rand.Rand) error) (int64, error) {
 	var count atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -181,7 +192,10 @@ func clients(ctx context.Context, dsn string, n int, d time.Duration, fn func(co
 			}
 			defer c.Close(context.Background())
 			rnd := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			if each > 0 {
+				rnd = rand.New(rand.NewPCG(uint64(i), 16))
+			}
+			for done := 0; (each > 0 && done < each || each == 0 && time.Now().Before(deadline)) && ctx.Err() == nil; done++ {
 				if err := fn(ctx, c, rnd); err != nil {
 					errs <- err
 					return
@@ -229,14 +243,26 @@ func init() {
 		w.subSettings = map[string]string{"shared_buffers": "128MB"}
 		return w
 	}
-	workloads["slow-read"] = slow("point-update", "point-update (10 clients x 10 s) with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, the slow-disk case)")
+	workloads["slow-read"] = slow("point-update", "point-update, 10 clients x 15,000 transactions (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, the slow-disk case)")
 	w := workloads["slow-read"]
-	w.write = pointUpdates(10)
+	w.write = func(ctx context.Context, r *runEnv) (int64, error) {
+		rows := scaled(100000, r.o.scale)
+		return clientsFixed(ctx, r.pubDSN, 10, scaled(15000, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+			_, err := c.Exec(ctx, "UPDATE t SET counter = counter + 1 WHERE pk = $1", 1+rnd.IntN(rows))
+			return err
+		})
+	}
 	workloads["slow-read"] = w
-	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert at the seed's 10M rows (a 210 MB index on sk, so a new row's leaf page is rarely in the buffer cache) with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
+	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert at the seed's 10M rows (a 210 MB index on sk, so a new row's leaf page is rarely in the buffer cache), 10 clients x 15,000 single-row inserts (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
 	w = workloads["slow-read-insert"]
-	big := secondaryInsert(10000000, "")
-	w.preload, w.write = big.preload, big.write
+	w.preload = secondaryInsert(10000000, "").preload
+	w.write = func(ctx context.Context, r *runEnv) (int64, error) {
+		n := scaled(10000000, r.o.scale)
+		return clientsFixed(ctx, r.pubDSN, 10, scaled(15000, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+			_, err := c.Exec(ctx, "INSERT INTO t (sk) VALUES ($1)", rnd.IntN(n))
+			return err
+		})
+	}
 	workloads["slow-read-insert"] = w
 }
 
