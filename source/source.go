@@ -148,8 +148,12 @@ func (s *Source) check(ctx context.Context) error {
 	v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num"))
 	if err != nil || v == 0 {
 		rows, qerr := s.query(ctx, "SHOW server_version_num")
-		if qerr != nil || len(rows) != 1 {
-			return fmt.Errorf("reading the source's server version: %v", qerr)
+		if qerr != nil {
+			// Wrapped: a lost connection here is a fault to ride out.
+			return fmt.Errorf("reading the source's server version: %w", qerr)
+		}
+		if len(rows) != 1 {
+			return fmt.Errorf("reading the source's server version: SHOW server_version_num returned %d rows", len(rows))
 		}
 		v, _ = strconv.Atoi(string(rows[0][0]))
 	}
@@ -528,8 +532,11 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 	if version == 0 {
 		// Reported at connection start only from PostgreSQL 16 on.
 		res, err := conn.Exec(ctx, "SHOW server_version_num").ReadAll()
-		if err != nil || len(res) == 0 || len(res[0].Rows) != 1 {
-			return nil, fmt.Errorf("reading the source's server version: %v", err)
+		if err != nil {
+			return nil, fmt.Errorf("reading the source's server version: %w", err)
+		}
+		if len(res) == 0 || len(res[0].Rows) != 1 {
+			return nil, errors.New("reading the source's server version: SHOW server_version_num returned no row")
 		}
 		version, _ = strconv.Atoi(string(res[0].Rows[0][0]))
 	}
