@@ -62,6 +62,9 @@ type Config struct {
 	// opened when a table first needs it, the rows of coming updates and
 	// deletes of tables larger than shared_buffers (see prefetcher).
 	Prefetch bool
+	// PrefetchConns is how many connections the prefetcher reads on (0:
+	// DefaultPrefetchConns).
+	PrefetchConns int
 }
 
 // Defaults for Config.
@@ -230,7 +233,11 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}, cc: cc}
 	if cfg.Prefetch {
-		a.ra, a.ownRA = &readAheads{cc: cc, warn: func(m string) { a.Warn(m) }}, true
+		n := cfg.PrefetchConns
+		if n <= 0 {
+			n = DefaultPrefetchConns
+		}
+		a.ra, a.ownRA = &readAheads{cc: cc, conns: n, warn: func(m string) { a.Warn(m) }}, true
 	}
 	registerTextArray(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
@@ -313,14 +320,18 @@ func (a *Applier) readAhead(r *run, final bool) {
 	if pf == nil {
 		return
 	}
-	args := make([]any, r.split)
-	for i := range args {
-		args[i] = encodeTextArray(r.params[i][r.ahead:r.rows])
-	}
 	if r.table.prefetchSQL == "" {
 		r.table.prefetchSQL = PrefetchSQL(r.table)
 	}
-	pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: n})
+	// In pieces, so that the prefetch connections read them side by side.
+	for from := r.ahead; from < r.rows; from += prefetchPiece {
+		to := min(from+prefetchPiece, r.rows)
+		args := make([]any, r.split)
+		for i := range args {
+			args[i] = encodeTextArray(r.params[i][from:to])
+		}
+		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from})
+	}
 	r.ahead = r.rows
 }
 

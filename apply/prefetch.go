@@ -43,15 +43,19 @@ type prefetchJob struct {
 // run are read on several connections at once.
 const prefetchChunk = 128
 
-// prefetchQueue bounds the key sets waiting: beyond about two statements'
-// worth of rows, pages read ahead would be evicted before they are used.
-const prefetchQueue = 96
+// prefetchPiece is how many keys one prefetch statement reads: the keys
+// offered at once are split so that every prefetch connection takes some.
+const prefetchPiece = 32
 
-// PrefetchConns is how many connections read ahead at once: each reads
-// one row after another (an index lookup, then the heap page), so reads
-// overlap only across connections; on a disk where a read waits, that many
-// reads are in flight.
-const PrefetchConns = 4
+// prefetchQueue bounds the key sets waiting (about 12,000 rows): beyond
+// that, pages read ahead would be evicted before they are used.
+const prefetchQueue = 384
+
+// DefaultPrefetchConns is how many connections read ahead at once unless
+// Config.PrefetchConns says otherwise: each reads one row after another (an
+// index lookup, then the heap page), so reads overlap only across
+// connections; on a disk where a read waits, that many reads are in flight.
+const DefaultPrefetchConns = 4
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
@@ -104,6 +108,7 @@ type readAheads struct {
 	mu    sync.Mutex
 	pf    *prefetcher
 	tried bool
+	conns int
 	cc    *pgx.ConnConfig
 	warn  func(string)
 }
@@ -117,7 +122,7 @@ func (r *readAheads) get() *prefetcher {
 		r.tried = true
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		pf, err := openPrefetcher(ctx, r.cc, PrefetchConns, r.warn)
+		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.warn)
 		if err != nil {
 			r.warn(fmt.Sprintf("cannot open the prefetch connections to the target (applying goes on without them; prefetch = off turns them off): %v", err))
 		}

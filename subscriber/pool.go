@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,9 +154,6 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 4 * limits.MaxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
 		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now(),
 		batchMax: min(limits.MaxChanges, defaultBatchMax), chainMax: limits.MaxChanges, batchBytes: limits.MaxBytes}
-	if v, err := strconv.Atoi(os.Getenv("PARAPPLY_BATCH_MAX")); err == nil && v > 0 {
-		p.batchMax = v // experiments only
-	}
 	p.cond = sync.NewCond(&p.mu)
 	p.work = sync.NewCond(&p.mu)
 	for i := 1; i <= n; i++ {
@@ -209,6 +204,15 @@ func (p *pool) stop() {
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.closeConns()
+	for _, w := range p.workers {
+		if w.stats.Units.Load() == 0 {
+			continue
+		}
+		p.log.Info("worker's run", "worker", w.n, "units", w.stats.Merged.Load(), "target_transactions", w.stats.Units.Load(),
+			"busy", time.Duration(w.stats.Busy.Load()).Round(time.Millisecond),
+			"dependency_wait", time.Duration(w.stats.DependencyWait.Load()).Round(time.Millisecond),
+			"commit_order_wait", time.Duration(w.stats.CommitWait.Load()).Round(time.Millisecond), "retries", w.stats.Retries.Load())
+	}
 }
 
 func (p *pool) fail(err error) {

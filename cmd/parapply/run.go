@@ -51,6 +51,10 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	pfConns, err := c.int("prefetch_connections", 1)
+	if err != nil {
+		return cfg, err
+	}
 	rows, err := c.int("batch_rows", 1)
 	if err != nil {
 		return cfg, err
@@ -133,7 +137,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
 		LockTimeout: fmt.Sprintf("%dms", lockTimeout.Milliseconds()),
-		Prefetch:    prefetch}
+		Prefetch:    prefetch, PrefetchConns: pfConns}
 	cfg.Log = log
 	return cfg, nil
 }
