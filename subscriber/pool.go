@@ -156,6 +156,10 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 		batchMax: min(limits.MaxChanges, defaultBatchMax), chainMax: limits.MaxChanges, batchBytes: limits.MaxBytes}
 	p.cond = sync.NewCond(&p.mu)
 	p.work = sync.NewCond(&p.mu)
+	if n == 1 {
+		// One worker: nothing to share out; batches as large as groups.
+		p.batchMax = limits.MaxChanges
+	}
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)

@@ -48,8 +48,7 @@ type Config struct {
 	// Group bounds transaction grouping.
 	Group GroupLimits
 	// Workers is the number of target connections applying transactions
-	// in parallel; 0 applies them on the stream reader's own connection,
-	// WorkersAuto lets parapply choose (AutoWorkers).
+	// in parallel; 0 applies them on the stream reader's own connection.
 	Workers int
 	// StreamWorkers bounds the streamed transactions applied as they
 	// arrive, each on a target connection of its own; others are applied
@@ -155,23 +154,8 @@ type Subscriber struct {
 	streamedInFlight, streamedAtCommit atomic.Int64
 }
 
-// WorkersAuto, as Config.Workers, lets parapply choose how many workers
-// apply: the default.
-const WorkersAuto = -1
-
-// AutoWorkers is how many workers apply when Config.Workers is
-// WorkersAuto. Workers overlap what the apply waits for (reads from a slow
-// disk, locks, round trips, commits), which pays even on two cores; where
-// the CPU is full, a worker beyond what the machine runs at once costs
-// little, because small units keep the backlog spread and each worker's
-// batch large enough to amortise its commit (docs/benchmarks.md).
-const AutoWorkers = 8
-
 // New returns a subscriber; Run starts it.
 func New(cfg Config) *Subscriber {
-	if cfg.Workers == WorkersAuto {
-		cfg.Workers = AutoWorkers
-	}
 	if cfg.Group.MaxChanges <= 0 {
 		cfg.Group.MaxChanges = DefaultGroupMaxChanges
 	}

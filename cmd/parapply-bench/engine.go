@@ -69,7 +69,7 @@ func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool) (*parap
 	if copyData {
 		cp = "on"
 	}
-	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", workersArg(workers)}
+	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", strconv.Itoa(workers)}
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 
@@ -170,14 +170,4 @@ func peakRSS(pid int) float64 {
 		}
 	}
 	return 0
-}
-
-// workersAuto stands for --workers auto in worker counts.
-const workersAuto = -1
-
-func workersArg(n int) string {
-	if n == workersAuto {
-		return "auto"
-	}
-	return strconv.Itoa(n)
 }

@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string) error {
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
 	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
-	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated (auto: parapply's default)")
+	workersFlag := fs.String("workers", "0", "parapply worker counts to measure, comma separated")
 	plot := fs.String("plot", "", "write PNG charts to this directory")
 	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
 	if err := fs.Parse(args); err != nil {
@@ -75,11 +75,8 @@ func run(ctx context.Context, args []string) error {
 	}
 	for _, w := range splitList(*workersFlag) {
 		n, err := strconv.Atoi(w)
-		if w == "auto" {
-			n, err = workersAuto, nil
-		}
-		if err != nil || n < workersAuto || n > 64 {
-			return fmt.Errorf("invalid worker count %q (auto, or 0 to 64)", w)
+		if err != nil || n < 0 || n > 64 {
+			return fmt.Errorf("invalid worker count %q (0 to 64)", w)
 		}
 		o.workers = append(o.workers, n)
 	}
@@ -151,7 +148,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 	}
 	var pubs, catchups, tps []float64
 	for i := 0; i < o.runs; i++ {
-		logf("%s / %s (workers %s): run %d of %d", w, e, workersArg(workers), i+1, o.runs)
+		logf("%s / %s (workers %d): run %d of %d", w, e, workers, i+1, o.runs)
 		m, err := measure(ctx, o, workloads[w], e, workers)
 		res.PGVersion = m.pgVersion
 		if err != nil {
@@ -246,7 +243,7 @@ func printTable(rs []result) {
 		if !r.Verified {
 			ver = "FAILED: " + r.Error
 		}
-		fmt.Printf("%-17s %-9s %7s %7g %12.2f %12.2f %10s %9s %7s %s\n", r.Workload, r.Engine, workersArg(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, ver)
+		fmt.Printf("%-17s %-9s %7d %7g %12.2f %12.2f %10s %9s %7s %s\n", r.Workload, r.Engine, r.Workers, r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, ver)
 	}
 }
 

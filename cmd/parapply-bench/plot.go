@@ -42,10 +42,6 @@ func writePlots(dir string, rs []result) error {
 				c.RefLines = append(c.RefLines, chart.RefLine{Name: "built-in subscription", Y: y})
 				continue
 			}
-			if r.Workers == workersAuto {
-				c.RefLines = append(c.RefLines, chart.RefLine{Name: "parapply, workers = auto", Y: y})
-				continue
-			}
 			s.X, s.Y = append(s.X, float64(r.Workers)), append(s.Y, y)
 		}
 		if len(s.X) > 0 {
@@ -66,7 +62,7 @@ func writePlots(dir string, rs []result) error {
 			}
 			name := r.Engine
 			if r.Engine == "parapply" {
-				name = "parapply, workers " + workersArg(r.Workers)
+				name = fmt.Sprintf("parapply, %d workers", r.Workers)
 			}
 			ls := chart.Series{Name: name}
 			for _, p := range r.Lag {

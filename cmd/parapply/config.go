@@ -34,7 +34,7 @@ var settings = []setting{
 	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks"},
 	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
-	{"workers", "auto", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader; auto lets parapply choose (8)"},
+	{"workers", "0", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader (the fastest where the CPU is full); 8 to 16 where the apply waits on reads from a slow disk"},
 	{"commit_order", "preserve", "with workers: preserve commits in the publisher's commit order (a reader only sees states the publisher had); dependency commits each transaction as soon as those it conflicts with have (faster, but a reader may see later transactions before unrelated earlier ones)"},
 	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory"},
 	{"prefetch_connections", "4", "connections that read ahead at once (each reads one row after another): the reads in flight on a slow disk"},

@@ -83,10 +83,8 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	default:
 		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
 	}
-	if c["workers"] == "auto" {
-		cfg.Workers = subscriber.WorkersAuto
-	} else if cfg.Workers, err = c.int("workers", 0); err != nil {
-		return cfg, fmt.Errorf("invalid value for workers: %q (auto, or 0 to 64)", c["workers"])
+	if cfg.Workers, err = c.int("workers", 0); err != nil {
+		return cfg, err
 	}
 	switch c["commit_order"] {
 	case subscriber.CommitPreserve, subscriber.CommitDependency:
@@ -122,7 +120,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		c["logical_decoding_work_mem"] = fmt.Sprintf("%dkB", n>>10)
 	}
 	if cfg.Workers > 64 {
-		return cfg, fmt.Errorf("invalid value for workers: %d (auto, or 0 to 64)", cfg.Workers)
+		return cfg, fmt.Errorf("invalid value for workers: %d (0 to 64)", cfg.Workers)
 	}
 	if cfg.Group.MaxChanges, err = c.int("group_max_changes", 1); err != nil {
 		return cfg, err
