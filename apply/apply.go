@@ -65,6 +65,11 @@ type Config struct {
 	// PrefetchConns is how many connections the prefetcher reads on (0:
 	// DefaultPrefetchConns).
 	PrefetchConns int
+	// PrefetchPieces splits the keys offered at once into pieces of
+	// prefetchPiece, so that a worker's short runs are read on every
+	// prefetch connection; the single applier's long runs are offered in
+	// chunks that spread by themselves.
+	PrefetchPieces bool
 }
 
 // Defaults for Config.
@@ -324,8 +329,12 @@ func (a *Applier) readAhead(r *run, final bool) {
 		r.table.prefetchSQL = PrefetchSQL(r.table)
 	}
 	// In pieces, so that the prefetch connections read them side by side.
-	for from := r.ahead; from < r.rows; from += prefetchPiece {
-		to := min(from+prefetchPiece, r.rows)
+	piece := prefetchChunk
+	if a.cfg.PrefetchPieces {
+		piece = prefetchPiece
+	}
+	for from := r.ahead; from < r.rows; from += piece {
+		to := min(from+piece, r.rows)
 		args := make([]any, r.split)
 		for i := range args {
 			args[i] = encodeTextArray(r.params[i][from:to])

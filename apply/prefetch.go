@@ -43,8 +43,9 @@ type prefetchJob struct {
 // run are read on several connections at once.
 const prefetchChunk = 128
 
-// prefetchPiece is how many keys one prefetch statement reads: the keys
-// offered at once are split so that every prefetch connection takes some.
+// prefetchPiece is how many keys one prefetch statement reads for a worker
+// (Config.PrefetchPieces): its batch's keys are split so that every
+// prefetch connection takes some.
 const prefetchPiece = 32
 
 // prefetchQueue bounds the key sets waiting (about 12,000 rows): beyond
