@@ -146,7 +146,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		// parapply takes its settings from the environment too.
 		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
-	var pubs, catchups, tps []float64
+	var pubs, catchups, tps, busy, wcpu, tcpu, pcpu []float64
 	for i := 0; i < o.runs; i++ {
 		logf("%s / %s (workers %d): run %d of %d", w, e, workers, i+1, o.runs)
 		m, err := measure(ctx, o, workloads[w], e, workers)
@@ -159,6 +159,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		}
 		logf("%s / %s: run %d: publisher %.2fs, catch-up %.2fs, sustained %.1f TPS, peak RSS %.0f MB", w, e, i+1, m.publisher, m.catchup, m.sustainedTPS, m.rssMB)
 		pubs, catchups, tps = append(pubs, m.publisher), append(catchups, m.catchup), append(tps, m.sustainedTPS)
+		busy, wcpu, tcpu, pcpu = append(busy, m.busy), append(wcpu, m.walsenderCPU), append(tcpu, m.targetCPU), append(pcpu, m.processCPU)
 		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
 		res.Transactions = m.txns
 		if i == 0 {
@@ -167,6 +168,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 	}
 	res.PublisherS, res.CatchupS, res.SustainedTPS = median(pubs), median(catchups), median(tps)
 	res.CatchupRuns = catchups
+	res.BusyCores, res.WalsenderCPU, res.TargetCPU, res.ProcessCPU = median(busy), median(wcpu), median(tcpu), median(pcpu)
 	return res
 }
 
@@ -191,20 +193,27 @@ func speedup(method string, base, r *result) float64 {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 type result struct {
-	Workload     string      `json:"workload"`
-	Engine       string      `json:"engine"`
-	Method       string      `json:"method"`
-	Workers      int         `json:"workers"`
-	CommitOrder  string      `json:"commit_order"`
-	Scale        float64     `json:"scale"`
-	Runs         int         `json:"runs"`
-	PublisherS   float64     `json:"publisher_s"`
-	CatchupS     float64     `json:"catchup_s"`
-	CatchupRuns  []float64   `json:"catchup_runs_s"`
-	SustainedTPS float64     `json:"sustained_tps,omitempty"`
-	Transactions int64       `json:"transactions"`
-	Speedup      float64     `json:"speedup_vs_builtin"`
-	PeakRSSMB    float64     `json:"peak_rss_mb"`
+	Workload     string    `json:"workload"`
+	Engine       string    `json:"engine"`
+	Method       string    `json:"method"`
+	Workers      int       `json:"workers"`
+	CommitOrder  string    `json:"commit_order"`
+	Scale        float64   `json:"scale"`
+	Runs         int       `json:"runs"`
+	PublisherS   float64   `json:"publisher_s"`
+	CatchupS     float64   `json:"catchup_s"`
+	CatchupRuns  []float64 `json:"catchup_runs_s"`
+	SustainedTPS float64   `json:"sustained_tps,omitempty"`
+	Transactions int64     `json:"transactions"`
+	Speedup      float64   `json:"speedup_vs_builtin"`
+	PeakRSSMB    float64   `json:"peak_rss_mb"`
+	// Catch-ups, medians over the runs: the machine's busy cores and the
+	// CPU seconds of the walsender, the target backends that applied and
+	// the parapply process.
+	BusyCores    float64     `json:"busy_cores,omitempty"`
+	WalsenderCPU float64     `json:"walsender_cpu_s,omitempty"`
+	TargetCPU    float64     `json:"target_cpu_s,omitempty"`
+	ProcessCPU   float64     `json:"parapply_cpu_s,omitempty"`
 	Verified     bool        `json:"verified"`
 	Error        string      `json:"error,omitempty"`
 	PGVersion    string      `json:"pg_version"`
@@ -223,7 +232,7 @@ func appendJSON(path string, r result) error {
 }
 
 func printTable(rs []result) {
-	fmt.Printf("%-17s %-9s %7s %7s %12s %12s %10s %9s %7s %s\n", "workload", "engine", "workers", "scale", "publisher_s", "catchup_s", "tps", "speedup", "rss_mb", "verified")
+	fmt.Printf("%-17s %-9s %7s %7s %12s %12s %10s %9s %7s %6s %s\n", "workload", "engine", "workers", "scale", "publisher_s", "catchup_s", "tps", "speedup", "rss_mb", "busy", "verified")
 	for _, r := range rs {
 		speed := "-"
 		if r.Speedup > 0 {
@@ -243,7 +252,11 @@ func printTable(rs []result) {
 		if !r.Verified {
 			ver = "FAILED: " + r.Error
 		}
-		fmt.Printf("%-17s %-9s %7d %7g %12.2f %12.2f %10s %9s %7s %s\n", r.Workload, r.Engine, r.Workers, r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, ver)
+		busy := "-"
+		if r.BusyCores > 0 {
+			busy = strconv.FormatFloat(r.BusyCores, 'f', 2, 64)
+		}
+		fmt.Printf("%-17s %-9s %7d %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, r.Workers, r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}
 }
 

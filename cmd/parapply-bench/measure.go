@@ -56,9 +56,12 @@ type runEnv struct {
 type measurement struct {
 	publisher, catchup, rssMB float64
 	sustainedTPS              float64
-	txns                      int64
-	lag                       []lagSample
-	pgVersion                 string
+	// For catch-ups: the machine's busy cores, and the CPU seconds of the
+	// walsender, the target backends applying and the parapply process.
+	busy, walsenderCPU, targetCPU, processCPU float64
+	txns                                      int64
+	lag                                       []lagSample
+	pgVersion                                 string
 }
 
 type lagSample struct {
@@ -220,7 +223,11 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	// catch-up's.
 	var sender int
 	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
-		logf("catch-up: %s%s", cpuSnapshot(sender).since(machine), r.applyCPU(ctx))
+		c := cpuSnapshot(sender)
+		m.busy, m.walsenderCPU = (c.total-machine.total)/100/c.at.Sub(machine.at).Seconds(), c.proc/100
+		var desc string
+		desc, m.targetCPU, m.processCPU = r.applyCPU(ctx)
+		logf("catch-up: %s%s", c.since(machine), desc)
 	}
 	m.rssMB = r.eng.stop()
 	return err
@@ -229,11 +236,11 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 // applyCPU describes the CPU time of the processes that applied since the
 // subscriber started: the target backends applying (the built-in's apply
 // and parallel workers, parapply's connections) and the parapply process.
-func (r *runEnv) applyCPU(ctx context.Context) string {
+func (r *runEnv) applyCPU(ctx context.Context) (desc string, target, process float64) {
 	rows, err := r.sub.Query(ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity
 		WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker' ORDER BY 2`)
 	if err != nil {
-		return ""
+		return "", 0, 0
 	}
 	type backend struct {
 		PID  int
@@ -241,16 +248,19 @@ func (r *runEnv) applyCPU(ctx context.Context) string {
 	}
 	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
 	if err != nil {
-		return "; target backends: " + err.Error()
+		return "; target backends: " + err.Error(), 0, 0
 	}
 	s := "; target backends CPU"
 	for _, b := range bs {
-		s += fmt.Sprintf(" %.2fs (%s)", cpuSnapshot(b.PID).proc/100, b.Name)
+		t := cpuSnapshot(b.PID).proc / 100
+		target += t
+		s += fmt.Sprintf(" %.2fs (%s)", t, b.Name)
 	}
 	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
-		s += fmt.Sprintf(", parapply process CPU %.2fs", cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
+		process = cpuSnapshot(p.p.cmd.Process.Pid).proc / 100
+		s += fmt.Sprintf(", parapply process CPU %.2fs", process)
 	}
-	return s
+	return s, target, process
 }
 
 // live runs the workload with the subscriber applying, samples the lag from
