@@ -23,7 +23,7 @@ usage:
   parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
   parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
   parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
-  parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers
+  parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers (built with -tags demo)
   parapply version                                                    print the version
 
 Run "parapply run -h" for every setting.
