@@ -172,7 +172,6 @@ type group struct {
 	bytes         int // parameter bytes of statements already queued or sent
 	first, last   Txn
 	end           parapply.LSN // end LSN of the last finished source transaction
-	rows          [3]int64     // row changes by kind (tallyInsert, tallyUpdate, tallyDelete)
 	opened        time.Time
 }
 
@@ -868,7 +867,6 @@ func (a *Applier) change(rel uint32, what string, kind int, tups ...parapply.Tup
 	if a.skip(t) {
 		return nil, nil
 	}
-	a.grp.rows[kind]++
 	a.count(t, kind)
 	a.grp.changes++
 	return t, nil
@@ -1220,19 +1218,19 @@ type Committed struct {
 	// target's disk, and so is everything committed before it.
 	Durable bool
 	txns    int
-	rows    [3]int64
 	ins, fl string
 	tallies []pendingTally
 }
 
 func (c *Committed) finish(a *Applier) error {
 	a.Stats.Txns.Add(int64(c.txns))
-	a.Stats.Inserts.Add(c.rows[tallyInsert])
-	a.Stats.Updates.Add(c.rows[tallyUpdate])
-	a.Stats.Deletes.Add(c.rows[tallyDelete])
 	a.Stats.Groups.Add(1)
+	// The group's rows, counted per table as they were queued.
 	for _, t := range c.tallies {
 		t.addTo()
+		a.Stats.Inserts.Add(t.n[tallyInsert])
+		a.Stats.Updates.Add(t.n[tallyUpdate])
+		a.Stats.Deletes.Add(t.n[tallyDelete])
 	}
 	var err error
 	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
@@ -1358,7 +1356,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	}
 	// The WAL positions ride in the same round trip, right after COMMIT.
 	a.ops = append(a.ops, op{sql: walPositionsSQL, what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
-	c.End, c.CommitTime, c.txns, c.rows = g.end, g.last.CommitTime, g.txns, g.rows
+	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
 	c.tallies = a.takeCounts()
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
 	return nil

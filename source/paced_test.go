@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,30 +180,5 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	if n, err := p.Read(make([]byte, 8192)); err != nil || n > 100 {
 		t.Errorf("read with a limit of 100 took %d bytes (%v)", n, err)
-	}
-}
-
-func TestFrameArena(t *testing.T) {
-	var a frameArena
-	if got := a.copy(nil); got == nil {
-		t.Fatal("an empty frame came back nil, which marks a keepalive")
-	}
-	var held [][]byte
-	for i := range 2000 {
-		b := []byte(strings.Repeat(string(rune('a'+i%26)), 1+i%300))
-		c := a.copy(b)
-		if string(c) != string(b) || cap(c) != len(c) {
-			t.Fatalf("frame %d: copied %q (cap %d), want %q", i, c, cap(c), b)
-		}
-		held = append(held, c)
-	}
-	for i, c := range held {
-		if want := strings.Repeat(string(rune('a'+i%26)), 1+i%300); string(c) != want {
-			t.Fatalf("frame %d changed after later copies", i)
-		}
-	}
-	big := make([]byte, arenaBlock)
-	if c := a.copy(big); len(c) != len(big) {
-		t.Fatal("a large frame was cut")
 	}
 }

@@ -380,7 +380,6 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		return nil
 	}
 	const maxPending = 4096
-	var arena frameArena
 	var pending []Frame
 	// flush hands pending frames over; it blocks only when block is set,
 	// and keeps reporting status while it waits.
@@ -390,7 +389,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		}
 		select {
 		case out <- pending:
-			pending = make([]Frame, 0, len(pending))
+			pending = nil
 			return nil
 		default:
 		}
@@ -402,7 +401,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		for {
 			select {
 			case out <- pending:
-				pending = make([]Frame, 0, len(pending))
+				pending = nil
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -474,7 +473,8 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 				if len(x.WALData) > 0 {
 					txns.saw(x.WALData[0], &s.largeTxn)
 				}
-				data := arena.copy(x.WALData)
+				data := make([]byte, len(x.WALData))
+				copy(data, x.WALData)
 				if l := parapply.LSN(x.WALStart); l > received {
 					received = l
 				}
@@ -690,26 +690,4 @@ func (s *SnapshotSlot) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.conn.Close(ctx)
-}
-
-// frameArena copies frames out of the connection's read buffer (which the
-// next message reuses) into shared blocks: one allocation per block instead
-// of one per frame. A block lives as long as any frame in it is held.
-type frameArena struct{ block []byte }
-
-const arenaBlock = 256 << 10
-
-func (a *frameArena) copy(b []byte) []byte {
-	if len(b) == 0 {
-		return []byte{} // not nil: a nil Data marks a keepalive
-	}
-	if len(b) > arenaBlock/8 {
-		return append([]byte(nil), b...)
-	}
-	if cap(a.block)-len(a.block) < len(b) {
-		a.block = make([]byte, 0, arenaBlock)
-	}
-	n := len(a.block)
-	a.block = append(a.block, b...)
-	return a.block[n:len(a.block):len(a.block)]
 }

@@ -56,10 +56,10 @@ type unitTxn struct {
 
 // WorkerStats are one worker's running totals.
 type WorkerStats struct {
-	// Units counts target transactions committed; Merged counts the units
-	// they held (several consecutive units may share one).
-	Units  atomic.Int64
-	Merged atomic.Int64
+	// Units counts target transactions committed; UnitsApplied counts the
+	// units they held (several consecutive units may share one).
+	Units        atomic.Int64
+	UnitsApplied atomic.Int64
 	// Busy is the time spent applying (nanoseconds).
 	Busy atomic.Int64
 	// DependencyWait is the time spent idle while transactions were in
@@ -213,7 +213,7 @@ func (p *pool) stop() {
 		if w.stats.Units.Load() == 0 {
 			continue
 		}
-		p.log.Info("worker's run", "worker", w.n, "units", w.stats.Merged.Load(), "target_transactions", w.stats.Units.Load(),
+		p.log.Info("worker's run", "worker", w.n, "units", w.stats.UnitsApplied.Load(), "target_transactions", w.stats.Units.Load(),
 			"busy", time.Duration(w.stats.Busy.Load()).Round(time.Millisecond),
 			"dependency_wait", time.Duration(w.stats.DependencyWait.Load()).Round(time.Millisecond),
 			"commit_order_wait", time.Duration(w.stats.CommitWait.Load()).Round(time.Millisecond), "retries", w.stats.Retries.Load())
@@ -581,7 +581,7 @@ func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
 	}
 	w.stats.Busy.Add(int64(time.Since(began)))
 	w.stats.Units.Add(1)
-	w.stats.Merged.Add(int64(len(b.ids)))
+	w.stats.UnitsApplied.Add(int64(len(b.ids)))
 	p.report(b, c)
 	if p.cfg.AheadOfOrder {
 		p.advance(ctx, w)

@@ -144,7 +144,7 @@ func (s *Subscriber) Status() Status {
 			wa := w.shown.Load()
 			apps = append(apps, wa)
 			ws := WorkerStatus{
-				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), UnitsApplied: w.stats.Merged.Load(), Rows: wa.Stats.Rows(),
+				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), UnitsApplied: w.stats.UnitsApplied.Load(), Rows: wa.Stats.Rows(),
 				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
 				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
 			}

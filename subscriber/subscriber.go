@@ -518,7 +518,7 @@ func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration)
 	if l.cur == nil {
 		return false, false, 0, 0, 0
 	}
-	return true, l.inTxn, len(l.cur.msgs), l.cur.bytes, time.Since(l.curOpen)
+	return true, l.inTxn, l.cur.changes, l.cur.bytes, time.Since(l.curOpen)
 }
 
 // quiet reports whether everything taken from the stream is committed; an
