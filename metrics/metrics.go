@@ -67,6 +67,9 @@ var (
 	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them).", "result")
 	seqFailDesc    = desc("sequence_sync_failing", "1 while the last sequence sync failed (the log says why).")
 	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
+	activeDesc     = desc("workers_active", "Workers applying now (0: the stream reader applies); with workers = auto, it changes with the load.")
+	switchesDesc   = desc("worker_switches_total", "Switches made by workers = auto between the stream reader and the workers.")
+	readShareDesc  = desc("read_wait_share", "With workers = auto: of the samples in which an applying session was active on the target, the share waiting on data reads (last judged window).")
 	wTxnsDesc      = desc("worker_transactions_total", "Source transactions applied by each worker.", "worker")
 	wUnitsDesc     = desc("worker_target_transactions_total", "Target transactions committed by each worker.", "worker")
 	wBatchDesc     = desc("worker_units_total", "Units (consecutive source transactions handed over together) applied by each worker; several share a target transaction when they are ready at once.", "worker")
@@ -88,7 +91,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -155,6 +158,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(inflightDesc, float64(st.StreamsInFlight))
 	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
 	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
+	gauge(activeDesc, float64(st.ActiveWorkers))
+	if st.AutoWorkers {
+		counter(switchesDesc, float64(st.WorkerSwitches))
+		gauge(readShareDesc, st.ReadWaitShare)
+	}
 	var retries [len(subscriber.RetryCauses)]int64
 	for _, w := range st.Workers {
 		n := strconv.Itoa(w.Worker)

@@ -54,6 +54,19 @@ type Record struct {
 	// (subscriber.FaultCauses); Sequences is the last sequence sync.
 	Faults    map[string]int64 `json:"faults,omitempty"`
 	Sequences *Sequences       `json:"sequences,omitempty"`
+	// Apply says who applies: the stream reader or workers, and with
+	// workers = auto why.
+	Apply *Apply `json:"apply,omitempty"`
+}
+
+// Apply is who applies in a Record: with workers = auto (Auto), the
+// workers applying now (0: the stream reader), the switches made, and the
+// read-wait share of the last judged window.
+type Apply struct {
+	Auto          bool    `json:"auto"`
+	WorkersActive int     `json:"workers_active"`
+	Switches      int64   `json:"switches"`
+	ReadWaitShare float64 `json:"read_wait_share"`
 }
 
 // Sequences is the last sequence sync in a Record.
@@ -70,6 +83,7 @@ type Sequences struct {
 type health struct {
 	Faults    map[string]int64 `json:"faults,omitempty"`
 	Sequences *Sequences       `json:"sequences,omitempty"`
+	Apply     *Apply           `json:"apply,omitempty"`
 }
 
 // Worker is one worker's figures in a Record.
@@ -133,6 +147,7 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		r.TxnsPerSecond = float64(st.Txns-prev.Txns) / elapsed.Seconds()
 		r.RowsPerSecond = float64(st.Rows-prev.Rows) / elapsed.Seconds()
 	}
+	r.Apply = &Apply{Auto: st.AutoWorkers, WorkersActive: st.ActiveWorkers, Switches: st.WorkerSwitches, ReadWaitShare: st.ReadWaitShare}
 	for _, w := range st.Workers {
 		r.Workers = append(r.Workers, Worker{Worker: w.Worker, SourceTxns: w.Txns, TargetTxns: w.Units, Units: w.UnitsApplied, Rows: w.Rows,
 			BusySeconds: w.Busy.Seconds(), DependencyWaitSecs: w.DependencyWait.Seconds(), CommitWaitSecs: w.CommitWait.Seconds(), Retries: w.Retries})
@@ -232,7 +247,7 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	if r.LastError != "" {
 		lastErr = &r.LastError
 	}
-	h, err := json.Marshal(health{r.Faults, r.Sequences})
+	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply})
 	if err != nil {
 		return err
 	}
@@ -305,7 +320,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		if err := json.Unmarshal([]byte(hl), &h); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
 		}
-		r.Faults, r.Sequences = h.Faults, h.Sequences
+		r.Faults, r.Sequences, r.Apply = h.Faults, h.Sequences, h.Apply
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}

@@ -54,8 +54,16 @@ type Status struct {
 	// Tables holds committed changes per published table, by name.
 	Tables []TableStatus
 	// Workers holds per-worker figures when transactions are applied by
-	// workers.
+	// workers (with AutoWorkers, once the pool was first opened).
 	Workers []WorkerStatus
+	// AutoWorkers is set with workers = auto; ActiveWorkers is how many
+	// workers apply now (0: the stream reader), WorkerSwitches how often
+	// auto switched, ReadWaitShare the share of the last judged window's
+	// active samples of the appliers' sessions that waited on data reads.
+	AutoWorkers    bool
+	ActiveWorkers  int
+	WorkerSwitches int64
+	ReadWaitShare  float64
 	// Copy is the initial copy's progress, once one has started.
 	Copy *tablesync.Progress
 	// SyncStandby is true while the publisher names parapply in its
@@ -132,6 +140,8 @@ func (s *Subscriber) Status() Status {
 	for i := range st.Reconnects {
 		st.Reconnects[i] = s.reconnects[i].Load()
 	}
+	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.activeWorkers.Load())
+	st.WorkerSwitches, st.ReadWaitShare = s.workerSwitches.Load(), math.Float64frombits(s.readShare.Load())
 	apps := []*apply.Applier{}
 	if ap != nil {
 		apps = append(apps, ap)

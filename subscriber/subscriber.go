@@ -50,6 +50,14 @@ type Config struct {
 	// Workers is the number of target connections applying transactions
 	// in parallel; 0 applies them on the stream reader's own connection.
 	Workers int
+	// AutoWorkers applies on the stream reader's connection while that is
+	// fastest, and on Workers workers while the target sessions wait on
+	// data reads (see tune.go); the choice is made again as the load
+	// changes.
+	AutoWorkers bool
+	// AutoSwitchEvery, with AutoWorkers, switches between the two every
+	// so often whatever the load: for tests of the switch itself.
+	AutoSwitchEvery time.Duration
 	// StreamWorkers bounds the streamed transactions applied as they
 	// arrive, each on a target connection of its own; others are applied
 	// at their commit. 0 applies every streamed transaction at its commit.
@@ -152,6 +160,12 @@ type Subscriber struct {
 	spilled                            atomic.Int64
 	inflight                           atomic.Int64
 	streamedInFlight, streamedAtCommit atomic.Int64
+	// With AutoWorkers: the workers applying now (0: the stream reader),
+	// the switches made, and the last read-wait share judged (float64
+	// bits; see tune.go).
+	activeWorkers  atomic.Int32
+	workerSwitches atomic.Int64
+	readShare      atomic.Uint64
 }
 
 // New returns a subscriber; Run starts it.
@@ -368,7 +382,8 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	}
 
 	var workers *pool
-	if s.cfg.Workers > 0 {
+	s.activeWorkers.Store(0)
+	if s.cfg.Workers > 0 && !s.cfg.AutoWorkers {
 		tcfg := s.cfg.Target
 		tcfg.AppName = s.targetName()
 		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
@@ -389,6 +404,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		s.mu.Lock()
 		s.pool = p
 		s.mu.Unlock()
+		s.activeWorkers.Store(int32(s.cfg.Workers))
 	}
 
 	spillDir, err := s.spillDir(src.SourceID(), app)
@@ -413,6 +429,22 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
 	l.pool = workers
+	if s.cfg.AutoWorkers && s.cfg.Workers > 0 {
+		tuned := make(chan struct{})
+		cc, pid := app.Conn().Config(), app.Conn().PgConn().PID()
+		go func() {
+			defer close(tuned)
+			s.tune(ctx, sctx, l, cc, pid)
+		}()
+		defer func() {
+			// The tuner may be opening the pool: it ends first.
+			cancel()
+			<-tuned
+			if p := l.autoPool.Load(); p != nil {
+				p.stop()
+			}
+		}()
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	defer func() {
@@ -462,6 +494,9 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 					return err
 				}
 			}
+			if err := l.retune(ctx); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -493,11 +528,15 @@ type loop struct {
 	streamConns streamConns
 	limits      GroupLimits
 	// With workers: the pool, and the unit being built.
-	pool    *pool
-	cur     *unit
-	curOpen time.Time
-	curTxn  int // msgs of cur that belong to complete transactions
-	keys    []schedule.Key
+	pool *pool
+	// With AutoWorkers: the pool once the tuner has opened it, and whether
+	// the tuner wants it used (see retune).
+	autoPool atomic.Pointer[pool]
+	wantPool atomic.Bool
+	cur      *unit
+	curOpen  time.Time
+	curTxn   int // msgs of cur that belong to complete transactions
+	keys     []schedule.Key
 }
 
 func (l *loop) poolFailed() <-chan struct{} {

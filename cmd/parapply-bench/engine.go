@@ -69,7 +69,7 @@ func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool) (*parap
 	if copyData {
 		cp = "on"
 	}
-	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", strconv.Itoa(workers)}
+	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", workersText(workers)}
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 

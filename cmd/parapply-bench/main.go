@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string) error {
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
 	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
-	workersFlag := fs.String("workers", "0", "parapply worker counts to measure, comma separated")
+	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated: 0 to 64, or auto (parapply's default)")
 	plot := fs.String("plot", "", "write PNG charts to this directory")
 	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
 	if err := fs.Parse(args); err != nil {
@@ -75,8 +75,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	for _, w := range splitList(*workersFlag) {
 		n, err := strconv.Atoi(w)
-		if err != nil || n < 0 || n > 64 {
-			return fmt.Errorf("invalid worker count %q (0 to 64)", w)
+		if w == "auto" {
+			n, err = autoWorkers, nil
+		}
+		if err != nil || n < autoWorkers || n > 64 {
+			return fmt.Errorf("invalid worker count %q (0 to 64, or auto)", w)
 		}
 		o.workers = append(o.workers, n)
 	}
@@ -148,7 +151,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 	}
 	var pubs, catchups, tps, busy, wcpu, tcpu, pcpu []float64
 	for i := 0; i < o.runs; i++ {
-		logf("%s / %s (workers %d): run %d of %d", w, e, workers, i+1, o.runs)
+		logf("%s / %s (workers %s): run %d of %d", w, e, workersText(workers), i+1, o.runs)
 		m, err := measure(ctx, o, workloads[w], e, workers)
 		res.PGVersion = m.pgVersion
 		if err != nil {
@@ -196,7 +199,7 @@ type result struct {
 	Workload     string    `json:"workload"`
 	Engine       string    `json:"engine"`
 	Method       string    `json:"method"`
-	Workers      int       `json:"workers"`
+	Workers      int       `json:"workers"` // autoWorkers: auto
 	CommitOrder  string    `json:"commit_order"`
 	Scale        float64   `json:"scale"`
 	Runs         int       `json:"runs"`
@@ -256,7 +259,7 @@ func printTable(rs []result) {
 		if r.BusyCores > 0 {
 			busy = strconv.FormatFloat(r.BusyCores, 'f', 2, 64)
 		}
-		fmt.Printf("%-17s %-9s %7d %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, r.Workers, r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
+		fmt.Printf("%-17s %-9s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}
 }
 
@@ -283,4 +286,14 @@ func contains(s []string, x string) bool {
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// autoWorkers stands for workers = auto among the worker counts.
+const autoWorkers = -1
+
+func workersText(n int) string {
+	if n == autoWorkers {
+		return "auto"
+	}
+	return strconv.Itoa(n)
 }

@@ -38,7 +38,11 @@ func writePlots(dir string, rs []result) error {
 			if workloads[w].method == methodLive {
 				y = r.SustainedTPS
 			}
-			if r.Engine == "builtin" {
+			if r.Engine == "builtin" || r.Workers == autoWorkers {
+				if r.Workers == autoWorkers {
+					c.RefLines = append(c.RefLines, chart.RefLine{Name: "parapply, workers = auto", Y: y})
+					continue
+				}
 				c.RefLines = append(c.RefLines, chart.RefLine{Name: "built-in subscription", Y: y})
 				continue
 			}
@@ -62,7 +66,7 @@ func writePlots(dir string, rs []result) error {
 			}
 			name := r.Engine
 			if r.Engine == "parapply" {
-				name = fmt.Sprintf("parapply, %d workers", r.Workers)
+				name = "parapply, workers " + workersText(r.Workers)
 			}
 			ls := chart.Series{Name: name}
 			for _, p := range r.Lag {

@@ -122,7 +122,11 @@ func liveLine(st, prev subscriber.Status, dt time.Duration) string {
 		for i, w := range st.Workers {
 			busy += w.Busy - prev.Workers[i].Busy
 		}
-		fmt.Fprintf(&b, "  workers %d, %.0f%% busy", n, 100*busy.Seconds()/secs/float64(n))
+		if st.AutoWorkers && st.ActiveWorkers == 0 {
+			b.WriteString("  workers auto: reader applies")
+		} else {
+			fmt.Fprintf(&b, "  workers %d, %.0f%% busy", n, 100*busy.Seconds()/secs/float64(n))
+		}
 	}
 	if q := st.QueueBytes + st.StreamBytes; q > 0 {
 		fmt.Fprintf(&b, "  queued %s", bytesText(q))

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,12 +41,20 @@ var demoTables = []string{"public.accounts", "public.events", "public.notes"}
 
 func demoCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	usageFor(fs, "parapply demo [--duration 10s] [--clients 4] [--workers 0]")
+	usageFor(fs, "parapply demo [--duration 10s] [--clients 4] [--workers auto]")
 	duration := fs.Duration("duration", 10*time.Second, "how long the publisher's workload runs")
 	clients := fs.Int("clients", 4, "concurrent writers on the publisher")
-	workers := fs.Int("workers", 0, "parapply's apply workers (0: the stream reader applies)")
+	workersFlag := fs.String("workers", "auto", "parapply's apply workers (0: the stream reader applies; auto: as 0 until reads wait, then 8)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	workers, auto := 8, true
+	if *workersFlag != "auto" {
+		n, err := strconv.Atoi(*workersFlag)
+		if err != nil || n < 0 || n > 64 {
+			return fmt.Errorf("invalid value for --workers: %q (0 to 64, or auto)", *workersFlag)
+		}
+		workers, auto = n, false
 	}
 	out := os.Stdout
 	fmt.Fprintln(out, "parapply demo: starting an embedded publisher and subscriber (the first run downloads PostgreSQL)...")
@@ -89,7 +98,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		// The publisher's existing accounts reach the empty subscriber by
 		// the initial copy.
 		CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true,
-		Workers: *workers,
+		Workers: workers, AutoWorkers: auto,
 	})
 	// Metrics and the status record, as parapply run has them.
 	ln, err := metrics.Listen("127.0.0.1:0")

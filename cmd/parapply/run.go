@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/parapply/parapply/apply"
@@ -83,8 +84,16 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	default:
 		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
 	}
-	if cfg.Workers, err = c.int("workers", 0); err != nil {
-		return cfg, err
+	if strings.EqualFold(strings.TrimSpace(c["workers"]), "auto") {
+		cfg.AutoWorkers = true
+		if cfg.Workers, err = c.int("max_workers", 1); err != nil {
+			return cfg, err
+		}
+		if cfg.Workers > 64 {
+			return cfg, fmt.Errorf("invalid value for max_workers: %d (1 to 64)", cfg.Workers)
+		}
+	} else if cfg.Workers, err = c.int("workers", 0); err != nil {
+		return cfg, fmt.Errorf("%w, or auto", err)
 	}
 	switch c["commit_order"] {
 	case subscriber.CommitPreserve, subscriber.CommitDependency:

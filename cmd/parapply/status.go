@@ -215,6 +215,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
 		fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
 		fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
+		if a := s.Apply; a != nil {
+			fmt.Fprintf(tw, "  applied by\t%s\n", applyText(*a))
+		}
 		if len(s.Faults) > 0 {
 			var parts []string
 			for _, c := range subscriber.FaultCauses {
@@ -266,6 +269,19 @@ func printStatus(w io.Writer, rep statusReport) {
 			tw.Flush()
 		}
 	}
+}
+
+// applyText says who applies: the stream reader or workers, and with
+// workers = auto what it saw.
+func applyText(a status.Apply) string {
+	who := "the stream reader's connection"
+	if a.WorkersActive > 0 {
+		who = fmt.Sprintf("%d workers", a.WorkersActive)
+	}
+	if !a.Auto {
+		return who
+	}
+	return fmt.Sprintf("%s (workers = auto: %d switches; %.0f%% of the appliers' active samples waited on data reads)", who, a.Switches, 100*a.ReadWaitShare)
 }
 
 func since(now, t time.Time) string {

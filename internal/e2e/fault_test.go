@@ -107,6 +107,9 @@ func (w *faultWriter) batch() *pgx.Batch {
 type faultRun struct {
 	workers int
 	order   string
+	// switching: workers = auto, switching between the reader and the
+	// workers every 20 ms whatever the load.
+	switching bool
 	// fault injects one fault; n counts from 1.
 	fault  func(t *testing.T, n int)
 	faults int
@@ -127,6 +130,9 @@ func (e *env) runFaults(t *testing.T, fr faultRun) {
 	e.exec(e.sub, `INSERT INTO customers SELECT g, 0, 'c' || g || '@example.org' FROM generate_series(1, 20) g`)
 	cfg := e.config("faults")
 	cfg.Workers, cfg.CommitOrder = fr.workers, fr.order
+	if fr.switching {
+		cfg.AutoWorkers, cfg.AutoSwitchEvery = true, 20*time.Millisecond
+	}
 	cfg.ReconnectTimeout = 2 * time.Minute
 	cfg.Source.DecodingWorkMem = "64kB"
 	cfg.Source.Streaming = true
@@ -227,10 +233,11 @@ func (e *env) reconnect() {
 }
 
 // faultMatrix is the worker counts and commit orders the fault tests run:
-// workers 0 and 4 (both orders) by default; PARAPPLY_FAULT_MATRIX=full
-// adds workers 8.
+// workers 0 and 4 (both orders), and workers = auto switching all the time,
+// by default; PARAPPLY_FAULT_MATRIX=full adds workers 8.
 func faultMatrix() []faultRun {
-	m := []faultRun{{workers: 0}, {workers: 4, order: subscriber.CommitPreserve}, {workers: 4, order: subscriber.CommitDependency}}
+	m := []faultRun{{workers: 0}, {workers: 4, order: subscriber.CommitPreserve}, {workers: 4, order: subscriber.CommitDependency},
+		{workers: 4, order: subscriber.CommitPreserve, switching: true}}
 	if os.Getenv("PARAPPLY_FAULT_MATRIX") == "full" {
 		m = append(m, faultRun{workers: 8, order: subscriber.CommitPreserve}, faultRun{workers: 8, order: subscriber.CommitDependency})
 	}
@@ -240,6 +247,9 @@ func faultMatrix() []faultRun {
 func (fr faultRun) name() string {
 	if fr.workers == 0 {
 		return "workers0"
+	}
+	if fr.switching {
+		return "auto" + strconv.Itoa(fr.workers) + "_switching_" + fr.order
 	}
 	return "workers" + strconv.Itoa(fr.workers) + "_" + fr.order
 }

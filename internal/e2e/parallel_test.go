@@ -22,22 +22,29 @@ func TestParallelAdversarial(t *testing.T) {
 		workers int
 		order   string
 		batches bool // default unit sizes: workers merge ready units
+		// switching: workers = auto, made to switch between the reader
+		// and the workers every few milliseconds whatever the load.
+		switching bool
 	}
 	var runs []run
 	for _, w := range []int{0, 1, 2, 4, 8} {
-		runs = append(runs, run{w, subscriber.CommitPreserve, false})
+		runs = append(runs, run{w, subscriber.CommitPreserve, false, false})
 	}
 	for _, w := range []int{2, 4, 8} {
-		runs = append(runs, run{w, subscriber.CommitDependency, false})
+		runs = append(runs, run{w, subscriber.CommitDependency, false, false})
 	}
 	for _, w := range []int{2, 8} {
-		runs = append(runs, run{w, subscriber.CommitPreserve, true}, run{w, subscriber.CommitDependency, true})
+		runs = append(runs, run{w, subscriber.CommitPreserve, true, false}, run{w, subscriber.CommitDependency, true, false})
 	}
+	runs = append(runs, run{4, subscriber.CommitPreserve, true, true}, run{4, subscriber.CommitDependency, true, true})
 	for _, rn := range runs {
 		workers := rn.workers
 		name := fmt.Sprintf("workers=%d/%s", workers, rn.order)
 		if rn.batches {
 			name += "/batches"
+		}
+		if rn.switching {
+			name += "/switching"
 		}
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, `CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL);
@@ -54,14 +61,20 @@ func TestParallelAdversarial(t *testing.T) {
 			cfg := e.config(fmt.Sprintf("adv%d", workers))
 			cfg.Workers = workers
 			cfg.CommitOrder = rn.order
+			if rn.switching {
+				cfg.AutoWorkers, cfg.AutoSwitchEvery = true, 5*time.Millisecond
+			}
 			if !rn.batches {
 				// One unit per source transaction, so that many are in
 				// flight at once.
 				cfg.Group.MaxChanges = 1
 			}
 			r := e.start(cfg)
-			if err := r.stop(); err != nil {
-				t.Fatal(err)
+			if !rn.switching {
+				// A backlog: applied after the last transaction is in.
+				if err := r.stop(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			ctx := context.Background()
 			const txns = 1200
@@ -114,14 +127,20 @@ func TestParallelAdversarial(t *testing.T) {
 				if n == txns/2 {
 					b.Queue("TRUNCATE scratch")
 				}
-				if n%100 == 0 {
+				if n%100 == 0 || rn.switching && n%10 == 0 {
 					if err := e.pub.SendBatch(ctx, b).Close(); err != nil {
 						t.Fatal(err)
 					}
 					b = &pgx.Batch{}
+					if rn.switching {
+						// Applied as it comes, while the run switches.
+						time.Sleep(3 * time.Millisecond)
+					}
 				}
 			}
-			r = e.start(cfg)
+			if !rn.switching {
+				r = e.start(cfg)
+			}
 			e.waitCaughtUp(r)
 			e.verify("hot", "uniq", "reborn", "parent", "child", "nokey", "scratch")
 			st := r.s.Status()
@@ -133,6 +152,14 @@ func TestParallelAdversarial(t *testing.T) {
 			t.Logf("%d source transactions in %d target transactions, %d workers (%d units in %d batches)", st.Txns, st.Groups, len(st.Workers), units, batches)
 			if !rn.batches && st.Groups < txns {
 				t.Errorf("only %d target transactions: the units were not small", st.Groups)
+			}
+			if rn.switching {
+				// Both ways, more than once, and both applied.
+				t.Logf("%d switches between the reader and the workers", st.WorkerSwitches)
+				if st.WorkerSwitches < 4 || units == 0 || st.Groups <= batches {
+					t.Errorf("%d switches, %d units applied by workers in %d of %d target transactions: the run did not apply both ways", st.WorkerSwitches, units, batches, st.Groups)
+				}
+				return
 			}
 			if rn.batches && units <= batches {
 				t.Errorf("%d units in %d target transactions: no worker put ready units together", units, batches)

@@ -1,0 +1,259 @@
+package subscriber
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// With workers = auto, a run applies on the stream reader's connection (no
+// workers: the least work per change, the fastest where the CPU is full)
+// until the target sessions applying for it are seen waiting on data reads
+// (a slow disk, data larger than memory); then on the pool of workers, whose
+// reads overlap one another. It goes back when the reads stop mattering.
+//
+// The signal is pg_stat_activity, sampled every tuneSample: of the samples
+// in which a session applying for the run (the reader's, the workers') is
+// active, the share waiting on a read (see tuneSQL). A session that is idle waits on
+// parapply, not on the server, and does not count; nor do waits on WAL,
+// locks or the client, which more workers would not shorten. The prefetch
+// sessions do not count either: reading is all they do, and from the
+// operating system's cache reads are short; what matters is whether the
+// appliers still wait once they have read ahead.
+
+// Tuning thresholds: a window of tuneWindow with at least tuneMinActive
+// active samples is judged; a read share of tuneToPool or more moves to the
+// pool after tuneToPoolWindows windows in a row (half a second: a catch-up
+// of a few seconds gains from the start), tuneBackWindows windows in a row (3 s) under tuneToLoop move back. The
+// gap between the two keeps a run from going back and forth.
+const (
+	tuneSample        = 10 * time.Millisecond
+	tuneWindow        = 250 * time.Millisecond
+	tuneMinActive     = 20
+	tuneToPool        = 0.30
+	tuneToLoop        = 0.10
+	tuneToPoolWindows = 2
+	tuneBackWindows   = 12
+)
+
+// tuneSQL counts, among the given backends, those active and those active
+// and waiting on a read: of a relation's page (DataFileRead,
+// DataFilePrefetch), of a temporary file (BufFileRead), or on a read
+// another process does for them (AioIoCompletion, PostgreSQL 18's
+// asynchronous I/O; BufferIO, a page another backend is reading in). The
+// names are compared in lower case: their case changed in PostgreSQL 17.
+const tuneSQL = `SELECT count(*) FILTER (WHERE state = 'active'),
+	count(*) FILTER (WHERE state = 'active' AND wait_event_type IN ('IO', 'IPC')
+		AND lower(wait_event) IN ('datafileread', 'datafileprefetch', 'buffileread', 'aioiocompletion', 'bufferio'))
+	FROM pg_catalog.pg_stat_activity WHERE pid = ANY($1)`
+
+// tuner decides, window by window, whether a run applies on workers. It is
+// pure: the sampler feeds it counts and acts on what it returns.
+type tuner struct {
+	pooled        bool
+	active, reads int
+	quietWindows  int
+	busyWindows   int
+	lastShare     float64
+	windowsJudged int
+}
+
+// add counts one sample: active sessions, and those of them waiting on a read.
+func (t *tuner) add(active, reads int) {
+	t.active += active
+	t.reads += reads
+}
+
+// judge ends a window and reports whether the run should now apply on
+// workers (pooled), and whether that is a change.
+func (t *tuner) judge() (pooled, changed bool) {
+	active, reads := t.active, t.reads
+	t.active, t.reads = 0, 0
+	if active < tuneMinActive {
+		// Too little applied to tell (caught up, or between loads).
+		return t.pooled, false
+	}
+	t.windowsJudged++
+	share := float64(reads) / float64(active)
+	t.lastShare = share
+	switch {
+	case !t.pooled && share >= tuneToPool:
+		t.quietWindows = 0
+		t.busyWindows++
+		if t.busyWindows >= tuneToPoolWindows {
+			t.pooled, t.busyWindows = true, 0
+			return true, true
+		}
+		return false, false
+	case t.pooled && share < tuneToLoop:
+		t.quietWindows++
+		if t.quietWindows >= tuneBackWindows {
+			t.pooled, t.quietWindows = false, 0
+			return false, true
+		}
+	default:
+		t.quietWindows, t.busyWindows = 0, 0
+	}
+	return t.pooled, false
+}
+
+// sampleReads runs tuneSQL on conn for the given backends.
+func sampleReads(ctx context.Context, conn *pgx.Conn, pids []uint32) (active, reads int, err error) {
+	err = conn.QueryRow(ctx, tuneSQL, pids).Scan(&active, &reads)
+	return active, reads, err
+}
+
+// tune runs beside a run with AutoWorkers: it samples the run's target
+// sessions, opens the pool the first time the tuner wants it (on runCtx,
+// the run's, so that it lives until the run ends), and tells the loop which
+// way to apply; the loop switches at its next safe point (retune). It ends
+// with ctx.
+//
+// The reader's connection config and backend are taken by the caller: the
+// loop's applier is the loop's alone.
+func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConfig, readerPID uint32) {
+	var t tuner
+	every := s.cfg.AutoSwitchEvery
+	var conn *pgx.Conn
+	if every <= 0 {
+		cc.RuntimeParams["application_name"] = s.targetName() + " tuner"
+		var err error
+		if conn, err = pgx.ConnectConfig(ctx, cc); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("workers = auto cannot open its connection to the target; applying on the stream reader's connection for this run", "error", err)
+			}
+			return
+		}
+		defer conn.Close(context.Background())
+	}
+	tick := time.NewTicker(tuneSample)
+	defer tick.Stop()
+	windowEnd := time.Now().Add(tuneWindow)
+	if every > 0 {
+		windowEnd = time.Now().Add(every)
+	}
+	var pids []uint32
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if every <= 0 {
+				pids = s.appliers(l, append(pids[:0], readerPID))
+				active, reads, err := sampleReads(ctx, conn, pids)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("workers = auto cannot sample the target's sessions; staying as it is for this run", "error", err)
+					}
+					return
+				}
+				t.add(active, reads)
+			}
+			if now.Before(windowEnd) {
+				continue
+			}
+			var pooled, changed bool
+			if every > 0 {
+				windowEnd = now.Add(every)
+				pooled, changed = !l.wantPool.Load(), true
+			} else {
+				windowEnd = now.Add(tuneWindow)
+				pooled, changed = t.judge()
+				s.readShare.Store(math.Float64bits(t.lastShare))
+				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "pooled", pooled)
+			}
+			if !changed {
+				continue
+			}
+			if pooled && l.autoPool.Load() == nil {
+				p, err := s.openAutoPool(runCtx, l)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("workers = auto cannot open its workers; applying on the stream reader's connection for this run", "workers", s.cfg.Workers, "error", err)
+					}
+					return
+				}
+				l.autoPool.Store(p)
+			}
+			logAt := slog.LevelInfo
+			if every > 0 {
+				logAt = slog.LevelDebug
+			}
+			s.log.Log(ctx, logAt, "workers = auto: switching", "workers", map[bool]int{true: s.cfg.Workers, false: 0}[pooled], "read_wait_share", math.Round(t.lastShare*100)/100)
+			l.wantPool.Store(pooled)
+		}
+	}
+}
+
+// appliers appends the backends of the workers once the pool is open.
+func (s *Subscriber) appliers(l *loop, pids []uint32) []uint32 {
+	if p := l.autoPool.Load(); p != nil {
+		for _, w := range p.workers {
+			pids = append(pids, w.app.Conn().PgConn().PID())
+		}
+	}
+	return pids
+}
+
+// openAutoPool opens the workers of workers = auto; they read ahead through
+// the stream reader's prefetcher, so that a run has one whichever applies.
+func (s *Subscriber) openAutoPool(ctx context.Context, l *loop) (*pool, error) {
+	tcfg := s.cfg.Target
+	tcfg.AppName = s.targetName()
+	tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
+	p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, s.cfg.Group, l.tracker, s.log)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range p.workers {
+		w.app.ShareReadAhead(l.app)
+	}
+	p.start(ctx)
+	s.mu.Lock()
+	s.pool = p
+	s.mu.Unlock()
+	return p, nil
+}
+
+// retune switches the loop between applying itself and handing units to
+// the pool when the tuner wants it and the loop is between transactions:
+// everything taken so far is committed first, so that the two never apply
+// at once.
+func (l *loop) retune(ctx context.Context) error {
+	want := l.wantPool.Load()
+	if want == (l.pool != nil) || l.inTxn || l.inStream || l.direct || !l.s.cfg.AutoWorkers {
+		return nil
+	}
+	var p *pool
+	if want {
+		if p = l.autoPool.Load(); p == nil {
+			return nil
+		}
+	}
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	if p != nil {
+		synced := l.app.Synced()
+		for _, w := range p.workers {
+			w.app.SetSynced(synced)
+			w.app.Warn = l.app.Warn
+		}
+		// Relations described while the loop applied; only the latest
+		// description of each matters.
+		for _, rel := range l.rels {
+			p.relation(rel)
+		}
+	}
+	l.pool = p
+	n := 0
+	if p != nil {
+		n = len(p.workers)
+	}
+	l.s.activeWorkers.Store(int32(n))
+	l.s.workerSwitches.Add(1)
+	return nil
+}
