@@ -313,7 +313,10 @@ func (a *Applier) ShareReadAhead(from *Applier) {
 // a chunk at a time while the run fills, and what is left when it becomes a
 // statement (final), unless that is a handful of rows.
 func (a *Applier) readAhead(r *run, final bool) {
-	if !a.cfg.Prefetch || !r.table.Large || (r.kind != 'U' && r.kind != 'D') {
+	if !a.cfg.Prefetch || !r.table.Large {
+		return
+	}
+	if r.kind != 'U' && r.kind != 'D' && (r.kind != 'I' || len(r.table.Probes) == 0) {
 		return
 	}
 	n := r.rows - r.ahead
@@ -334,6 +337,10 @@ func (a *Applier) readAhead(r *run, final bool) {
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
+		if r.kind == 'I' {
+			a.probe(pf, r, from, to)
+			continue
+		}
 		args := make([]any, r.split)
 		for i := range args {
 			args[i] = encodeTextArray(r.params[i][from:to])
@@ -341,6 +348,26 @@ func (a *Applier) readAhead(r *run, final bool) {
 		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from})
 	}
 	r.ahead = r.rows
+}
+
+// probe offers the values that rows from..to of an insert run take in
+// each probed column (Table.Probes) to the prefetcher.
+func (a *Applier) probe(pf *prefetcher, r *run, from, to int) {
+	for _, c := range r.table.Probes {
+		i := slices.Index(r.cols, c)
+		if i < 0 {
+			continue // not sent: the target's default goes in
+		}
+		sql, ok := r.table.probeSQL[c]
+		if !ok {
+			if r.table.probeSQL == nil {
+				r.table.probeSQL = map[int]string{}
+			}
+			sql = InsertProbeSQL(r.table, c)
+			r.table.probeSQL[c] = sql
+		}
+		pf.offer(prefetchJob{sql: sql, args: []any{encodeTextArray(r.params[i][from:to])}, rows: to - from})
+	}
 }
 
 // Relation records (or replaces, on a schema change) the description of a

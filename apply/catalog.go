@@ -71,12 +71,19 @@ type Table struct {
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
 	Triggers bool
+	// Probes are the published columns leading the table's large B-tree
+	// indexes (each larger than a quarter of shared_buffers, on a table
+	// larger than shared_buffers): an insert must read the leaf page where
+	// its value goes in each, likely from outside the buffer cache, so the
+	// prefetcher looks the values up first (see InsertProbeSQL).
+	Probes []int
 
 	// tally counts what reaches the table; pending holds the open
 	// group's changes by kind until it commits.
 	tally       *Tally
 	pending     [4]int64
-	prefetchSQL string // built on first use
+	prefetchSQL string         // built on first use
+	probeSQL    map[int]string // likewise, per probed column
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a
@@ -176,7 +183,44 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if err != nil {
 		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}
+	if t.Large && kind == "r" {
+		if err := loadProbes(ctx, conn, oid, t); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// loadProbes sets t.Probes: the published columns that lead a valid,
+// non-partial B-tree index of the table larger than a quarter of
+// shared_buffers (smaller ones stay in the cache), except columns filled
+// from a sequence (serial, identity): their new values all go to the
+// index's last leaf, which stays in the cache.
+func loadProbes(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT a.attname::text FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = $1 AND i.indisvalid AND i.indisready AND i.indpred IS NULL AND am.amname = 'btree'
+		AND pg_catalog.pg_relation_size(i.indexrelid) > pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')) / 4
+		AND a.attidentity = '' AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
+			AND pg_catalog.pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%')`, oid)
+	if err != nil {
+		return fmt.Errorf("reading index sizes of %s on the target: %w", t.Name, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("reading index sizes of %s on the target: %w", t.Name, err)
+	}
+	for _, n := range names {
+		for i, c := range t.Rel.Columns {
+			if c.Name == n {
+				t.Probes = append(t.Probes, i)
+			}
+		}
+	}
+	slices.Sort(t.Probes)
+	return nil
 }
 
 // CheckTables verifies, before anything is applied, that every published

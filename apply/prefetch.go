@@ -56,7 +56,7 @@ const prefetchQueue = 384
 // Config.PrefetchConns says otherwise: each reads one row after another (an
 // index lookup, then the heap page), so reads overlap only across
 // connections; on a disk where a read waits, that many reads are in flight.
-const DefaultPrefetchConns = 4
+const DefaultPrefetchConns = 8
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
@@ -193,5 +193,18 @@ func PrefetchSQL(t *Table) string {
 	unnest(&b, k, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", t.Key, k)
+	return b.String()
+}
+
+// InsertProbeSQL looks up, in the index that column c leads, the values
+// the parameter gives (a text array): the lookup reads the leaf pages
+// where inserts of those values will go, so that the insert finds them in
+// the buffer cache. What it finds does not matter.
+func InsertProbeSQL(t *Table, c int) string {
+	var b strings.Builder
+	b.WriteString("SELECT count(*) FROM " + t.Target() + " AS t, ")
+	unnest(&b, []string{"k1"}, false)
+	b.WriteString(" WHERE ")
+	keyMatch(&b, t, "t", []int{c}, []string{"k1"})
 	return b.String()
 }

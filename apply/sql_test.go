@@ -88,6 +88,8 @@ func sqlCases() []sqlCase {
 		{"simple_update", UpdateSQL(s, s.Key, []int{1}), 2},
 		{"simple_update_key_change", UpdateSQL(s, s.Key, []int{0, 1}), 3},
 		{"simple_delete", DeleteSQL(s, s.Key), 1},
+		{"simple_prefetch", PrefetchSQL(s), 1},
+		{"simple_insert_probe", InsertProbeSQL(s, 1), 1},
 
 		{"composite_insert", InsertSQL(c, []int{0, 1, 2}), 3},
 		{"composite_insert_partial", InsertSQL(c, []int{0, 1}), 2},

@@ -55,7 +55,7 @@ var (
 	stmtsDesc      = desc("statements_total", "Set-based statements executed on the target.")
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
-	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connection.")
+	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connections, and values of coming inserts looked up in large indexes.")
 	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead because the prefetch connection was still busy.")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")

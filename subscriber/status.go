@@ -41,7 +41,8 @@ type Status struct {
 	Inserts, Updates, Deletes int64
 	Statements, Replays       int64
 	// Prefetched counts the rows read ahead for coming updates and
-	// deletes; PrefetchDropped those offered while the prefetcher was busy.
+	// deletes, and the values of coming inserts looked up in large
+	// indexes; PrefetchDropped those offered while the prefetcher was busy.
 	Prefetched, PrefetchDropped int64
 	// QueueBytes holds the bytes of transactions handed to workers and not
 	// yet committed; StreamBytes those of streamed transactions received

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,7 +82,21 @@ var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
 func measure(ctx context.Context, o options, w workload, engineName string, workers int) (m measurement, err error) {
-	sub := pgtest.Options{Settings: w.subSettings}
+	sub := pgtest.Options{Settings: maps.Clone(w.subSettings)}
+	// Developer aid: PARAPPLY_BENCH_SUB_SETTINGS="name=value,..." adds
+	// subscriber server settings (for example io_workers=16), to find out
+	// what bounds a cell; published figures use the servers' defaults.
+	for _, kv := range splitList(os.Getenv("PARAPPLY_BENCH_SUB_SETTINGS")) {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return m, fmt.Errorf("PARAPPLY_BENCH_SUB_SETTINGS: %q is not name=value", kv)
+		}
+		if sub.Settings == nil {
+			sub.Settings = map[string]string{}
+		}
+		sub.Settings[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		logf("subscriber setting %s = %s (PARAPPLY_BENCH_SUB_SETTINGS)", name, value)
+	}
 	if delay := cmp.Or(o.readDelay, w.readDelay); delay > 0 {
 		if sub.Env, err = pgtest.ReadDelayEnv(delay); err != nil {
 			return m, err

@@ -32,3 +32,30 @@ func TestPrefetch(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchInsertProbes inserts into a table whose secondary index is
+// larger than a quarter of the target's shared_buffers: the prefetcher
+// looks up each new row's value in that index first (the leaf page the
+// insert will write), on one applier and on workers; the target ends equal
+// to the publisher.
+func TestPrefetchInsertProbes(t *testing.T) {
+	for _, workers := range []int{0, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			e := newEnvSettings(t, `CREATE TABLE ins (id int PRIMARY KEY, sk int, pad text); CREATE INDEX ins_sk ON ins (sk)`, nil, map[string]string{"shared_buffers": "2MB"})
+			e.both(`INSERT INTO ins SELECT g, (g * 7919) % 60000, repeat('p', 200) FROM generate_series(1, 60000) g`)
+			cfg := e.config("probes")
+			cfg.Workers = workers
+			cfg.Target.Prefetch = true
+			r := e.start(cfg)
+			e.exec(e.pub, `INSERT INTO ins SELECT g, (g::bigint * 104729) % 60000, 'new' FROM generate_series(60001, 66000) g`)
+			e.exec(e.pub, `BEGIN; INSERT INTO ins SELECT g, NULL, 'null' FROM generate_series(66001, 66500) g; INSERT INTO ins (id) VALUES (70000); COMMIT`)
+			e.waitCaughtUp(r)
+			e.verify("public.ins")
+			st := r.s.Status()
+			t.Logf("looked up %d values ahead, dropped %d", st.Prefetched, st.PrefetchDropped)
+			if st.Prefetched == 0 {
+				t.Fatalf("no inserted value was looked up ahead (%d dropped)", st.PrefetchDropped)
+			}
+		})
+	}
+}
