@@ -1311,9 +1311,9 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 			return c, fmt.Errorf("%sof source transaction %d on the target: %w", verb, txn.XID, err)
 		}
 		if commit {
-			var done bool
-			if err := a.conn.QueryRow(ctx, progress.PreparedDoneSQL, a.cfg.Slot, gid).Scan(&done); err != nil {
-				return c, fmt.Errorf("reading parapply.prepared: %w", err)
+			done, err := progress.PreparedDone(ctx, a.conn, a.cfg.Slot, gid)
+			if err != nil {
+				return c, err
 			}
 			if !done {
 				return c, fmt.Errorf("source transaction %d (%s) is to be committed, but the target holds no prepared transaction %s and never committed it: it was lost (was it rolled back by hand with ROLLBACK PREPARED?); re-sync the target", txn.XID, txn.CommitLSN, gid)
@@ -1326,7 +1326,7 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 	}
 	a.Begin(txn)
 	a.End(end)
-	a.queue(progress.ForgetPreparedSQL, "forgetting the prepared transaction", -1, a.cfg.Slot, gid)
+	a.queueProgress(progress.ForgetPrepared(a.cfg.Slot, gid), "forgetting the prepared transaction")
 	err := a.end(ctx, &c, "")
 	return c, err
 }
@@ -1349,6 +1349,11 @@ func (a *Applier) Busy() (bool, error) {
 	}
 }
 
+// queueProgress queues a statement of package progress.
+func (a *Applier) queueProgress(st progress.Statement, what string) {
+	a.queue(st.SQL, what, -1, st.Args...)
+}
+
 // queueEnd queues the group's last statements and its end: the progress
 // row and COMMIT, or, with a gid, a row of parapply.prepared and PREPARE
 // TRANSACTION (the progress row is left alone: its lock would be held until
@@ -1363,14 +1368,14 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 		return err
 	}
 	if gid != "" {
-		a.queue(progress.RecordPreparedSQL, "recording the prepared transaction", -1, a.cfg.Slot, gid, int64(g.last.XID), g.last.CommitLSN.String(), g.end.String())
+		a.queueProgress(progress.RecordPrepared(a.cfg.Slot, gid, g.last.XID, g.last.CommitLSN, g.end), "recording the prepared transaction")
 		a.ops = append(a.ops, op{sql: "PREPARE TRANSACTION " + parapply.QuoteLiteral(gid), what: "PREPARE TRANSACTION", rows: -1})
 		c.Durable = true // a PREPARE is flushed before it returns
 	} else {
 		if a.cfg.AheadOfOrder {
-			a.queue(progress.RecordAppliedSQL, "recording the applied transactions", -1, a.cfg.Slot, g.first.CommitLSN.String(), g.last.CommitLSN.String(), g.end.String())
+			a.queueProgress(progress.RecordApplied(a.cfg.Slot, g.first.CommitLSN, g.last.CommitLSN, g.end), "recording the applied transactions")
 		} else {
-			a.queue(progress.UpdateSQL, "progress update", -1, a.cfg.Slot, g.last.CommitLSN.String(), g.end.String(), int64(g.last.XID), g.last.CommitTime)
+			a.queueProgress(progress.Update(a.cfg.Slot, g.last.CommitLSN, g.end, g.last.XID, g.last.CommitTime), "progress update")
 		}
 		c.Durable = a.syncCommit
 		if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {

@@ -62,20 +62,65 @@ COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions co
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
 COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
 
-// UpdateSQL records a transaction as applied; it runs inside the applying
-// transaction. Parameters: slot, commit LSN, end LSN, xid, commit time.
-const UpdateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
+// Statement is a statement of this package's for another session's
+// pipeline: its text and parameters, so that the applier sends it inside
+// the transaction it belongs to, without building that SQL itself.
+type Statement struct {
+	SQL  string
+	Args []any
+}
 
-// RecordAppliedSQL records, inside the applying transaction, a group of
-// source transactions committed while earlier ones may not be (commit_order
-// = dependency): the progress row cannot say so, since it holds one
-// position. Parameters: slot, first and last commit LSN, end LSN.
-const RecordAppliedSQL = `INSERT INTO parapply.applied (slot_name, commit_lsn, last_commit_lsn, end_lsn) VALUES ($1, $2::text::pg_lsn, $3::text::pg_lsn, $4::text::pg_lsn)`
+// Update records a transaction (the last of a group) as applied; it runs
+// inside the applying transaction.
+func Update(slot string, commitLSN, end parapply.LSN, xid parapply.XID, commitTime time.Time) Statement {
+	return Statement{updateSQL, []any{slot, commitLSN.String(), end.String(), int64(xid), commitTime}}
+}
 
-// AdvanceSQL moves the progress row to a transaction every earlier one of
-// which is applied, never backwards, and forgets the groups it covers.
+// RecordApplied records, inside the applying transaction, a group of source
+// transactions committed while earlier ones may not be (commit_order =
+// dependency): the progress row cannot say so, since it holds one position.
+func RecordApplied(slot string, first, last, end parapply.LSN) Statement {
+	return Statement{recordAppliedSQL, []any{slot, first.String(), last.String(), end.String()}}
+}
+
+// RecordPrepared notes, inside a transaction being prepared, which source
+// transaction it is.
+func RecordPrepared(slot, gid string, xid parapply.XID, prepareLSN, end parapply.LSN) Statement {
+	return Statement{recordPreparedSQL, []any{slot, gid, int64(xid), prepareLSN.String(), end.String()}}
+}
+
+// ForgetPrepared drops the row of a prepared transaction, inside the
+// transaction that commits it.
+func ForgetPrepared(slot, gid string) Statement {
+	return Statement{forgetPreparedSQL, []any{slot, gid}}
+}
+
+// Advance moves the progress row to a transaction every earlier one of
+// which is applied, never backwards, and forgets the groups of
+// parapply.applied it covers; it runs as a transaction of its own.
+func Advance(ctx context.Context, conn *pgx.Conn, slot string, commitLSN, end parapply.LSN, xid parapply.XID, commitTime time.Time) error {
+	_, err := conn.Exec(ctx, advanceSQL, slot, commitLSN.String(), end.String(), int64(xid), commitTime)
+	return err
+}
+
+// PreparedDone tells whether the prepared transaction gid committed: its
+// row of parapply.prepared is visible only then.
+func PreparedDone(ctx context.Context, conn *pgx.Conn, slot, gid string) (bool, error) {
+	var done bool
+	if err := conn.QueryRow(ctx, preparedDoneSQL, slot, gid).Scan(&done); err != nil {
+		return false, fmt.Errorf("reading %s.prepared: %w", Schema, err)
+	}
+	return done, nil
+}
+
 // Parameters: slot, commit LSN, end LSN, xid, commit time.
-const AdvanceSQL = `WITH moved AS (UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now()
+const updateSQL = `UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now() WHERE slot_name = $1`
+
+// Parameters: slot, first and last commit LSN, end LSN.
+const recordAppliedSQL = `INSERT INTO parapply.applied (slot_name, commit_lsn, last_commit_lsn, end_lsn) VALUES ($1, $2::text::pg_lsn, $3::text::pg_lsn, $4::text::pg_lsn)`
+
+// Parameters: slot, commit LSN, end LSN, xid, commit time.
+const advanceSQL = `WITH moved AS (UPDATE parapply.progress SET commit_lsn = $2::text::pg_lsn, end_lsn = $3::text::pg_lsn, source_xid = $4, commit_time = $5, applied_at = now()
 		WHERE slot_name = $1 AND commit_lsn < $2::text::pg_lsn RETURNING 1)
 	DELETE FROM parapply.applied WHERE slot_name = $1 AND last_commit_lsn <= $2::text::pg_lsn`
 
@@ -111,16 +156,14 @@ func ReadApplied(ctx context.Context, conn *pgx.Conn, slot string) ([]Range, err
 	return out, rows.Err()
 }
 
-// RecordPreparedSQL notes, inside a transaction being prepared, which
-// source transaction it is. Parameters: slot, gid, xid, prepare LSN, end LSN.
-const RecordPreparedSQL = `INSERT INTO parapply.prepared (slot_name, gid, source_xid, prepare_lsn, end_lsn) VALUES ($1, $2, $3, $4::text::pg_lsn, $5::text::pg_lsn)`
+// Parameters: slot, gid, xid, prepare LSN, end LSN.
+const recordPreparedSQL = `INSERT INTO parapply.prepared (slot_name, gid, source_xid, prepare_lsn, end_lsn) VALUES ($1, $2, $3, $4::text::pg_lsn, $5::text::pg_lsn)`
 
-// PreparedDoneSQL tells whether a prepared transaction committed: its row
-// is visible only then. Parameters: slot, gid.
-const PreparedDoneSQL = `SELECT EXISTS (SELECT 1 FROM parapply.prepared WHERE slot_name = $1 AND gid = $2)`
+// Parameters: slot, gid.
+const preparedDoneSQL = `SELECT EXISTS (SELECT 1 FROM parapply.prepared WHERE slot_name = $1 AND gid = $2)`
 
-// ForgetPreparedSQL drops the row of a finished prepared transaction.
-const ForgetPreparedSQL = `DELETE FROM parapply.prepared WHERE slot_name = $1 AND gid = $2`
+// Parameters: slot, gid.
+const forgetPreparedSQL = `DELETE FROM parapply.prepared WHERE slot_name = $1 AND gid = $2`
 
 // Applied reports whether the progress row (or parapply.applied) says the
 // transaction committed at commitLSN has been applied: after a connection died during COMMIT, whether

@@ -650,7 +650,7 @@ func (p *pool) advance(ctx context.Context, w *worker) {
 	}
 	p.advancing = true
 	p.mu.Unlock()
-	_, err := w.app.Conn().Exec(ctx, progress.AdvanceSQL, p.cfg.Slot, m.txn.CommitLSN.String(), m.end.String(), int64(m.txn.XID), m.txn.CommitTime)
+	err := progress.Advance(ctx, w.app.Conn(), p.cfg.Slot, m.txn.CommitLSN, m.end, m.txn.XID, m.txn.CommitTime)
 	p.mu.Lock()
 	p.advancing, p.lastAdvance = false, time.Now()
 	if err == nil {
