@@ -122,8 +122,8 @@ type pool struct {
 	// Commits reach the tracker in source order: those made ahead of
 	// earlier units (commit_order = dependency) wait in reports until
 	// every earlier one is in.
-	reports    map[schedule.ID]pendingReport
-	nextReport schedule.ID
+	reports *schedule.InOrder[pendingReport]
+	out     []pendingReport
 	// mark is the last transaction reported; the progress row is moved
 	// to it now and then (advance), when units commit ahead of order.
 	mark        unitTxn
@@ -152,7 +152,7 @@ type worker struct {
 // openPool connects n workers to the target with open.
 func openPool(ctx context.Context, open func(context.Context, apply.Config, bool) (*apply.Applier, error), cfg apply.Config, n int, limits GroupLimits, tracker *progress.Tracker, log *slog.Logger) (*pool, error) {
 	p := &pool{sched: schedule.New(), units: map[schedule.ID]*unit{}, maxBytes: 4 * limits.MaxBytes, failed: make(chan struct{}), tracker: tracker, cfg: cfg, log: log,
-		reports: map[schedule.ID]pendingReport{}, nextReport: 1, lastAdvance: time.Now(),
+		reports: schedule.NewInOrder[pendingReport](), lastAdvance: time.Now(),
 		batchMax: min(limits.MaxChanges, defaultBatchMax), chainMax: limits.MaxChanges, batchBytes: limits.MaxBytes}
 	p.cond = sync.NewCond(&p.mu)
 	p.work = sync.NewCond(&p.mu)
@@ -623,17 +623,11 @@ func (p *pool) report(b *batch, c apply.Committed) {
 		last := b.units[i].txns[len(b.units[i].txns)-1]
 		uc := c
 		uc.End, uc.CommitTime = last.end, last.txn.CommitTime
-		p.reports[id] = pendingReport{uc, last}
-	}
-	for {
-		r, ok := p.reports[p.nextReport]
-		if !ok {
-			return
+		p.out = p.reports.Put(id, pendingReport{uc, last}, p.out[:0])
+		for _, r := range p.out {
+			record(p.tracker, r.c)
+			p.mark = r.last
 		}
-		delete(p.reports, p.nextReport)
-		p.nextReport++
-		record(p.tracker, r.c)
-		p.mark = r.last
 	}
 }
 
