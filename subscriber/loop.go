@@ -1,0 +1,305 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/pgoutput"
+	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/schedule"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/spill"
+)
+
+type loop struct {
+	s         *Subscriber
+	app       *apply.Applier
+	tracker   *progress.Tracker
+	dec       pgoutput.Decoder
+	skipBelow parapply.LSN // commit LSN of the last transaction already applied
+	// ahead are transactions past skipBelow applied before a restart
+	// (commit_order = dependency), by commit LSN, in order.
+	ahead     []progress.Range
+	skipping  bool
+	txn       apply.Txn
+	streams   map[parapply.XID]*stream
+	streamXID parapply.XID
+	inStream  bool
+	inTxn     bool
+	// direct is set while a transaction prepared for two-phase commit is
+	// applied on the reader's own connection, with workers or not.
+	direct   bool
+	spillDir string
+	// rels holds the latest description of every relation, for appliers
+	// that start mid-stream.
+	rels map[uint32]*parapply.Relation
+	// streamConns keeps target connections for streamed transactions
+	// between them.
+	streamConns streamConns
+	limits      GroupLimits
+	// With workers: the pool, and the unit being built.
+	pool *pool
+	// With AutoWorkers: the pool once the tuner has opened it, and whether
+	// the tuner wants it used (see retune).
+	autoPool atomic.Pointer[pool]
+	wantPool atomic.Bool
+	cur      *unit
+	curOpen  time.Time
+	curTxn   int // msgs of cur that belong to complete transactions
+	keys     []schedule.Key
+}
+
+func (l *loop) poolFailed() <-chan struct{} {
+	if l.pool == nil {
+		return nil
+	}
+	return l.pool.failed
+}
+
+// group describes the source transactions taken but not yet committed (or,
+// with workers, not yet handed over): whether there are any, whether one is
+// still open, and their size and age.
+func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration) {
+	if l.pool == nil {
+		_, changes, bytes, age = l.app.GroupSize()
+		return l.app.InGroup(), l.app.InTxn(), changes, bytes, age
+	}
+	if l.cur == nil {
+		return false, false, 0, 0, 0
+	}
+	return true, l.inTxn, l.cur.changes, l.cur.bytes, time.Since(l.curOpen)
+}
+
+// quiet reports whether everything taken from the stream is committed; an
+// error is that of a commit that failed.
+func (l *loop) quiet() (bool, error) {
+	if l.pool == nil {
+		if l.app.InGroup() {
+			return false, nil
+		}
+		busy, err := l.app.Busy()
+		return !busy && err == nil, err
+	}
+	return l.cur == nil && l.pool.idle(), nil
+}
+
+func (l *loop) checkFlush(ctx context.Context) error {
+	if open, _, _, _, _ := l.group(); open || !l.tracker.NeedsFlush() {
+		return nil
+	}
+	if l.app.SyncCommit() {
+		l.tracker.AllDurable()
+		return nil
+	}
+	_, flushed, err := l.app.WALPositions(ctx)
+	if err != nil {
+		return err
+	}
+	l.tracker.Flushed(flushed)
+	return nil
+}
+
+func (l *loop) frame(ctx context.Context, f source.Frame) error {
+	if f.Data == nil {
+		if l.inStream {
+			return nil
+		}
+		quiet, err := l.quiet()
+		if quiet {
+			l.tracker.Reached(f.WALStart)
+		}
+		return err
+	}
+	if uint64(f.WALStart) > l.s.received.Load() {
+		l.s.received.Store(uint64(f.WALStart))
+	}
+	if xid, ok := l.dec.PeekStreamedChange(f.Data); ok {
+		// Stored as received; decoded when applied.
+		return l.spillChange(ctx, l.streams[l.streamXID], xid, f)
+	}
+	m, err := l.dec.Decode(f.Data)
+	if err != nil {
+		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
+	}
+	if l.inStream {
+		return l.streamed(ctx, m, f)
+	}
+	return l.dispatch(ctx, m)
+}
+
+func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
+	switch m := m.(type) {
+	case *pgoutput.Begin:
+		return l.begin(apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime})
+	case *pgoutput.Commit:
+		return l.commit(ctx, m.EndLSN)
+	case *pgoutput.RelationMessage:
+		rel := m.Relation
+		if err := l.app.Relation(ctx, &rel); err != nil {
+			return err
+		}
+		l.rels[rel.ID] = &rel
+		if l.pool != nil {
+			l.pool.relation(&m.Relation)
+			if l.cur != nil {
+				l.cur.msgs = append(l.cur.msgs, m)
+			}
+		}
+		return nil
+	case *pgoutput.Insert, *pgoutput.Update, *pgoutput.Delete, *pgoutput.Truncate:
+		if l.skipping {
+			return nil
+		}
+		if l.pool != nil && !l.direct {
+			return l.take(m)
+		}
+		return applyChange(ctx, l.app, m)
+	case *pgoutput.Origin, *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
+		// Origins and logical messages are informational for a
+		// subscriber; types are taken from the target's catalog.
+		return nil
+	case *pgoutput.StreamStart:
+		l.inStream, l.streamXID = true, m.XID
+		st := l.streams[m.XID]
+		if st == nil {
+			log, err := spill.Create(l.spillDir)
+			if err != nil {
+				return err
+			}
+			st = &stream{log: log, first: map[parapply.XID]int64{}}
+			l.streams[m.XID] = st
+		}
+		st.settled = false
+		return nil
+	case *pgoutput.StreamCommit:
+		return l.streamCommit(ctx, m)
+	case *pgoutput.StreamAbort:
+		l.streamAbort(m)
+		return nil
+	case *pgoutput.StreamStop:
+		return nil
+	case *pgoutput.BeginPrepare:
+		return l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime})
+	case *pgoutput.Prepare:
+		return l.prepare(ctx, m.XID, m.EndLSN)
+	case *pgoutput.StreamPrepare:
+		return l.streamPrepare(ctx, (*pgoutput.Prepare)(m))
+	case *pgoutput.CommitPrepared:
+		return l.finishPrepared(ctx, true, apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}, m.EndLSN)
+	case *pgoutput.RollbackPrepared:
+		return l.finishPrepared(ctx, false, apply.Txn{XID: m.XID, CommitLSN: m.PrepareEndLSN, CommitTime: m.RollbackTime}, m.RollbackEndLSN)
+	default:
+		return fmt.Errorf("unexpected %T message (protocol error)", m)
+	}
+}
+
+// applied reports whether the transaction committed at commitLSN was
+// applied before this run started. Transactions arrive in commit order, so
+// ranges behind it are dropped as it goes.
+func (l *loop) applied(commitLSN parapply.LSN) bool {
+	if commitLSN <= l.skipBelow {
+		return true
+	}
+	for len(l.ahead) > 0 && l.ahead[0].Last < commitLSN {
+		l.ahead = l.ahead[1:]
+	}
+	return len(l.ahead) > 0 && l.ahead[0].First <= commitLSN
+}
+
+func (l *loop) begin(txn apply.Txn) error {
+	if l.inTxn {
+		return fmt.Errorf("BEGIN of transaction %d inside transaction %d (protocol error)", txn.XID, l.txn.XID)
+	}
+	l.txn, l.inTxn = txn, true
+	l.skipping = l.applied(txn.CommitLSN)
+	if l.skipping {
+		return nil
+	}
+	if l.pool != nil {
+		if l.cur == nil {
+			l.cur, l.curOpen = &unit{relSeq: l.pool.relSeq()}, time.Now()
+		}
+		return nil
+	}
+	l.app.Begin(txn)
+	return nil
+}
+
+func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
+	l.inTxn = false
+	if l.skipping {
+		l.skipping = false
+		if quiet, err := l.quiet(); err != nil {
+			return err
+		} else if !quiet {
+			// Not expected (skipped transactions precede applied ones), but
+			// the tracker must never pass an uncommitted group.
+			if open, _, _, _, _ := l.group(); open {
+				if err := l.commitGroup(ctx); err != nil {
+					return err
+				}
+			}
+			var err error
+			if l.pool != nil {
+				err = l.pool.drain()
+			} else {
+				err = l.app.Wait()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		l.tracker.Reached(end)
+		return nil
+	}
+	if l.pool != nil {
+		l.cur.txns = append(l.cur.txns, unitTxn{txn: l.txn, end: end, upto: len(l.cur.msgs)})
+	} else {
+		l.app.End(end)
+	}
+	_, _, changes, bytes, age := l.group()
+	maxChanges := l.limits.MaxChanges
+	if l.pool != nil {
+		// Small units: workers find independent ones, and merge
+		// consecutive ready ones into batches of their own size.
+		maxChanges = min(maxChanges, unitMaxChanges)
+	}
+	if maxChanges <= 1 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
+		return l.commitGroup(ctx)
+	}
+	return nil
+}
+
+// commitGroup commits the source transactions taken so far as one target
+// transaction: itself, or with workers by handing them over as one unit.
+func (l *loop) commitGroup(ctx context.Context) error {
+	if l.pool != nil {
+		u := l.cur
+		l.cur = nil
+		if u == nil || len(u.txns) == 0 {
+			return nil
+		}
+		return l.pool.add(u)
+	}
+	// The target commits while the next group is built; the tracker hears
+	// of it when it is done (commits on one connection finish in order).
+	return l.app.CommitAsync(ctx, func(c apply.Committed) { record(l.tracker, c) })
+}
+
+// settle commits everything taken from the stream so far (with workers:
+// hands it over and waits until it is committed).
+func (l *loop) settle(ctx context.Context) error {
+	if open, inTxn, _, _, _ := l.group(); open && !inTxn {
+		if err := l.commitGroup(ctx); err != nil {
+			return err
+		}
+	}
+	if l.pool != nil {
+		return l.pool.drain()
+	}
+	return l.app.Wait()
+}

@@ -1,0 +1,110 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/pgoutput"
+)
+
+// Two-phase transactions (two_phase = on). A prepared transaction is
+// applied alone on the reader's connection, after everything before it has
+// committed, and ends with PREPARE TRANSACTION under a gid of parapply's
+// own; COMMIT PREPARED or ROLLBACK PREPARED follow when the publisher sends
+// them. The progress row moves at COMMIT PREPARED (a prepared transaction
+// holding its lock would stall every later commit); a PREPARE the publisher
+// sends again after a restart is recognized by its gid in
+// pg_prepared_xacts.
+
+// preparedGID names a source transaction's prepared transaction on the
+// target.
+func (l *loop) preparedGID(xid parapply.XID) string {
+	return fmt.Sprintf("parapply_%s_%d", l.s.cfg.Source.Slot, xid)
+}
+
+func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	if err := l.begin(txn); err != nil {
+		return err
+	}
+	if !l.skipping {
+		var exists bool
+		err := l.app.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = $1)", l.preparedGID(txn.XID)).Scan(&exists)
+		if err != nil {
+			return fmt.Errorf("reading pg_prepared_xacts on the target: %w", err)
+		}
+		l.skipping = exists // prepared before a restart
+	}
+	if l.skipping || l.pool == nil {
+		return nil
+	}
+	// With workers, begin opened a unit; this transaction is the
+	// reader's own.
+	l.cur = nil
+	l.direct = true
+	l.app.Begin(txn)
+	return nil
+}
+
+func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) error {
+	l.inTxn = false
+	l.direct = false
+	if l.skipping {
+		l.skipping = false
+		l.tracker.Reached(end)
+		return nil
+	}
+	l.app.End(end)
+	c, err := l.app.PrepareTransaction(ctx, l.preparedGID(xid))
+	if err != nil {
+		return err
+	}
+	record(l.tracker, c)
+	return nil
+}
+
+// streamPrepare prepares a streamed transaction: it is applied from its
+// spill file (what was applied in flight is rolled back) and prepared.
+func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
+	st := l.streams[m.XID]
+	if err := l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}); err != nil {
+		return err
+	}
+	if st != nil {
+		defer l.dropStream(m.XID, st)
+		if f := st.inflight; f != nil {
+			st.inflight = nil
+			f.abort()
+		}
+		if !l.skipping {
+			if err := l.replay(ctx, m.XID, st); err != nil {
+				return err
+			}
+		}
+	}
+	return l.prepare(ctx, m.XID, m.EndLSN)
+}
+
+func (l *loop) finishPrepared(ctx context.Context, commit bool, txn apply.Txn, end parapply.LSN) error {
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	if commit && l.applied(txn.CommitLSN) {
+		l.tracker.Reached(end)
+		return nil
+	}
+	c, err := l.app.FinishPrepared(ctx, l.preparedGID(txn.XID), commit, txn, end)
+	if err != nil {
+		return err
+	}
+	if !commit {
+		l.tracker.Reached(end)
+		return nil
+	}
+	record(l.tracker, c)
+	return nil
+}
