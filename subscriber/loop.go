@@ -10,7 +10,6 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/progress"
-	"github.com/parapply/parapply/schedule"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/spill"
 )
@@ -30,10 +29,7 @@ type loop struct {
 	streamXID parapply.XID
 	inStream  bool
 	inTxn     bool
-	// direct is set while a transaction prepared for two-phase commit is
-	// applied on the reader's own connection, with workers or not.
-	direct   bool
-	spillDir string
+	spillDir  string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
 	rels map[uint32]*parapply.Relation
@@ -41,51 +37,28 @@ type loop struct {
 	// between them.
 	streamConns streamConns
 	limits      GroupLimits
-	// With workers: the pool, and the unit being built.
-	pool *pool
+	// sink takes the transactions: here, the reader's own applier, or
+	// toPool, the workers. held is the sink set aside while a transaction
+	// prepared for two-phase commit goes to here (see beginPrepare).
+	sink sink
+	here *applyHere
+	held sink
 	// With AutoWorkers: the pool once the tuner has opened it, and whether
 	// the tuner wants it used (see retune).
 	autoPool atomic.Pointer[pool]
 	wantPool atomic.Bool
-	cur      *unit
-	curOpen  time.Time
-	curTxn   int // msgs of cur that belong to complete transactions
-	keys     []schedule.Key
-}
-
-func (l *loop) poolFailed() <-chan struct{} {
-	if l.pool == nil {
-		return nil
-	}
-	return l.pool.failed
 }
 
 // group describes the source transactions taken but not yet committed (or,
 // with workers, not yet handed over): whether there are any, whether one is
 // still open, and their size and age.
 func (l *loop) group() (open, inTxn bool, changes, bytes int, age time.Duration) {
-	if l.pool == nil {
-		_, changes, bytes, age = l.app.GroupSize()
-		return l.app.InGroup(), l.app.InTxn(), changes, bytes, age
-	}
-	if l.cur == nil {
-		return false, false, 0, 0, 0
-	}
-	return true, l.inTxn, l.cur.changes, l.cur.bytes, time.Since(l.curOpen)
+	return l.sink.group(l.inTxn)
 }
 
 // quiet reports whether everything taken from the stream is committed; an
 // error is that of a commit that failed.
-func (l *loop) quiet() (bool, error) {
-	if l.pool == nil {
-		if l.app.InGroup() {
-			return false, nil
-		}
-		busy, err := l.app.Busy()
-		return !busy && err == nil, err
-	}
-	return l.cur == nil && l.pool.idle(), nil
-}
+func (l *loop) quiet() (bool, error) { return l.sink.quiet() }
 
 func (l *loop) checkFlush(ctx context.Context) error {
 	if open, _, _, _, _ := l.group(); open || !l.tracker.NeedsFlush() {
@@ -143,21 +116,18 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 			return err
 		}
 		l.rels[rel.ID] = &rel
-		if l.pool != nil {
-			l.pool.relation(&m.Relation)
-			if l.cur != nil {
-				l.cur.msgs = append(l.cur.msgs, m)
-			}
+		l.sink.relation(&m.Relation, m)
+		if l.held != nil {
+			// Inside a prepared transaction: the workers still need
+			// it for the transactions after it.
+			l.held.relation(&m.Relation, nil)
 		}
 		return nil
 	case *pgoutput.Insert, *pgoutput.Update, *pgoutput.Delete, *pgoutput.Truncate:
 		if l.skipping {
 			return nil
 		}
-		if l.pool != nil && !l.direct {
-			return l.take(m)
-		}
-		return applyChange(ctx, l.app, m)
+		return l.sink.change(ctx, m)
 	case *pgoutput.Origin, *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
 		// Origins and logical messages are informational for a
 		// subscriber; types are taken from the target's catalog.
@@ -210,22 +180,19 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 	return len(l.ahead) > 0 && l.ahead[0].First <= commitLSN
 }
 
-func (l *loop) begin(txn apply.Txn) error {
+func (l *loop) begin(txn apply.Txn) error { return l.start(txn, l.applied(txn.CommitLSN)) }
+
+// start opens a source transaction, to be skipped (the target has it) or
+// taken by the sink.
+func (l *loop) start(txn apply.Txn, skip bool) error {
 	if l.inTxn {
 		return fmt.Errorf("BEGIN of transaction %d inside transaction %d (protocol error)", txn.XID, l.txn.XID)
 	}
 	l.txn, l.inTxn = txn, true
-	l.skipping = l.applied(txn.CommitLSN)
-	if l.skipping {
-		return nil
+	l.skipping = skip
+	if !skip {
+		l.sink.begin(txn)
 	}
-	if l.pool != nil {
-		if l.cur == nil {
-			l.cur, l.curOpen = &unit{relSeq: l.pool.relSeq()}, time.Now()
-		}
-		return nil
-	}
-	l.app.Begin(txn)
 	return nil
 }
 
@@ -243,31 +210,16 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 					return err
 				}
 			}
-			var err error
-			if l.pool != nil {
-				err = l.pool.drain()
-			} else {
-				err = l.app.Wait()
-			}
-			if err != nil {
+			if err := l.sink.drain(); err != nil {
 				return err
 			}
 		}
 		l.tracker.Reached(end)
 		return nil
 	}
-	if l.pool != nil {
-		l.cur.txns = append(l.cur.txns, unitTxn{txn: l.txn, end: end, upto: len(l.cur.msgs)})
-	} else {
-		l.app.End(end)
-	}
+	l.sink.end(l.txn, end)
 	_, _, changes, bytes, age := l.group()
-	maxChanges := l.limits.MaxChanges
-	if l.pool != nil {
-		// Small units: workers find independent ones, and merge
-		// consecutive ready ones into batches of their own size.
-		maxChanges = min(maxChanges, unitMaxChanges)
-	}
+	maxChanges := l.sink.maxChanges(l.limits.MaxChanges)
 	if maxChanges <= 1 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
 		return l.commitGroup(ctx)
 	}
@@ -276,19 +228,7 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 
 // commitGroup commits the source transactions taken so far as one target
 // transaction: itself, or with workers by handing them over as one unit.
-func (l *loop) commitGroup(ctx context.Context) error {
-	if l.pool != nil {
-		u := l.cur
-		l.cur = nil
-		if u == nil || len(u.txns) == 0 {
-			return nil
-		}
-		return l.pool.add(u)
-	}
-	// The target commits while the next group is built; the tracker hears
-	// of it when it is done (commits on one connection finish in order).
-	return l.app.CommitAsync(ctx, func(c apply.Committed) { record(l.tracker, c) })
-}
+func (l *loop) commitGroup(ctx context.Context) error { return l.sink.commitGroup(ctx) }
 
 // settle commits everything taken from the stream so far (with workers:
 // hands it over and waits until it is committed).
@@ -298,8 +238,5 @@ func (l *loop) settle(ctx context.Context) error {
 			return err
 		}
 	}
-	if l.pool != nil {
-		return l.pool.drain()
-	}
-	return l.app.Wait()
+	return l.sink.drain()
 }

@@ -46,10 +46,8 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 			return err
 		}
 		l.rels[rel.ID] = &rel
-		if l.pool != nil {
-			// Later transactions' changes to it come without one.
-			l.pool.relation(&rel)
-		}
+		// Later transactions' changes to it come without one.
+		l.sink.relation(&rel, nil)
 		return l.spillChange(ctx, st, m.XID, f)
 	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage, *pgoutput.Origin:
 		return nil

@@ -425,7 +425,11 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
-	l.pool = workers
+	l.here = &applyHere{app: app, tracker: tracker}
+	l.sink = l.here
+	if workers != nil {
+		l.sink = &toPool{p: workers, keys: app}
+	}
 	if s.cfg.AutoWorkers && s.cfg.Workers > 0 {
 		tuned := make(chan struct{})
 		cc, pid := app.Conn().Config(), app.Conn().PgConn().PID()
@@ -461,11 +465,11 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 				return nil
 			}
 			return err
-		case <-l.poolFailed():
+		case <-l.sink.failed():
 			if ctx.Err() != nil {
 				return nil
 			}
-			return l.pool.err
+			return l.sink.err()
 		case <-tick.C:
 			err := l.checkFlush(ctx)
 			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
@@ -486,7 +490,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 			// Nothing more waiting: commit what the group holds now
 			// rather than wait for more.
 			// (With workers all busy, the group may as well grow.)
-			if open, inTxn, _, _, _ := l.group(); len(frames) == 0 && open && !inTxn && (l.pool == nil || !l.pool.busy()) {
+			if open, inTxn, _, _, _ := l.group(); len(frames) == 0 && open && !inTxn && !l.sink.busy() {
 				if err := l.commitGroup(ctx); err != nil {
 					return err
 				}

@@ -223,8 +223,9 @@ func (s *Subscriber) openAutoPool(ctx context.Context, l *loop) (*pool, error) {
 // everything taken so far is committed first, so that the two never apply
 // at once.
 func (l *loop) retune(ctx context.Context) error {
+	_, pooled := l.sink.(*toPool)
 	want := l.wantPool.Load()
-	if want == (l.pool != nil) || l.inTxn || l.inStream || l.direct || !l.s.cfg.AutoWorkers {
+	if want == pooled || l.inTxn || l.inStream || l.held != nil || !l.s.cfg.AutoWorkers {
 		return nil
 	}
 	var p *pool
@@ -248,10 +249,11 @@ func (l *loop) retune(ctx context.Context) error {
 			p.relation(rel)
 		}
 	}
-	l.pool = p
 	n := 0
+	l.sink = l.here
 	if p != nil {
 		n = len(p.workers)
+		l.sink = &toPool{p: p, keys: l.app}
 	}
 	l.s.activeWorkers.Store(int32(n))
 	l.s.workerSwitches.Add(1)

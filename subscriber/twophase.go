@@ -28,31 +28,24 @@ func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
 	if err := l.settle(ctx); err != nil {
 		return err
 	}
-	if err := l.begin(txn); err != nil {
-		return err
-	}
-	if !l.skipping {
-		var exists bool
-		err := l.app.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = $1)", l.preparedGID(txn.XID)).Scan(&exists)
+	skip := l.applied(txn.CommitLSN)
+	if !skip {
+		// Prepared before a restart?
+		err := l.app.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = $1)", l.preparedGID(txn.XID)).Scan(&skip)
 		if err != nil {
 			return fmt.Errorf("reading pg_prepared_xacts on the target: %w", err)
 		}
-		l.skipping = exists // prepared before a restart
 	}
-	if l.skipping || l.pool == nil {
-		return nil
-	}
-	// With workers, begin opened a unit; this transaction is the
-	// reader's own.
-	l.cur = nil
-	l.direct = true
-	l.app.Begin(txn)
-	return nil
+	// The prepared transaction is the reader's own, with workers or not.
+	l.held, l.sink = l.sink, l.here
+	return l.start(txn, skip)
 }
 
 func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) error {
 	l.inTxn = false
-	l.direct = false
+	if l.held != nil {
+		l.sink, l.held = l.held, nil
+	}
 	if l.skipping {
 		l.skipping = false
 		l.tracker.Reached(end)

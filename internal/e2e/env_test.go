@@ -95,18 +95,27 @@ func (e *env) config(slot string) subscriber.Config {
 	if testing.Verbose() || os.Getenv("PARAPPLY_TEST_LOG") != "" {
 		w = os.Stderr
 	}
-	return subscriber.Config{
+	cfg := subscriber.Config{
 		Source:        source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
 		Target:        apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
 		Log:           slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Workers:       testWorkers(),
 		StreamWorkers: 2,
 	}
+	if os.Getenv("PARAPPLY_TEST_WORKERS") == "switching" {
+		cfg.AutoWorkers, cfg.AutoSwitchEvery = true, 5*time.Millisecond
+	}
+	return cfg
 }
 
 // testWorkers is the worker count the tests run parapply with:
-// PARAPPLY_TEST_WORKERS, or 0 (the stream reader applies by itself).
+// PARAPPLY_TEST_WORKERS, or 0 (the stream reader applies by itself);
+// "switching" is workers = auto with 2 workers, switching between the
+// reader and the workers every 5 ms whatever the load.
 func testWorkers() int {
+	if os.Getenv("PARAPPLY_TEST_WORKERS") == "switching" {
+		return 2
+	}
 	n, _ := strconv.Atoi(os.Getenv("PARAPPLY_TEST_WORKERS"))
 	return n
 }
