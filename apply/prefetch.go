@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,4 +208,85 @@ func InsertProbeSQL(t *Table, c int) string {
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", []int{c}, []string{"k1"})
 	return b.String()
+}
+
+// Prefetched reports the rows read ahead and those dropped while the
+// prefetcher was busy, and the error that stopped it, if any (for an
+// applier sharing another's prefetcher: nothing, that one reports them).
+func (a *Applier) Prefetched() (rows, dropped int64, err error) {
+	if !a.ownRA {
+		return 0, 0, nil
+	}
+	return a.ra.counts()
+}
+
+// ShareReadAhead makes a read ahead on from's prefetch connections instead
+// of opening its own: workers share one prefetcher, so that its
+// connections stay few however many workers there are.
+func (a *Applier) ShareReadAhead(from *Applier) {
+	if !a.cfg.Prefetch || from.ra == nil {
+		return
+	}
+	a.ra, a.ownRA = from.ra, false
+}
+
+// readAhead offers the keys of r's rows not offered yet to the prefetcher:
+// a chunk at a time while the run fills, and what is left when it becomes a
+// statement (final), unless that is a handful of rows.
+func (a *Applier) readAhead(r *run, final bool) {
+	if !a.cfg.Prefetch || !r.table.Large {
+		return
+	}
+	if r.kind != 'U' && r.kind != 'D' && (r.kind != 'I' || len(r.table.Probes) == 0) {
+		return
+	}
+	n := r.rows - r.ahead
+	if n < prefetchChunk && (!final || n < prefetchChunk/8) {
+		return
+	}
+	pf := a.ra.get()
+	if pf == nil {
+		return
+	}
+	if r.table.prefetchSQL == "" {
+		r.table.prefetchSQL = PrefetchSQL(r.table)
+	}
+	// In pieces, so that the prefetch connections read them side by side.
+	piece := prefetchChunk
+	if a.cfg.PrefetchPieces {
+		piece = prefetchPiece
+	}
+	for from := r.ahead; from < r.rows; from += piece {
+		to := min(from+piece, r.rows)
+		if r.kind == 'I' {
+			a.probe(pf, r, from, to)
+			continue
+		}
+		args := make([]any, r.split)
+		for i := range args {
+			args[i] = encodeTextArray(r.params[i][from:to])
+		}
+		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from})
+	}
+	r.ahead = r.rows
+}
+
+// probe offers the values that rows from..to of an insert run take in
+// each probed column (Table.Probes) to the prefetcher.
+func (a *Applier) probe(pf *prefetcher, r *run, from, to int) {
+	for _, c := range r.table.Probes {
+		i := slices.Index(r.cols, c)
+		if i < 0 {
+			continue // not sent: the target's default goes in
+		}
+		sql, ok := r.table.probeSQL[c]
+		if !ok {
+			if r.table.probeSQL == nil {
+				r.table.probeSQL = map[int]string{}
+			}
+			sql = InsertProbeSQL(r.table, c)
+			r.table.probeSQL[c] = sql
+		}
+		pf.offer(prefetchJob{sql: sql, args: []any{encodeTextArray(r.params[i][from:to])}, rows: to - from})
+	}
 }

@@ -1,0 +1,457 @@
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/progress"
+)
+
+type op struct {
+	sql  string
+	what string // for errors: "update of public.t (300 rows)"
+	rows int    // expected rows affected, -1 when not checked
+	kind byte   // for statements built from a run: the run's kind
+	// For statements built from a run: the table and, per parameter, the
+	// published column it carries, so a failure can name the column.
+	table *Table
+	cols  []int
+	args  []any
+	// scan, when set, receives the single row the statement returns.
+	scan []any
+	// copy, when set, makes the statement a COPY FROM STDIN of these
+	// bytes: it ends the pipelined batch before it (see exec).
+	copy []byte
+}
+
+func (a *Applier) queue(sql string, what string, rows int, args ...any) {
+	if !a.began {
+		a.ops = append(a.ops, op{sql: "BEGIN", what: "BEGIN", rows: -1})
+		a.began = true
+	}
+	a.ops = append(a.ops, op{sql: sql, what: what, rows: rows, args: args})
+}
+
+func (a *Applier) describe() string {
+	g := a.grp
+	if !g.open || g.txns <= 1 || g.first.XID == a.txn.XID {
+		return fmt.Sprintf("source transaction %d (commit %s)", a.txn.XID, a.txn.CommitLSN)
+	}
+	return fmt.Sprintf("source transactions %d to %d (commits %s to %s, applied as one group of %d; group_max_changes = 1 applies them one by one)",
+		g.first.XID, a.txn.XID, g.first.CommitLSN, a.txn.CommitLSN, g.txns)
+}
+
+// send performs one round trip with everything queued, after the one in
+// flight (if any) has finished.
+func (a *Applier) send(ctx context.Context) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
+	if len(a.ops) == 0 {
+		return nil
+	}
+	ops := a.ops
+	a.ops, a.qbytes = a.ops[:0:0], 0
+	return a.exec(ctx, ops, a.describe())
+}
+
+// sendAsync starts a round trip with everything queued and returns at once,
+// so that the next statements are built while the target executes these;
+// their outcome is taken by the next wait (every send, and anything else
+// that uses the connection, waits first). Within an open group only: the
+// group's COMMIT is sent synchronously after them.
+func (a *Applier) sendAsync(ctx context.Context, after func() error) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
+	if len(a.ops) == 0 {
+		return nil
+	}
+	ops := a.ops
+	a.ops, a.qbytes = a.ops[:0:0], 0
+	f := &inflight{done: make(chan struct{})}
+	desc := a.describe()
+	a.inflight = f
+	go func() {
+		f.err = a.exec(ctx, ops, desc)
+		if f.err == nil && after != nil {
+			f.err = after()
+		}
+		close(f.done)
+	}()
+	return nil
+}
+
+// inflight is a round trip started by sendAsync.
+type inflight struct {
+	done chan struct{}
+	err  error
+}
+
+// wait waits for the round trip in flight and returns its error. An error
+// stays until the group is rolled back: a statement that failed must never
+// be followed by a COMMIT that the target would turn into a rollback.
+func (a *Applier) wait() error {
+	if f := a.inflight; f != nil {
+		<-f.done
+		a.inflight = nil
+		if f.err != nil {
+			a.failed = f.err
+		}
+	}
+	return a.failed
+}
+
+// exec sends ops: one pipelined round trip, or one more for each COPY
+// among them (a COPY cannot ride in a pipeline); desc names the source
+// transactions for errors. After a failure nothing further is sent.
+func (a *Applier) exec(ctx context.Context, ops []op, desc string) error {
+	for len(ops) > 0 {
+		if o := ops[0]; o.copy != nil {
+			tag, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(o.copy), o.sql)
+			if err != nil {
+				return a.explain(ctx, o, err, desc)
+			}
+			a.done(o, tag)
+			ops = ops[1:]
+			continue
+		}
+		n := slices.IndexFunc(ops, func(o op) bool { return o.copy != nil })
+		if n < 0 {
+			n = len(ops)
+		}
+		if err := a.pipeline(ctx, ops[:n], desc); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// pipeline sends ops, none of them a COPY, as one pipelined batch.
+func (a *Applier) pipeline(ctx context.Context, ops []op, desc string) error {
+	batch := &pgx.Batch{}
+	for _, o := range ops {
+		batch.Queue(o.sql, o.args...)
+	}
+	br := a.conn.SendBatch(ctx, batch)
+	for _, o := range ops {
+		if o.scan != nil {
+			if err := br.QueryRow().Scan(o.scan...); err != nil {
+				br.Close()
+				return fmt.Errorf("%s after %s: %w", o.what, desc, err)
+			}
+			continue
+		}
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return a.explain(ctx, o, err, desc)
+		}
+		a.done(o, tag)
+	}
+	return br.Close()
+}
+
+// done counts a statement built from a run, and the rows it was expected to
+// change but did not find.
+func (a *Applier) done(o op, tag pgconn.CommandTag) {
+	if o.table != nil {
+		a.Stats.Statements.Add(1)
+	}
+	if o.rows >= 0 {
+		if n := tag.RowsAffected(); n < int64(o.rows) {
+			a.Stats.Missing.Add(int64(o.rows) - n)
+			missing(o.table, o.kind, int64(o.rows)-n)
+		}
+	}
+}
+
+// Commit commits the open group: its last statements, the progress row
+// (naming the group's last source transaction) and COMMIT go in one round
+// trip. It returns what the Tracker needs to know of the commit.
+func (a *Applier) Commit(ctx context.Context) (Committed, error) {
+	var c Committed
+	err := a.end(ctx, &c, "")
+	return c, err
+}
+
+// end queues the end of the group (see queueEnd), waits for it and fills
+// c. If the round trip fails, the group may have ended all the same (the
+// connection died after COMMIT reached the target): the run then ends, and
+// the next one reads the progress row to know.
+func (a *Applier) end(ctx context.Context, c *Committed, gid string) error {
+	if err := a.queueEnd(ctx, c, gid); err != nil {
+		return err
+	}
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	return c.finish(a)
+}
+
+// Committed describes a committed group, for the Tracker.
+type Committed struct {
+	End        parapply.LSN // end LSN of the group's last source transaction
+	CommitTime time.Time    // its source commit time
+	// Local and Flushed are the target's WAL insert position after the
+	// commit and its flush position.
+	Local, Flushed parapply.LSN
+	// Durable is true when the commit was synchronous: it is on the
+	// target's disk, and so is everything committed before it.
+	Durable bool
+	txns    int
+	ins, fl string
+	tallies []pendingTally
+}
+
+func (c *Committed) finish(a *Applier) error {
+	a.Stats.Txns.Add(int64(c.txns))
+	a.Stats.Groups.Add(1)
+	// The group's rows, counted per table as they were queued.
+	for _, t := range c.tallies {
+		t.addTo()
+		a.Stats.Inserts.Add(t.n[tallyInsert])
+		a.Stats.Updates.Add(t.n[tallyUpdate])
+		a.Stats.Deletes.Add(t.n[tallyDelete])
+	}
+	var err error
+	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
+	return err
+}
+
+// CommitAsync queues the open group's commit like Commit, but returns once
+// it is sent: the next group is built while the target commits this one,
+// and done receives the positions (from another goroutine) once it has. A
+// failure is returned by the next call that uses the connection. Until
+// then Busy reports true.
+func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
+	c := &Committed{}
+	if err := a.queueEnd(ctx, c, ""); err != nil {
+		return err
+	}
+	return a.sendAsync(ctx, func() error {
+		if err := c.finish(a); err != nil {
+			return err
+		}
+		done(*c)
+		return nil
+	})
+}
+
+// PrepareTransaction ends the open group, which holds one source
+// transaction prepared for two-phase commit, with PREPARE TRANSACTION gid.
+func (a *Applier) PrepareTransaction(ctx context.Context, gid string) (Committed, error) {
+	var c Committed
+	err := a.end(ctx, &c, gid)
+	return c, err
+}
+
+// FinishPrepared commits (or rolls back) the prepared transaction gid; a
+// commit records txn, ending at end, in the progress row. A gid the target no
+// longer has was finished before a restart: a commit is then checked
+// against parapply.prepared (its row exists only if the prepared
+// transaction committed); a rollback has nothing left to do.
+func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, txn Txn, end parapply.LSN) (Committed, error) {
+	var c Committed
+	if err := a.wait(); err != nil {
+		return c, err
+	}
+	verb := "ROLLBACK PREPARED "
+	if commit {
+		verb = "COMMIT PREPARED "
+	}
+	if _, err := a.conn.Exec(ctx, verb+parapply.QuoteLiteral(gid)); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42704" {
+			return c, fmt.Errorf("%sof source transaction %d on the target: %w", verb, txn.XID, err)
+		}
+		if commit {
+			done, err := progress.PreparedDone(ctx, a.conn, a.cfg.Slot, gid)
+			if err != nil {
+				return c, err
+			}
+			if !done {
+				return c, fmt.Errorf("source transaction %d (%s) is to be committed, but the target holds no prepared transaction %s and never committed it: it was lost (was it rolled back by hand with ROLLBACK PREPARED?); re-sync the target", txn.XID, txn.CommitLSN, gid)
+			}
+		}
+	}
+	if !commit {
+		// Nothing committed: the progress row stays as it is.
+		return c, nil
+	}
+	a.Begin(txn)
+	a.End(end)
+	a.queueProgress(progress.ForgetPrepared(a.cfg.Slot, gid), "forgetting the prepared transaction")
+	err := a.end(ctx, &c, "")
+	return c, err
+}
+
+// Wait waits for the round trip in flight, if any, and returns its error.
+func (a *Applier) Wait() error { return a.wait() }
+
+// Busy reports whether a round trip is still in flight, and the error of
+// one that has finished (taking it, as Wait does).
+func (a *Applier) Busy() (bool, error) {
+	f := a.inflight
+	if f == nil {
+		return false, a.failed
+	}
+	select {
+	case <-f.done:
+		return false, a.wait()
+	default:
+		return true, nil
+	}
+}
+
+// queueProgress queues a statement of package progress.
+func (a *Applier) queueProgress(st progress.Statement, what string) {
+	a.queue(st.SQL, what, -1, st.Args...)
+}
+
+// queueEnd queues the group's last statements and its end: the progress
+// row and COMMIT, or, with a gid, a row of parapply.prepared and PREPARE
+// TRANSACTION (the progress row is left alone: its lock would be held until
+// COMMIT PREPARED); then the WAL positions. It closes the group.
+func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error {
+	g := a.grp
+	if !g.open || a.inTxn {
+		return fmt.Errorf("commit without a finished source transaction (internal error)")
+	}
+	if err := a.flushRuns(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	if gid != "" {
+		a.queueProgress(progress.RecordPrepared(a.cfg.Slot, gid, g.last.XID, g.last.CommitLSN, g.end), "recording the prepared transaction")
+		a.ops = append(a.ops, op{sql: "PREPARE TRANSACTION " + parapply.QuoteLiteral(gid), what: "PREPARE TRANSACTION", rows: -1})
+		c.Durable = true // a PREPARE is flushed before it returns
+	} else {
+		if a.cfg.AheadOfOrder {
+			a.queueProgress(progress.RecordApplied(a.cfg.Slot, g.first.CommitLSN, g.last.CommitLSN, g.end), "recording the applied transactions")
+		} else {
+			a.queueProgress(progress.Update(a.cfg.Slot, g.last.CommitLSN, g.end, g.last.XID, g.last.CommitTime), "progress update")
+		}
+		c.Durable = a.syncCommit
+		if !c.Durable && a.cfg.SyncStandby != nil && a.cfg.SyncStandby.Load() {
+			// The publisher waits for this commit: flush it now rather
+			// than when the target's WAL writer gets to it.
+			a.queue("SET LOCAL synchronous_commit = on", "synchronous commit", -1)
+			c.Durable = true
+		}
+		a.ops = append(a.ops, op{sql: "COMMIT", what: "COMMIT", rows: -1})
+	}
+	// The WAL positions ride in the same round trip, right after COMMIT.
+	a.ops = append(a.ops, op{sql: walPositionsSQL, what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
+	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
+	c.tallies = a.takeCounts()
+	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
+	return nil
+}
+
+const walPositionsSQL = "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text"
+
+func parseWALPositions(i, f string) (insert, flush parapply.LSN, err error) {
+	if insert, err = parapply.ParseLSN(i); err != nil {
+		return 0, 0, err
+	}
+	flush, err = parapply.ParseLSN(f)
+	return insert, flush, err
+}
+
+// WALPositions reads the target's WAL insert and flush positions.
+func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN, err error) {
+	var i, f string
+	if err := a.wait(); err != nil {
+		return 0, 0, err
+	}
+	if err := a.conn.QueryRow(ctx, walPositionsSQL).Scan(&i, &f); err != nil {
+		return 0, 0, fmt.Errorf("reading the target's WAL position: %w", err)
+	}
+	return parseWALPositions(i, f)
+}
+
+func (a *Applier) rollback(ctx context.Context) {
+	a.wait()
+	a.failed = nil
+	a.ops, a.qbytes = nil, 0
+	a.runs, a.cur = nil, nil
+	a.takeCounts()
+	if !a.conn.IsClosed() {
+		// Also after a failed COMMIT round trip: the server may be left
+		// in an aborted transaction block. Outside a transaction,
+		// ROLLBACK only warns.
+		_, _ = a.conn.Exec(ctx, "ROLLBACK")
+	}
+	a.began, a.inTxn, a.grp = false, false, group{}
+}
+
+// Abort abandons the transaction being applied.
+func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
+
+// explain turns a failed statement into an error naming the source
+// transaction, the table and, for a value the target cannot take, the column.
+func (a *Applier) explain(ctx context.Context, o op, err error, desc string) error {
+	var pe *pgconn.PgError
+	col := ""
+	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == "22" || pe.Code == "23502" || pe.Code == "23514") && !a.conn.IsClosed() {
+		// Roll back, then cast each parameter on its own to find the column.
+		_, _ = a.conn.Exec(ctx, "ROLLBACK")
+		for i, c := range o.cols {
+			if pe.ColumnName != "" || i >= len(o.args) || c < 0 {
+				break
+			}
+			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::text[]) AS u(v)"
+			if _, cerr := a.conn.Exec(ctx, q, o.args[i]); cerr != nil {
+				col = fmt.Sprintf(" column %s (%s on the target):", parapply.QuoteIdent(o.table.Rel.Columns[c].Name), o.table.Types[c])
+				break
+			}
+		}
+		if pe.ColumnName != "" {
+			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
+		}
+		if o.copy != nil && pe.Where != "" {
+			col = " " + pe.Where + ":" // names the column and its value
+		}
+		return fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err))
+	}
+	return fmt.Errorf("applying %s of %s: %w%s", o.what, desc, err, detail(err))
+}
+
+// detail returns the server's DETAIL of a failed statement, which names the
+// key involved in a constraint violation ("Key (id)=(7) already exists.").
+func detail(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return " (" + strings.TrimSuffix(pe.Detail, ".") + ")"
+	}
+	return ""
+}
+
+// Prepare sends every statement of the open group, so that only the
+// progress row and COMMIT are left for Commit.
+func (a *Applier) Prepare(ctx context.Context) error {
+	if err := a.flushRuns(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	if err := a.send(ctx); err != nil {
+		a.rollback(ctx)
+		return err
+	}
+	return nil
+}
+
+// Closed reports whether the target connection is gone, without waiting
+// for statements in flight.
+func (a *Applier) Closed() bool { return a.conn.IsClosed() }
