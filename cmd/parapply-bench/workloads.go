@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,7 +256,12 @@ func init() {
 	workloads["slow-read"] = w
 	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert at the seed's 10M rows (a 210 MB index on sk, so a new row's leaf page is rarely in the buffer cache), 10 clients x 15,000 single-row inserts (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
 	w = workloads["slow-read-insert"]
-	w.preload = secondaryInsert(10000000, "").preload
+	// The index is built after the rows are in: 10M inserts into an index
+	// larger than shared_buffers would each read a leaf from the slow disk.
+	w.schema = strings.Replace(w.schema, "; CREATE INDEX ON t (sk)", "", 1)
+	w.preload = func(scale float64) []string {
+		return append(secondaryInsert(10000000, "").preload(scale), "CREATE INDEX ON t (sk)")
+	}
 	w.write = func(ctx context.Context, r *runEnv) (int64, error) {
 		n := scaled(10000000, r.o.scale)
 		return clientsFixed(ctx, r.pubDSN, 10, scaled(15000, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
