@@ -52,14 +52,35 @@ const tuneSQL = `SELECT count(*) FILTER (WHERE state = 'active'),
 
 // tuner decides, window by window, whether a run applies on workers. It is
 // pure: the sampler feeds it counts and acts on what it returns.
+//
+// A move to the pool is a trial: the changes committed per window before
+// it are compared with those after it (one window to settle, then
+// tuneTrialWindows), and a pool that applies less than tuneTrialKeep of
+// what the reader applied is left at once; the reader then keeps the load
+// for a cooldown that doubles with each failed trial (reads that wait are
+// not always reads that workers overlap better than the prefetcher does).
 type tuner struct {
 	pooled        bool
 	active, reads int
 	quietWindows  int
 	busyWindows   int
+	busyRows      int64   // changes committed in the busy windows counted
+	before        float64 // changes per window on the reader, before the move
+	trial         int     // windows judged since the move (0: no trial)
+	trialRows     int64
+	failures      int
+	cooldown      int // windows the reader keeps the load before a new trial
 	lastShare     float64
 	windowsJudged int
 }
+
+// Trial limits: see tuner.
+const (
+	tuneTrialWindows = 4
+	tuneTrialKeep    = 0.9
+	tuneCooldown     = 240  // windows: one minute
+	tuneCooldownMax  = 2400 // ten minutes
+)
 
 // add counts one sample: active sessions, and those of them waiting on a read.
 func (t *tuner) add(active, reads int) {
@@ -67,9 +88,10 @@ func (t *tuner) add(active, reads int) {
 	t.reads += reads
 }
 
-// judge ends a window and reports whether the run should now apply on
-// workers (pooled), and whether that is a change.
-func (t *tuner) judge() (pooled, changed bool) {
+// judge ends a window, in which rows changes were committed, and reports
+// whether the run should now apply on workers (pooled), and whether that is
+// a change.
+func (t *tuner) judge(rows int64) (pooled, changed bool) {
 	active, reads := t.active, t.reads
 	t.active, t.reads = 0, 0
 	if active < tuneMinActive {
@@ -79,12 +101,39 @@ func (t *tuner) judge() (pooled, changed bool) {
 	t.windowsJudged++
 	share := float64(reads) / float64(active)
 	t.lastShare = share
+	if t.pooled && t.trial > 0 {
+		t.trial++
+		if t.trial == 2 {
+			return true, false // the switch settles
+		}
+		t.trialRows += rows
+		if t.trial < 2+tuneTrialWindows {
+			return true, false
+		}
+		rate := float64(t.trialRows) / tuneTrialWindows
+		t.trial, t.trialRows = 0, 0
+		if rate < tuneTrialKeep*t.before {
+			t.pooled = false
+			t.cooldown = min(tuneCooldown<<t.failures, tuneCooldownMax)
+			t.failures++
+			return false, true
+		}
+		t.failures = 0
+		return true, false
+	}
+	if !t.pooled && t.cooldown > 0 {
+		t.cooldown--
+		return false, false
+	}
 	switch {
 	case !t.pooled && share >= tuneToPool:
 		t.quietWindows = 0
 		t.busyWindows++
+		t.busyRows += rows
 		if t.busyWindows >= tuneToPoolWindows {
-			t.pooled, t.busyWindows = true, 0
+			t.before = float64(t.busyRows) / float64(t.busyWindows)
+			t.pooled, t.busyWindows, t.busyRows = true, 0, 0
+			t.trial, t.trialRows = 1, 0
 			return true, true
 		}
 		return false, false
@@ -95,7 +144,7 @@ func (t *tuner) judge() (pooled, changed bool) {
 			return false, true
 		}
 	default:
-		t.quietWindows, t.busyWindows = 0, 0
+		t.quietWindows, t.busyWindows, t.busyRows = 0, 0, 0
 	}
 	return t.pooled, false
 }
@@ -136,6 +185,7 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 		windowEnd = time.Now().Add(every)
 	}
 	var pids []uint32
+	lastRows := s.committedRows(l)
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,7 +211,9 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 				pooled, changed = !l.wantPool.Load(), true
 			} else {
 				windowEnd = now.Add(tuneWindow)
-				pooled, changed = t.judge()
+				rows := s.committedRows(l)
+				pooled, changed = t.judge(rows - lastRows)
+				lastRows = rows
 				s.readShare.Store(math.Float64bits(t.lastShare))
 				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "pooled", pooled)
 			}
@@ -182,10 +234,23 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			if every > 0 {
 				logAt = slog.LevelDebug
 			}
-			s.log.Log(ctx, logAt, "workers = auto: switching", "workers", map[bool]int{true: s.cfg.Workers, false: 0}[pooled], "read_wait_share", math.Round(t.lastShare*100)/100)
+			s.log.Log(ctx, logAt, "workers = auto: switching", "workers", map[bool]int{true: s.cfg.Workers, false: 0}[pooled], "read_wait_share", math.Round(t.lastShare*100)/100,
+				"cooldown", (time.Duration(t.cooldown) * tuneWindow).String())
 			l.wantPool.Store(pooled)
 		}
 	}
+}
+
+// committedRows counts the changes the run's appliers (the reader's and the
+// workers') have committed.
+func (s *Subscriber) committedRows(l *loop) int64 {
+	n := l.app.Stats.Rows()
+	if p := l.autoPool.Load(); p != nil {
+		for _, w := range p.workers {
+			n += w.shown.Load().Stats.Rows()
+		}
+	}
+	return n
 }
 
 // appliers appends the backends of the workers once the pool is open.

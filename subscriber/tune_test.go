@@ -2,13 +2,19 @@ package subscriber
 
 import "testing"
 
-// TestTunerJudge feeds the tuner windows of samples (active, reads) and
-// checks where it stands after each: it moves to the pool after
-// tuneToPoolWindows read-bound windows in a row, back after
-// tuneBackWindows quiet ones in a row, and ignores windows with too little
-// activity to tell.
+// TestTunerJudge feeds the tuner windows of samples (active, reads) and the
+// changes committed in each, and checks where it stands after each: it
+// moves to the pool after tuneToPoolWindows read-bound windows in a row,
+// keeps the pool only if the trial after the move (a window to settle, then
+// tuneTrialWindows) commits at least tuneTrialKeep of what the reader did,
+// leaves it otherwise and keeps the reader for a cooldown, goes back after
+// tuneBackWindows quiet windows in a row, and ignores windows with too
+// little activity to tell.
 func TestTunerJudge(t *testing.T) {
-	type window struct{ active, reads int }
+	type window struct {
+		active, reads int
+		rows          int64
+	}
 	rep := func(w window, n int) []window {
 		out := make([]window, n)
 		for i := range out {
@@ -23,22 +29,38 @@ func TestTunerJudge(t *testing.T) {
 		}
 		return out
 	}
-	reading, cpu, idle, between := window{100, 80}, window{100, 2}, window{5, 5}, window{100, 20}
+	bools := func(parts ...any) []bool {
+		var out []bool
+		for i := 0; i < len(parts); i += 2 {
+			out = append(out, rep2(parts[i].(bool), parts[i+1].(int))...)
+		}
+		return out
+	}
+	reading, cpu, idle, between := window{100, 80, 1000}, window{100, 2, 1000}, window{5, 5, 0}, window{100, 20, 1000}
+	slowPool := window{100, 80, 800} // the pool commits less than 90% of the reader's
+	const trial = 1 + tuneTrialWindows // windows after the move until the trial is decided
 	tests := []struct {
 		name    string
 		windows []window
 		want    []bool // pooled after each window
 	}{
-		{"cpu-bound stays", rep(cpu, 20), make([]bool, 20)},
-		{"idle windows never decide", rep(idle, 20), make([]bool, 20)},
-		{"one read-bound window is not enough", cat([]window{reading}, rep(cpu, 3)), []bool{false, false, false, false}},
-		{"two in a row move to the pool", rep(reading, 3), []bool{false, true, true}},
-		{"an idle window between two read-bound ones is skipped", []window{reading, idle, reading}, []bool{false, false, true}},
-		{"shares between the thresholds hold either way", cat(rep(reading, 2), rep(between, 20)), append([]bool{false}, rep2(true, 21)...)},
-		{"back after tuneBackWindows quiet windows", cat(rep(reading, 2), rep(cpu, tuneBackWindows)),
-			append(append([]bool{false}, rep2(true, tuneBackWindows)...), false)},
-		{"a read-bound window restarts the count", cat(rep(reading, 2), rep(cpu, tuneBackWindows-1), []window{reading}, rep(cpu, tuneBackWindows-1)),
-			append([]bool{false}, rep2(true, 2*tuneBackWindows)...)},
+		{"cpu-bound stays", rep(cpu, 20), bools(false, 20)},
+		{"idle windows never decide", rep(idle, 20), bools(false, 20)},
+		{"one read-bound window is not enough", cat([]window{reading}, rep(cpu, 3)), bools(false, 4)},
+		{"two in a row move to the pool", rep(reading, 3), bools(false, 1, true, 2)},
+		{"an idle window between two read-bound ones is skipped", []window{reading, idle, reading}, bools(false, 2, true, 1)},
+		{"a trial the pool passes keeps it", rep(reading, 2+trial+5), bools(false, 1, true, 1+trial+5)},
+		{"shares between the thresholds hold either way", cat(rep(reading, 2+trial), rep(between, 20)), bools(false, 1, true, 1+trial+20)},
+		{"back after tuneBackWindows quiet windows", cat(rep(reading, 2+trial), rep(cpu, tuneBackWindows)),
+			bools(false, 1, true, 1+trial+tuneBackWindows-1, false, 1)},
+		{"a read-bound window restarts the count", cat(rep(reading, 2+trial), rep(cpu, tuneBackWindows-1), []window{reading}, rep(cpu, tuneBackWindows-1)),
+			bools(false, 1, true, 1+trial+2*tuneBackWindows-1)},
+		{"a pool slower than the reader is left", cat(rep(reading, 2), rep(slowPool, trial)),
+			bools(false, 1, true, trial, false, 1)},
+		{"after a failed trial the reader keeps the load for the cooldown", cat(rep(reading, 2), rep(slowPool, trial), rep(reading, tuneCooldown+2)),
+			bools(false, 1, true, trial, false, 1+tuneCooldown+1, true, 1)},
+		{"a second failed trial doubles the cooldown", cat(rep(reading, 2), rep(slowPool, trial), rep(reading, tuneCooldown+2), rep(slowPool, trial), rep(reading, 2*tuneCooldown+2)),
+			bools(false, 1, true, trial, false, 1+tuneCooldown+1, true, trial, false, 1+2*tuneCooldown+1, true, 1)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,7 +78,7 @@ func TestTunerJudge(t *testing.T) {
 					}
 					tu.add(a, r)
 				}
-				pooled, changed := tu.judge()
+				pooled, changed := tu.judge(w.rows)
 				if pooled != tc.want[i] {
 					t.Fatalf("window %d (%+v): pooled %v, want %v", i, w, pooled, tc.want[i])
 				}
