@@ -37,7 +37,7 @@ func TestTunerJudge(t *testing.T) {
 		return out
 	}
 	reading, cpu, idle, between := window{100, 80, 1000}, window{100, 2, 1000}, window{5, 5, 0}, window{100, 20, 1000}
-	slowPool := window{100, 80, 800} // the pool commits less than 90% of the reader's
+	slowPool := window{100, 80, 800}   // the pool commits less than 90% of the reader's
 	const trial = 1 + tuneTrialWindows // windows after the move until the trial is decided
 	tests := []struct {
 		name    string
