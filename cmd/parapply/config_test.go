@@ -470,6 +470,10 @@ func TestSubscriberConfigErrors(t *testing.T) {
 		{name: "bad synchronous_commit", change: map[string]string{"synchronous_commit": "maybe"}, wantErr: []string{"synchronous_commit", `"maybe"`}},
 		{name: "synchronous_commit is case sensitive", change: map[string]string{"synchronous_commit": "ON"}, wantErr: []string{"synchronous_commit"}},
 		{name: "synchronous_commit true is not accepted", change: map[string]string{"synchronous_commit": "true"}, wantErr: []string{"synchronous_commit"}},
+		{name: "bad workers", change: map[string]string{"workers": "many"}, wantErr: []string{"workers", `"many"`, "or auto"}},
+		{name: "too many workers", change: map[string]string{"workers": "65"}, wantErr: []string{"workers", "0 to 64"}},
+		{name: "zero max_workers", change: map[string]string{"workers": "auto", "max_workers": "0"}, wantErr: []string{"max_workers", `"0"`}},
+		{name: "too many max_workers", change: map[string]string{"workers": "auto", "max_workers": "65"}, wantErr: []string{"max_workers", "1 to 64"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -580,6 +584,21 @@ func TestSubscriberConfigMapping(t *testing.T) {
 		cfg.Target.AppName != "parapply apply" || cfg.Target.BatchRows != 10000 || !cfg.Source.Streaming || cfg.Source.DecodingWorkMem != "1024kB" || cfg.StreamWorkers != 2 ||
 		cfg.Source.StatusInterval != 10*time.Second || cfg.Target.SynchronousCommit != "off" {
 		t.Errorf("defaults mapped to Source %+v, Target %+v", cfg.Source, cfg.Target)
+	}
+	if !cfg.AutoWorkers || cfg.Workers != 8 {
+		t.Errorf("default workers: AutoWorkers %v, Workers %d; want auto with 8", cfg.AutoWorkers, cfg.Workers)
+	}
+	for _, w := range []struct {
+		workers, max string
+		auto     bool
+		n        int
+	}{{"auto", "8", true, 8}, {"AUTO", "3", true, 3}, {"0", "8", false, 0}, {"4", "16", false, 4}} {
+		c := validConfig()
+		c["workers"], c["max_workers"] = w.workers, w.max
+		cfg, err := subscriberConfig(c, nil)
+		if err != nil || cfg.AutoWorkers != w.auto || cfg.Workers != w.n {
+			t.Errorf("workers = %s, max_workers = %s: AutoWorkers %v, Workers %d, %v; want %v, %d", w.workers, w.max, cfg.AutoWorkers, cfg.Workers, err, w.auto, w.n)
+		}
 	}
 	// An empty logical_decoding_work_mem keeps the publisher's own.
 	empty := validConfig()

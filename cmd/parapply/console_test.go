@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parapply/parapply/status"
 	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -58,6 +59,29 @@ func TestLiveLine(t *testing.T) {
 	for _, want := range []string{"streaming", "lag 1.5 s, 20 kB", "applied 0/10", "100 txn/s", "2000 rows/s", "workers 2, 25% busy"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("live line %q lacks %q", got, want)
+		}
+	}
+	// workers = auto while the reader applies: the idle pool's figures are
+	// not shown as workers at 0% busy.
+	st.AutoWorkers, prev.AutoWorkers = true, true
+	if got = liveLine(st, prev, 2*time.Second); !strings.Contains(got, "workers auto: reader applies") || strings.Contains(got, "busy") {
+		t.Errorf("auto, reader applying: live line %q", got)
+	}
+	st.ActiveWorkers = 2
+	if got = liveLine(st, prev, 2*time.Second); !strings.Contains(got, "workers 2, 25% busy") {
+		t.Errorf("auto, workers applying: live line %q", got)
+	}
+	for _, tc := range []struct {
+		a    status.Apply
+		want string
+	}{
+		{status.Apply{}, "the stream reader's connection"},
+		{status.Apply{WorkersActive: 4}, "4 workers"},
+		{status.Apply{Auto: true, Switches: 3, ReadWaitShare: 0.42}, "the stream reader's connection (workers = auto: 3 switches; 42% of the appliers' active samples waited on data reads)"},
+		{status.Apply{Auto: true, WorkersActive: 8, Switches: 1, ReadWaitShare: 0.9}, "8 workers (workers = auto: 1 switch; 90%"},
+	} {
+		if got := applyText(tc.a); !strings.Contains(got, tc.want) {
+			t.Errorf("applyText(%+v) = %q, want it to contain %q", tc.a, got, tc.want)
 		}
 	}
 	cp := subscriber.Status{State: subscriber.StateCopying, Copy: &tablesync.Progress{Tables: 4, TablesDone: 1, Rows: 50, EstRows: 100, Bytes: 1 << 20, Elapsed: time.Second}}

@@ -281,7 +281,11 @@ func applyText(a status.Apply) string {
 	if !a.Auto {
 		return who
 	}
-	return fmt.Sprintf("%s (workers = auto: %d switches; %.0f%% of the appliers' active samples waited on data reads)", who, a.Switches, 100*a.ReadWaitShare)
+	switches := "switches"
+	if a.Switches == 1 {
+		switches = "switch"
+	}
+	return fmt.Sprintf("%s (workers = auto: %d %s; %.0f%% of the appliers' active samples waited on data reads)", who, a.Switches, switches, 100*a.ReadWaitShare)
 }
 
 func since(now, t time.Time) string {
