@@ -590,8 +590,8 @@ func TestSubscriberConfigMapping(t *testing.T) {
 	}
 	for _, w := range []struct {
 		workers, max string
-		auto     bool
-		n        int
+		auto         bool
+		n            int
 	}{{"auto", "8", true, 8}, {"AUTO", "3", true, 3}, {"0", "8", false, 0}, {"4", "16", false, 4}} {
 		c := validConfig()
 		c["workers"], c["max_workers"] = w.workers, w.max
