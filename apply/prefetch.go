@@ -22,9 +22,17 @@ import (
 // best effort: a key set offered while the prefetcher is busy is dropped,
 // and an error stops prefetching, never applying.
 type prefetcher struct {
-	conns []*pgx.Conn
-	jobs  chan prefetchJob
-	done  sync.WaitGroup
+	// conns grows from one to max while key sets wait for a connection
+	// (see offer): reads that come from the operating system's cache
+	// keep one connection up, reads from a slow disk need several.
+	mu      sync.Mutex
+	conns   []*pgx.Conn
+	max     int
+	growing atomic.Bool
+	closed  bool
+	cc      *pgx.ConnConfig
+	jobs    chan prefetchJob
+	done    sync.WaitGroup
 	// Rows counts the rows read ahead; Dropped the rows offered while the
 	// prefetcher was busy.
 	Rows, Dropped atomic.Int64
@@ -53,38 +61,79 @@ const prefetchPiece = 32
 // that, pages read ahead would be evicted before they are used.
 const prefetchQueue = 384
 
-// DefaultPrefetchConns is how many connections read ahead at once unless
-// Config.PrefetchConns says otherwise: each reads one row after another (an
-// index lookup, then the heap page), so reads overlap only across
-// connections; on a disk where a read waits, that many reads are in flight.
+// DefaultPrefetchConns is how many connections may read ahead at once
+// unless Config.PrefetchConns says otherwise: each reads one row after
+// another (an index lookup, then the heap page), so reads overlap only
+// across connections; on a disk where a read waits, that many reads are in
+// flight. The prefetcher starts with one and opens more only while key
+// sets wait for one (reads from the operating system's cache need no more,
+// and more would only take CPU from the appliers).
 const DefaultPrefetchConns = 8
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
 	cc.RuntimeParams["application_name"] = strings.TrimSuffix(cc.RuntimeParams["application_name"], " apply") + " prefetch"
-	p := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), warn: warn}
-	for range max(n, 1) {
-		conn, err := pgx.ConnectConfig(ctx, cc)
-		if err == nil {
-			registerTextArray(conn)
-			_, err = conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)")
-			if err != nil {
-				conn.Close(ctx)
-			}
-		}
-		if err != nil {
-			for _, c := range p.conns {
-				c.Close(ctx)
-			}
-			return nil, err
-		}
-		p.conns = append(p.conns, conn)
+	p := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), warn: warn, cc: cc, max: max(n, 1)}
+	conn, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range p.conns {
-		p.done.Add(1)
-		go p.loop(c)
-	}
+	p.start(conn)
 	return p, nil
+}
+
+func (p *prefetcher) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, p.cc)
+	if err != nil {
+		return nil, err
+	}
+	registerTextArray(conn)
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)"); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// start adds a connection that takes key sets; false if the prefetcher
+// is closed (the connection is then closed too).
+func (p *prefetcher) start(conn *pgx.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		conn.Close(context.Background())
+		return false
+	}
+	p.conns = append(p.conns, conn)
+	p.done.Add(1)
+	go p.loop(conn)
+	return true
+}
+
+// grow opens one more connection in the background, unless one is being
+// opened or there are max already. A connection that cannot be opened
+// only stops the growth.
+func (p *prefetcher) grow() {
+	p.mu.Lock()
+	full := len(p.conns) >= p.max || p.closed
+	p.mu.Unlock()
+	if full || !p.growing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := p.connect(ctx)
+		if err != nil {
+			p.mu.Lock()
+			p.max = len(p.conns)
+			p.mu.Unlock()
+			p.warn(fmt.Sprintf("cannot open another prefetch connection to the target (prefetching goes on with %d): %v", p.max, err))
+		} else {
+			p.start(conn)
+		}
+		p.growing.Store(false)
+	}()
 }
 
 func (p *prefetcher) loop(conn *pgx.Conn) {
@@ -159,6 +208,14 @@ func (p *prefetcher) offer(j prefetchJob) {
 	}
 	select {
 	case p.jobs <- j:
+		p.mu.Lock()
+		n := len(p.conns)
+		p.mu.Unlock()
+		if len(p.jobs) > n {
+			// More key sets wait than there are connections to read
+			// them: the reads are slow.
+			p.grow()
+		}
 	default:
 		p.Dropped.Add(int64(j.rows))
 	}
@@ -175,6 +232,9 @@ func (p *prefetcher) Err() error {
 // close ends the prefetcher once its queue is done; later calls do nothing.
 func (p *prefetcher) close(ctx context.Context) {
 	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
 		close(p.jobs)
 		p.done.Wait()
 		for _, c := range p.conns {

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // TestPrefetch applies updates and deletes to a table larger than the
@@ -57,5 +59,32 @@ func TestPrefetchInsertProbes(t *testing.T) {
 				t.Fatalf("no inserted value was looked up ahead (%d dropped)", st.PrefetchDropped)
 			}
 		})
+	}
+}
+
+// TestPrefetchGrows applies a backlog of updates whose reads wait (every
+// file read of the target delayed) with prefetch on: the prefetcher, which
+// starts with one connection, opens more while key sets wait for one, and
+// the target ends equal to the publisher.
+func TestPrefetchGrows(t *testing.T) {
+	const rows = 2000
+	e := slowReadEnv(t, 2*time.Millisecond, rows)
+	cfg := e.config("prefetch_grows")
+	cfg.Target.Prefetch = true
+	slowBacklog(e, cfg, rows, 3000)
+	r := e.start(cfg)
+	e.waitCaughtUp(r)
+	e.verify("public.wide")
+	var conns int
+	if err := e.sub.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'parapply test prefetch'`).Scan(&conns); err != nil {
+		t.Fatal(err)
+	}
+	st := r.s.Status()
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d prefetch connections open; %d rows read ahead, %d dropped", conns, st.Prefetched, st.PrefetchDropped)
+	if conns < 2 || st.Prefetched == 0 {
+		t.Errorf("the prefetcher did not grow under slow reads (%d connections, %d rows read ahead)", conns, st.Prefetched)
 	}
 }
