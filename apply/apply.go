@@ -11,7 +11,6 @@ package apply
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -88,6 +87,11 @@ type Stats struct {
 	Collapsed atomic.Int64
 	// Groups counts target transactions; Txns/Groups is the grouping factor.
 	Groups atomic.Int64
+	// Executed counts the rows that statements changed as they ran,
+	// committed or not: the applier's pace, smooth where commits of large
+	// groups come in lumps (workers = auto compares it before and after
+	// a move to the workers).
+	Executed atomic.Int64
 }
 
 // Absorb adds o's totals to s: the totals of a run's appliers carry on into
@@ -95,7 +99,7 @@ type Stats struct {
 func (s *Stats) Absorb(o *Stats) {
 	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
 		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
-		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}} {
+		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}, {&s.Executed, &o.Executed}} {
 		p[0].Add(p[1].Load())
 	}
 }
@@ -120,7 +124,6 @@ type Applier struct {
 	// to doing nothing.
 	Warn   func(string)
 	tables map[uint32]*Table
-	sql    map[string]string
 	Stats  Stats
 	// tallies counts changes per table; touched lists the tables with
 	// changes in the open group.
@@ -142,14 +145,10 @@ type Applier struct {
 	qbytes   int
 	inflight *inflight // round trip started by sendAsync
 	failed   error     // a failed round trip's error, until rollback
-	// Open runs, at most one per table, in the order they were opened;
-	// cur is the one the change being added goes to.
-	runs []*run
-	cur  *run
-
-	mask, keybuf, key2buf []byte
-	cols, oldCols, all    []int // reused per change
-	syncCommit            bool
+	// b turns the open group's changes into statements.
+	b          *batcher
+	keybuf     []byte // RowKeys' buffer
+	syncCommit bool
 
 	// synced holds, when set, the sync LSN of every table whose initial
 	// copy is done, by qualified name; tables absent from it are skipped.
@@ -198,7 +197,8 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if cfg.Tallies == nil {
 		cfg.Tallies = NewTallies()
 	}
-	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, sql: map[string]string{}, Warn: func(string) {}, cc: cc}
+	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, Warn: func(string) {}, cc: cc}
+	a.b = newBatcher(cfg.BatchRows, &a.Stats.Collapsed)
 	if cfg.Prefetch {
 		n := cfg.PrefetchConns
 		if n <= 0 {
@@ -260,10 +260,9 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		// tables; a kept stream connection has them loaded already).
 		return nil
 	}
-	if r := a.openRun(rel.ID); r != nil {
-		if err := a.flushRun(ctx, r); err != nil {
-			return err
-		}
+	a.b.forget(rel.ID)
+	if err := a.queueReady(ctx); err != nil {
+		return err
 	}
 	if err := a.wait(); err != nil {
 		return err
@@ -288,11 +287,6 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	}
 	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
 	a.tables[rel.ID] = t
-	for k := range a.sql {
-		if binary.BigEndian.Uint32([]byte(k)) == rel.ID {
-			delete(a.sql, k)
-		}
-	}
 	return nil
 }
 
@@ -415,5 +409,5 @@ func (a *Applier) GroupSize() (txns, changes, bytes int, age time.Duration) {
 	if !a.grp.open {
 		return 0, 0, 0, 0
 	}
-	return a.grp.txns, a.grp.changes, a.grp.bytes + a.runBytes(), time.Since(a.grp.opened)
+	return a.grp.txns, a.grp.changes, a.grp.bytes + a.b.bytes(), time.Since(a.grp.opened)
 }

@@ -33,8 +33,8 @@ type prefetcher struct {
 	cc      *pgx.ConnConfig
 	jobs    chan prefetchJob
 	done    sync.WaitGroup
-	// Rows counts the rows read ahead; Dropped the rows offered while the
-	// prefetcher was busy.
+	// Rows counts the rows read ahead; Dropped the rows not read: offered
+	// while the queue was full, or applied before a connection took them.
 	Rows, Dropped atomic.Int64
 	err           atomic.Pointer[error]
 	warn          func(string)
@@ -45,6 +45,12 @@ type prefetchJob struct {
 	sql  string
 	args []any
 	rows int
+	// stale is set once the statement that changes these rows has run:
+	// a job still waiting then is skipped, so that a prefetcher that fell
+	// behind (while it had fewer connections, or the appliers found
+	// pages in memory) catches up with the appliers instead of reading
+	// pages they no longer need.
+	stale *atomic.Bool
 }
 
 // prefetchChunk is how many keys of a run are read ahead at a time: the
@@ -142,6 +148,10 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 		if p.err.Load() != nil {
 			continue
 		}
+		if j.stale != nil && j.stale.Load() {
+			p.Dropped.Add(int64(j.rows))
+			continue
+		}
 		if _, err := conn.Exec(context.Background(), j.sql, j.args...); err != nil {
 			if !p.err.CompareAndSwap(nil, &err) {
 				continue
@@ -190,6 +200,19 @@ func (r *readAheads) counts() (rows, dropped int64, err error) {
 		return 0, 0, nil
 	}
 	return pf.Rows.Load(), pf.Dropped.Load(), pf.Err()
+}
+
+// open counts the prefetch connections open.
+func (r *readAheads) open() int {
+	r.mu.Lock()
+	pf := r.pf
+	r.mu.Unlock()
+	if pf == nil {
+		return 0
+	}
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	return len(pf.conns)
 }
 
 func (r *readAheads) close(ctx context.Context) {
@@ -280,6 +303,17 @@ func (a *Applier) Prefetched() (rows, dropped int64, err error) {
 	return a.ra.counts()
 }
 
+// PrefetchConns reports how many prefetch connections are open (they
+// grow while key sets wait; see prefetcher), for status and for
+// workers = auto, which does not judge the appliers' reads while the
+// prefetcher is still growing.
+func (a *Applier) PrefetchConns() int {
+	if !a.ownRA {
+		return 0
+	}
+	return a.ra.open()
+}
+
 // ShareReadAhead makes a read ahead on from's prefetch connections instead
 // of opening its own: workers share one prefetcher, so that its
 // connections stay few however many workers there are.
@@ -326,7 +360,7 @@ func (a *Applier) readAhead(r *run, final bool) {
 		for i := range args {
 			args[i] = encodeTextArray(r.params[i][from:to])
 		}
-		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from})
+		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied})
 	}
 	r.ahead = r.rows
 }
@@ -347,6 +381,6 @@ func (a *Applier) probe(pf *prefetcher, r *run, from, to int) {
 			sql = InsertProbeSQL(r.table, c)
 			r.table.probeSQL[c] = sql
 		}
-		pf.offer(prefetchJob{sql: sql, args: []any{encodeTextArray(r.params[i][from:to])}, rows: to - from})
+		pf.offer(prefetchJob{sql: sql, args: []any{encodeTextArray(r.params[i][from:to])}, rows: to - from, stale: &r.applied})
 	}
 }

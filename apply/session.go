@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,9 @@ type op struct {
 	table *Table
 	cols  []int
 	args  []any
+	// applied, for statements built from a run, is the run's flag that
+	// its statement has run (see prefetchJob.stale).
+	applied *atomic.Bool
 	// scan, when set, receives the single row the statement returns.
 	scan []any
 	// copy, when set, makes the statement a COPY FROM STDIN of these
@@ -166,6 +170,10 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc string) error {
 func (a *Applier) done(o op, tag pgconn.CommandTag) {
 	if o.table != nil {
 		a.Stats.Statements.Add(1)
+		a.Stats.Executed.Add(tag.RowsAffected())
+	}
+	if o.applied != nil {
+		o.applied.Store(true)
 	}
 	if o.rows >= 0 {
 		if n := tag.RowsAffected(); n < int64(o.rows) {
@@ -385,7 +393,7 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.wait()
 	a.failed = nil
 	a.ops, a.qbytes = nil, 0
-	a.runs, a.cur = nil, nil
+	a.b.reset()
 	a.takeCounts()
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left

@@ -56,7 +56,8 @@ var (
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
 	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connections, and values of coming inserts looked up in large indexes.")
-	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead because the prefetch connection was still busy.")
+	pfConnsDesc    = desc("prefetch_connections", "Prefetch connections open: one, and more while key sets wait for one, up to prefetch_connections.")
+	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead: offered while the prefetch queue was full, or applied before a prefetch connection took them.")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
@@ -89,7 +90,7 @@ var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscri
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
-		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, queueDesc,
+		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
@@ -152,6 +153,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(replaysDesc, float64(st.Replays))
 	counter(prefetchDesc, float64(st.Prefetched))
 	counter(pfDroppedDesc, float64(st.PrefetchDropped))
+	gauge(pfConnsDesc, float64(st.PrefetchConns))
 	gauge(queueDesc, float64(st.QueueBytes))
 	gauge(streamDesc, float64(st.StreamBytes))
 	counter(spillDesc, float64(st.SpillBytes))

@@ -42,8 +42,10 @@ type Status struct {
 	Statements, Replays       int64
 	// Prefetched counts the rows read ahead for coming updates and
 	// deletes, and the values of coming inserts looked up in large
-	// indexes; PrefetchDropped those offered while the prefetcher was busy.
+	// indexes; PrefetchDropped those not read (queue full, or applied first).
 	Prefetched, PrefetchDropped int64
+	// PrefetchConns counts the prefetch connections open.
+	PrefetchConns int
 	// QueueBytes holds the bytes of transactions handed to workers and not
 	// yet committed; StreamBytes those of streamed transactions received
 	// before their commit.
@@ -184,6 +186,7 @@ func (s *Subscriber) Status() Status {
 		rows, dropped, _ := a.Prefetched()
 		st.Prefetched += rows
 		st.PrefetchDropped += dropped
+		st.PrefetchConns += a.PrefetchConns()
 	}
 	for _, name := range s.tallies.Names() {
 		t := s.tallies.For(name)

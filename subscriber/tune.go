@@ -53,10 +53,11 @@ const tuneSQL = `SELECT count(*) FILTER (WHERE state = 'active'),
 // tuner decides, window by window, whether a run applies on workers. It is
 // pure: the sampler feeds it counts and acts on what it returns.
 //
-// A move to the pool is a trial: the changes committed per window before
-// it are compared with those after it (one window to settle, then
-// tuneTrialWindows), and a pool that applies less than tuneTrialKeep of
-// what the reader applied is left at once; the reader then keeps the load
+// A move to the pool is a trial: the rows changed per window before it
+// are compared with those after it (one window to settle, then
+// tuneTrialWindows), and a pool that applies less than the reader did
+// (tuneTrialKeep: workers cost more CPU per change, so they must at
+// least match it) is left at once; the reader then keeps the load
 // for a cooldown that doubles with each failed trial (reads that wait are
 // not always reads that workers overlap better than the prefetcher does).
 type tuner struct {
@@ -64,7 +65,6 @@ type tuner struct {
 	active, reads int
 	quietWindows  int
 	busyWindows   int
-	busyRows      int64   // changes committed in the busy windows counted
 	before        float64 // changes per window on the reader, before the move
 	trial         int     // windows judged since the move (0: no trial)
 	trialRows     int64
@@ -72,12 +72,20 @@ type tuner struct {
 	cooldown      int // windows the reader keeps the load before a new trial
 	lastShare     float64
 	windowsJudged int
+	// recent holds the rows of the last judged windows on the reader: the
+	// trial's baseline (a window of a few hundred milliseconds may hold
+	// none of the reader's statements, which run thousands of rows each).
+	recent []int64
 }
+
+// tuneBaseline is how many of the reader's windows the trial's baseline
+// spans (two seconds).
+const tuneBaseline = 8
 
 // Trial limits: see tuner.
 const (
 	tuneTrialWindows = 4
-	tuneTrialKeep    = 0.9
+	tuneTrialKeep    = 1.0
 	tuneCooldown     = 240  // windows: one minute
 	tuneCooldownMax  = 2400 // ten minutes
 )
@@ -88,19 +96,27 @@ func (t *tuner) add(active, reads int) {
 	t.reads += reads
 }
 
-// judge ends a window, in which rows changes were committed, and reports
+// judge ends a window, in which the appliers changed rows rows, and reports
 // whether the run should now apply on workers (pooled), and whether that is
-// a change.
-func (t *tuner) judge(rows int64) (pooled, changed bool) {
+// a change. A window in which the prefetcher opened connections (growing)
+// is not judged: its reads are ones the prefetcher will soon take.
+func (t *tuner) judge(rows int64, growing bool) (pooled, changed bool) {
 	active, reads := t.active, t.reads
 	t.active, t.reads = 0, 0
-	if active < tuneMinActive {
-		// Too little applied to tell (caught up, or between loads).
+	if active < tuneMinActive || growing {
+		// Too little applied to tell (caught up, or between loads), or
+		// the prefetcher has not caught up yet.
 		return t.pooled, false
 	}
 	t.windowsJudged++
 	share := float64(reads) / float64(active)
 	t.lastShare = share
+	if !t.pooled {
+		if len(t.recent) == tuneBaseline {
+			t.recent = t.recent[1:]
+		}
+		t.recent = append(t.recent, rows)
+	}
 	if t.pooled && t.trial > 0 {
 		t.trial++
 		if t.trial == 2 {
@@ -129,10 +145,14 @@ func (t *tuner) judge(rows int64) (pooled, changed bool) {
 	case !t.pooled && share >= tuneToPool:
 		t.quietWindows = 0
 		t.busyWindows++
-		t.busyRows += rows
 		if t.busyWindows >= tuneToPoolWindows {
-			t.before = float64(t.busyRows) / float64(t.busyWindows)
-			t.pooled, t.busyWindows, t.busyRows = true, 0, 0
+			var sum int64
+			for _, r := range t.recent {
+				sum += r
+			}
+			t.before = float64(sum) / float64(len(t.recent))
+			t.recent = t.recent[:0]
+			t.pooled, t.busyWindows = true, 0
 			t.trial, t.trialRows = 1, 0
 			return true, true
 		}
@@ -144,7 +164,7 @@ func (t *tuner) judge(rows int64) (pooled, changed bool) {
 			return false, true
 		}
 	default:
-		t.quietWindows, t.busyWindows, t.busyRows = 0, 0, 0
+		t.quietWindows, t.busyWindows = 0, 0
 	}
 	return t.pooled, false
 }
@@ -185,7 +205,8 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 		windowEnd = time.Now().Add(every)
 	}
 	var pids []uint32
-	lastRows := s.committedRows(l)
+	lastRows := s.executedRows(l)
+	lastConns := l.app.PrefetchConns()
 	for {
 		select {
 		case <-ctx.Done():
@@ -211,11 +232,12 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 				pooled, changed = !l.wantPool.Load(), true
 			} else {
 				windowEnd = now.Add(tuneWindow)
-				rows := s.committedRows(l)
-				pooled, changed = t.judge(rows - lastRows)
-				lastRows = rows
+				rows, conns := s.executedRows(l), l.app.PrefetchConns()
+				pooled, changed = t.judge(rows-lastRows, conns != lastConns)
+				lastConns = conns
 				s.readShare.Store(math.Float64bits(t.lastShare))
-				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "pooled", pooled)
+				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "rows", rows-lastRows, "prefetch_connections", conns, "pooled", pooled)
+				lastRows = rows
 			}
 			if !changed {
 				continue
@@ -241,13 +263,15 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 	}
 }
 
-// committedRows counts the changes the run's appliers (the reader's and the
-// workers') have committed.
-func (s *Subscriber) committedRows(l *loop) int64 {
-	n := l.app.Stats.Rows()
+// executedRows counts the rows the run's appliers (the reader's and the
+// workers') have changed, committed or not: the reader commits groups of
+// thousands of changes, so what it has committed moves in lumps, and a
+// window without a commit would look like a window without work.
+func (s *Subscriber) executedRows(l *loop) int64 {
+	n := l.app.Stats.Executed.Load()
 	if p := l.autoPool.Load(); p != nil {
 		for _, w := range p.workers {
-			n += w.shown.Load().Stats.Rows()
+			n += w.shown.Load().Stats.Executed.Load()
 		}
 	}
 	return n

@@ -3,10 +3,10 @@ package subscriber
 import "testing"
 
 // TestTunerJudge feeds the tuner windows of samples (active, reads) and the
-// changes committed in each, and checks where it stands after each: it
+// rows changed in each, and checks where it stands after each: it
 // moves to the pool after tuneToPoolWindows read-bound windows in a row,
 // keeps the pool only if the trial after the move (a window to settle, then
-// tuneTrialWindows) commits at least tuneTrialKeep of what the reader did,
+// tuneTrialWindows) applies at least tuneTrialKeep of what the reader did,
 // leaves it otherwise and keeps the reader for a cooldown, goes back after
 // tuneBackWindows quiet windows in a row, and ignores windows with too
 // little activity to tell.
@@ -14,6 +14,7 @@ func TestTunerJudge(t *testing.T) {
 	type window struct {
 		active, reads int
 		rows          int64
+		growing       bool
 	}
 	rep := func(w window, n int) []window {
 		out := make([]window, n)
@@ -36,8 +37,13 @@ func TestTunerJudge(t *testing.T) {
 		}
 		return out
 	}
-	reading, cpu, idle, between := window{100, 80, 1000}, window{100, 2, 1000}, window{5, 5, 0}, window{100, 20, 1000}
-	slowPool := window{100, 80, 800}   // the pool commits less than 90% of the reader's
+	reading, cpu, idle, between := window{100, 80, 1000, false}, window{100, 2, 1000, false}, window{5, 5, 0, false}, window{100, 20, 1000, false}
+	slowPool := window{100, 80, 950, false} // the pool applies less than the reader
+	growing := window{100, 80, 1000, true}  // read-bound while the prefetcher opens connections
+	// The reader's statements run thousands of rows: a window may see
+	// none of them end, and the pool's trial must not be judged against
+	// two such windows alone.
+	lumpy, pool600 := window{100, 80, 0, false}, window{100, 80, 600, false}
 	const trial = 1 + tuneTrialWindows // windows after the move until the trial is decided
 	tests := []struct {
 		name    string
@@ -46,6 +52,10 @@ func TestTunerJudge(t *testing.T) {
 	}{
 		{"cpu-bound stays", rep(cpu, 20), bools(false, 20)},
 		{"idle windows never decide", rep(idle, 20), bools(false, 20)},
+		{"windows while the prefetcher grows are not judged", cat(rep(growing, 6), rep(cpu, 2)), bools(false, 8)},
+		{"a growing window does not break a read-bound streak", []window{reading, growing, reading}, bools(false, 2, true, 1)},
+		{"the trial's baseline spans the reader's recent windows", cat(rep(cpu, 6), rep(lumpy, 2), rep(pool600, trial)),
+			bools(false, 7, true, trial, false, 1)},
 		{"one read-bound window is not enough", cat([]window{reading}, rep(cpu, 3)), bools(false, 4)},
 		{"two in a row move to the pool", rep(reading, 3), bools(false, 1, true, 2)},
 		{"an idle window between two read-bound ones is skipped", []window{reading, idle, reading}, bools(false, 2, true, 1)},
@@ -78,7 +88,7 @@ func TestTunerJudge(t *testing.T) {
 					}
 					tu.add(a, r)
 				}
-				pooled, changed := tu.judge(w.rows)
+				pooled, changed := tu.judge(w.rows, w.growing)
 				if pooled != tc.want[i] {
 					t.Fatalf("window %d (%+v): pooled %v, want %v", i, w, pooled, tc.want[i])
 				}

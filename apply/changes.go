@@ -1,0 +1,209 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+)
+
+// change looks up the table of a row change and checks its tuples; it
+// returns nil (and the error, if any) when the change is not to be applied
+// (see skip), else counts it in the open group (Stats and the table's
+// tally hear of it when the group commits).
+func (a *Applier) change(rel uint32, what string, kind int, tups ...parapply.Tuple) (*Table, error) {
+	t, err := a.table(rel)
+	if err != nil {
+		return nil, err
+	}
+	for _, tup := range tups {
+		if err := checkTuple(t, tup, what); err != nil {
+			return nil, err
+		}
+	}
+	if a.skip(t) {
+		return nil, nil
+	}
+	a.count(t, kind)
+	a.grp.changes++
+	return t, nil
+}
+
+// Insert queues an INSERT of tup into relation rel.
+func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) error {
+	t, err := a.change(rel, "insert", tallyInsert, tup)
+	if t == nil {
+		return err
+	}
+	a.b.insert(t, tup)
+	return a.maybeFlush(ctx)
+}
+
+// Update queues an UPDATE. oldKind is 0 (key unchanged, no old image), 'K'
+// (old key) or 'O' (old row, REPLICA IDENTITY FULL).
+func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new parapply.Tuple) error {
+	tups := []parapply.Tuple{new, old}
+	if oldKind == 0 {
+		tups = tups[:1]
+	}
+	t, err := a.change(rel, "update", tallyUpdate, tups...)
+	if t == nil {
+		return err
+	}
+	r, err := a.b.update(t, oldKind, old, new)
+	if err != nil {
+		return err
+	}
+	return a.added(ctx, r)
+}
+
+// Delete queues a DELETE of the row old identifies.
+func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old parapply.Tuple) error {
+	t, err := a.change(rel, "delete", tallyDelete, old)
+	if t == nil {
+		return err
+	}
+	r, err := a.b.delete(t, old)
+	if err != nil {
+		return err
+	}
+	return a.added(ctx, r)
+}
+
+// added sends what the batcher closed and offers the rows of r, the run a
+// change joined (nil if none), to the prefetcher.
+func (a *Applier) added(ctx context.Context, r *run) error {
+	if err := a.maybeFlush(ctx); err != nil {
+		return err
+	}
+	if r != nil {
+		a.readAhead(r, false)
+	}
+	return nil
+}
+
+// Truncate queues a TRUNCATE of the given relations with the publisher's
+// options.
+func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart bool) error {
+	if err := a.flushRuns(ctx); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(rels))
+	for _, id := range rels {
+		t, err := a.table(id)
+		if err != nil {
+			return err
+		}
+		if a.skip(t) {
+			continue
+		}
+		names = append(names, t.Target())
+		a.count(t, tallyTruncate)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	a.queue(TruncateSQL(names, cascade, restart), "truncate", -1)
+	a.Stats.Truncates.Add(1)
+	return nil
+}
+
+// maybeFlush queues the statements of the runs the batcher closed, and
+// sends them once enough parameter bytes wait.
+func (a *Applier) maybeFlush(ctx context.Context) error {
+	if err := a.queueReady(ctx); err != nil {
+		return err
+	}
+	if a.qbytes+a.b.bytes() >= a.cfg.PipelineBytes {
+		if err := a.flushRuns(ctx); err != nil {
+			return err
+		}
+		return a.sendAsync(ctx, nil)
+	}
+	return nil
+}
+
+var kindNames = map[byte]string{'I': "insert", 'U': "update", 'F': "update", 'D': "delete", 'X': "delete"}
+
+// flushRuns closes every open run and queues its statement, in the order
+// they were opened.
+func (a *Applier) flushRuns(ctx context.Context) error {
+	a.b.closeAll()
+	return a.queueReady(ctx)
+}
+
+// queueReady queues the statements of the runs the batcher closed.
+func (a *Applier) queueReady(ctx context.Context) error {
+	for _, r := range a.b.take() {
+		if err := a.queueStatement(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueStatement turns the closed run r into a queued statement.
+func (a *Applier) queueStatement(ctx context.Context, r *run) error {
+	a.readAhead(r, true)
+	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
+	a.grp.bytes += r.bytes
+	a.qbytes += r.bytes
+	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.NoCopy {
+		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = encodeCopyText(r.params, r.rows, r.bytes)
+		return nil
+	}
+	args := make([]any, len(r.params))
+	for i, p := range r.params {
+		args[i] = encodeTextArray(p)
+	}
+	expect := r.rows
+	if r.kind == 'I' {
+		expect = -1
+	}
+	if r.fallback {
+		return a.withFallback(ctx, r, args, what, expect)
+	}
+	a.queueRun(r, r.sql, what, expect, args...)
+	return nil
+}
+
+// queueRun queues a statement built from run r and returns its op, which
+// names r's table and columns for errors.
+func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *op {
+	a.queue(sql, what, expect, args...)
+	o := &a.ops[len(a.ops)-1]
+	o.table, o.cols, o.kind, o.applied = r.table, r.cols, r.kind, &r.applied
+	return o
+}
+
+// withFallback runs an UPDATE on a table with unique indexes beyond its key
+// under a savepoint: if the set-based statement hits a unique violation that
+// row order would have avoided, it is rolled back and replayed row by row.
+func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
+	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
+	a.queueRun(r, r.sql, what, expect, args...)
+	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
+	err := a.send(ctx)
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" || r.rows == 1 {
+		return err
+	}
+	a.Stats.Replays.Add(1)
+	if _, rerr := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT parapply_run"); rerr != nil {
+		// The violation came from a statement queued before the
+		// savepoint (which then never existed): that error is the one
+		// to report, and to retry on.
+		return err
+	}
+	for i := 0; i < r.rows; i++ {
+		one := make([]any, len(r.params))
+		for j, p := range r.params {
+			one[j] = encodeTextArray(p[i : i+1])
+		}
+		a.queueRun(r, r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
+	}
+	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
+	return a.send(ctx)
+}
