@@ -26,16 +26,19 @@ import (
 
 // Tuning thresholds: a window of tuneWindow with at least tuneMinActive
 // active samples is judged; a read share of tuneToPool or more moves to the
-// pool after tuneToPoolWindows windows in a row (half a second: a catch-up
-// of a few seconds gains from the start), tuneBackWindows windows in a row (3 s) under tuneToLoop move back. The
-// gap between the two keeps a run from going back and forth.
+// pool after tuneToPoolWindows windows in a row (two seconds: a move costs a
+// drain and a trial, which a catch-up of a few seconds does not win back,
+// and on this project's slow-read workloads the reader with its prefetch
+// connections is within a few percent of the workers), tuneBackWindows
+// windows in a row (3 s) under tuneToLoop move back. The gap between the
+// two keeps a run from going back and forth.
 const (
 	tuneSample        = 10 * time.Millisecond
 	tuneWindow        = 250 * time.Millisecond
 	tuneMinActive     = 20
 	tuneToPool        = 0.30
 	tuneToLoop        = 0.10
-	tuneToPoolWindows = 2
+	tuneToPoolWindows = 8
 	tuneBackWindows   = 12
 )
 

@@ -43,8 +43,19 @@ func TestTunerJudge(t *testing.T) {
 	// The reader's statements run thousands of rows: a window may see
 	// none of them end, and the pool's trial must not be judged against
 	// two such windows alone.
-	lumpy, pool600 := window{100, 80, 0, false}, window{100, 80, 600, false}
+	lumpy, burst, pool600 := window{100, 80, 0, false}, window{100, 80, 2000, false}, window{100, 80, 600, false}
+	alternate := func(a, b window, k int) []window {
+		out := make([]window, k)
+		for i := range out {
+			out[i] = a
+			if i%2 == 1 {
+				out[i] = b
+			}
+		}
+		return out
+	}
 	const trial = 1 + tuneTrialWindows // windows after the move until the trial is decided
+	n := tuneToPoolWindows
 	tests := []struct {
 		name    string
 		windows []window
@@ -52,25 +63,25 @@ func TestTunerJudge(t *testing.T) {
 	}{
 		{"cpu-bound stays", rep(cpu, 20), bools(false, 20)},
 		{"idle windows never decide", rep(idle, 20), bools(false, 20)},
-		{"windows while the prefetcher grows are not judged", cat(rep(growing, 6), rep(cpu, 2)), bools(false, 8)},
-		{"a growing window does not break a read-bound streak", []window{reading, growing, reading}, bools(false, 2, true, 1)},
-		{"the trial's baseline spans the reader's recent windows", cat(rep(cpu, 6), rep(lumpy, 2), rep(pool600, trial)),
-			bools(false, 7, true, trial, false, 1)},
-		{"one read-bound window is not enough", cat([]window{reading}, rep(cpu, 3)), bools(false, 4)},
-		{"two in a row move to the pool", rep(reading, 3), bools(false, 1, true, 2)},
-		{"an idle window between two read-bound ones is skipped", []window{reading, idle, reading}, bools(false, 2, true, 1)},
-		{"a trial the pool passes keeps it", rep(reading, 2+trial+5), bools(false, 1, true, 1+trial+5)},
-		{"shares between the thresholds hold either way", cat(rep(reading, 2+trial), rep(between, 20)), bools(false, 1, true, 1+trial+20)},
-		{"back after tuneBackWindows quiet windows", cat(rep(reading, 2+trial), rep(cpu, tuneBackWindows)),
-			bools(false, 1, true, 1+trial+tuneBackWindows-1, false, 1)},
-		{"a read-bound window restarts the count", cat(rep(reading, 2+trial), rep(cpu, tuneBackWindows-1), []window{reading}, rep(cpu, tuneBackWindows-1)),
-			bools(false, 1, true, 1+trial+2*tuneBackWindows-1)},
-		{"a pool slower than the reader is left", cat(rep(reading, 2), rep(slowPool, trial)),
-			bools(false, 1, true, trial, false, 1)},
-		{"after a failed trial the reader keeps the load for the cooldown", cat(rep(reading, 2), rep(slowPool, trial), rep(reading, tuneCooldown+2)),
-			bools(false, 1, true, trial, false, 1+tuneCooldown+1, true, 1)},
-		{"a second failed trial doubles the cooldown", cat(rep(reading, 2), rep(slowPool, trial), rep(reading, tuneCooldown+2), rep(slowPool, trial), rep(reading, 2*tuneCooldown+2)),
-			bools(false, 1, true, trial, false, 1+tuneCooldown+1, true, trial, false, 1+2*tuneCooldown+1, true, 1)},
+		{"windows while the prefetcher grows are not judged", cat(rep(growing, n+4), rep(cpu, 2)), bools(false, n+6)},
+		{"a growing window does not break a read-bound streak", cat(rep(reading, n-1), []window{growing, reading}), bools(false, n, true, 1)},
+		{"the trial's baseline spans the reader's recent windows", cat(rep(cpu, 3), alternate(burst, lumpy, n-2), rep(lumpy, 2), rep(pool600, trial)),
+			bools(false, n+2, true, trial, false, 1)},
+		{"fewer read-bound windows in a row are not enough", cat(rep(reading, n-1), rep(cpu, 3), rep(reading, n-1)), bools(false, 2*n+1)},
+		{"tuneToPoolWindows in a row move to the pool", rep(reading, n+1), bools(false, n-1, true, 2)},
+		{"an idle window between read-bound ones is skipped", cat(rep(reading, n-1), []window{idle, reading}), bools(false, n, true, 1)},
+		{"a trial the pool passes keeps it", rep(reading, n+trial+5), bools(false, n-1, true, 1+trial+5)},
+		{"shares between the thresholds hold either way", cat(rep(reading, n+trial), rep(between, 20)), bools(false, n-1, true, 1+trial+20)},
+		{"back after tuneBackWindows quiet windows", cat(rep(reading, n+trial), rep(cpu, tuneBackWindows)),
+			bools(false, n-1, true, 1+trial+tuneBackWindows-1, false, 1)},
+		{"a read-bound window restarts the count", cat(rep(reading, n+trial), rep(cpu, tuneBackWindows-1), []window{reading}, rep(cpu, tuneBackWindows-1)),
+			bools(false, n-1, true, 1+trial+2*tuneBackWindows-1)},
+		{"a pool slower than the reader is left", cat(rep(reading, n), rep(slowPool, trial)),
+			bools(false, n-1, true, trial, false, 1)},
+		{"after a failed trial the reader keeps the load for the cooldown", cat(rep(reading, n), rep(slowPool, trial), rep(reading, tuneCooldown+n)),
+			bools(false, n-1, true, trial, false, 1+tuneCooldown+n-1, true, 1)},
+		{"a second failed trial doubles the cooldown", cat(rep(reading, n), rep(slowPool, trial), rep(reading, tuneCooldown+n), rep(slowPool, trial), rep(reading, 2*tuneCooldown+n)),
+			bools(false, n-1, true, trial, false, 1+tuneCooldown+n-1, true, trial, false, 1+2*tuneCooldown+n-1, true, 1)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -117,7 +117,7 @@ func TestAutoWorkers(t *testing.T) {
 		// Groups small enough that the switch (between groups) comes
 		// early in a backlog this short.
 		cfg.Group.MaxChanges = 200
-		const txns = 4000
+		const txns = 6000
 		slowBacklog(e, cfg, rows, txns)
 		r := e.start(cfg)
 		e.waitCaughtUp(r)
