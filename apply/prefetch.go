@@ -29,10 +29,15 @@ type prefetcher struct {
 	conns   []*pgx.Conn
 	max     int
 	growing atomic.Bool
-	closed  bool
-	cc      *pgx.ConnConfig
-	jobs    chan prefetchJob
-	done    sync.WaitGroup
+	// perRow is the wall time per row of the last key set read, in
+	// nanoseconds: reads from the operating system's cache take
+	// microseconds, and more connections would only take CPU from the
+	// appliers; reads that wait on a disk take far longer.
+	perRow atomic.Int64
+	closed bool
+	cc     *pgx.ConnConfig
+	jobs   chan prefetchJob
+	done   sync.WaitGroup
 	// Rows counts the rows read ahead; Dropped the rows not read: offered
 	// while the queue was full, or applied before a connection took them.
 	Rows, Dropped atomic.Int64
@@ -67,13 +72,20 @@ const prefetchPiece = 32
 // that, pages read ahead would be evicted before they are used.
 const prefetchQueue = 384
 
+// prefetchSlowRow is the time per row read ahead above which the reads
+// wait on a disk and another connection may open: a row read from the
+// operating system's cache (an index descent and a heap page) takes about
+// 10 microseconds of CPU, one from a network-attached disk 100 or more.
+const prefetchSlowRow = 50 * time.Microsecond
+
 // DefaultPrefetchConns is how many connections may read ahead at once
 // unless Config.PrefetchConns says otherwise: each reads one row after
 // another (an index lookup, then the heap page), so reads overlap only
 // across connections; on a disk where a read waits, that many reads are in
 // flight. The prefetcher starts with one and opens more only while key
-// sets wait for one (reads from the operating system's cache need no more,
-// and more would only take CPU from the appliers).
+// sets wait for one and its reads wait on a disk (prefetchSlowRow): reads
+// from the operating system's cache need no more, and more would only take
+// CPU from the appliers.
 const DefaultPrefetchConns = 8
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
@@ -152,6 +164,7 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 			p.Dropped.Add(int64(j.rows))
 			continue
 		}
+		start := time.Now()
 		if _, err := conn.Exec(context.Background(), j.sql, j.args...); err != nil {
 			if !p.err.CompareAndSwap(nil, &err) {
 				continue
@@ -160,6 +173,22 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 			continue
 		}
 		p.Rows.Add(int64(j.rows))
+		if j.rows > 0 {
+			p.perRow.Store(int64(time.Since(start)) / int64(j.rows))
+		}
+		p.maybeGrow()
+	}
+}
+
+// maybeGrow opens another connection when more key sets wait than there
+// are connections to read them and the reads wait on a disk; it is asked
+// when a set is offered and when one has been read.
+func (p *prefetcher) maybeGrow() {
+	p.mu.Lock()
+	n := len(p.conns)
+	p.mu.Unlock()
+	if len(p.jobs) > n && time.Duration(p.perRow.Load()) >= prefetchSlowRow {
+		p.grow()
 	}
 }
 
@@ -231,14 +260,7 @@ func (p *prefetcher) offer(j prefetchJob) {
 	}
 	select {
 	case p.jobs <- j:
-		p.mu.Lock()
-		n := len(p.conns)
-		p.mu.Unlock()
-		if len(p.jobs) > n {
-			// More key sets wait than there are connections to read
-			// them: the reads are slow.
-			p.grow()
-		}
+		p.maybeGrow()
 	default:
 		p.Dropped.Add(int64(j.rows))
 	}
