@@ -83,9 +83,10 @@ const prefetchSlowRow = 50 * time.Microsecond
 // another (an index lookup, then the heap page), so reads overlap only
 // across connections; on a disk where a read waits, that many reads are in
 // flight. The prefetcher starts with one and opens more only while key
-// sets wait for one and its reads wait on a disk (prefetchSlowRow): reads
-// from the operating system's cache need no more, and more would only take
-// CPU from the appliers.
+// sets wait for one and its reads are slow (prefetchSlowRow): reads from
+// the operating system's cache need no more, and more would only take CPU
+// from the appliers. (Wall time does not tell a busy CPU from a slow disk:
+// on two busy cores, cached reads also pass the threshold.)
 const DefaultPrefetchConns = 8
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
