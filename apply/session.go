@@ -56,15 +56,22 @@ func (a *Applier) describe() string {
 // send performs one round trip with everything queued, after the one in
 // flight (if any) has finished.
 func (a *Applier) send(ctx context.Context) error {
-	if err := a.wait(); err != nil {
+	ops, err := a.takeOps()
+	if err != nil || len(ops) == 0 {
 		return err
 	}
-	if len(a.ops) == 0 {
-		return nil
+	return a.exec(ctx, ops, a.describe())
+}
+
+// takeOps waits for the round trip in flight, if any, and takes what is
+// queued for the next one.
+func (a *Applier) takeOps() ([]op, error) {
+	if err := a.wait(); err != nil {
+		return nil, err
 	}
 	ops := a.ops
 	a.ops, a.qbytes = a.ops[:0:0], 0
-	return a.exec(ctx, ops, a.describe())
+	return ops, nil
 }
 
 // sendAsync starts a round trip with everything queued and returns at once,
@@ -73,14 +80,10 @@ func (a *Applier) send(ctx context.Context) error {
 // that uses the connection, waits first). Within an open group only: the
 // group's COMMIT is sent synchronously after them.
 func (a *Applier) sendAsync(ctx context.Context, after func() error) error {
-	if err := a.wait(); err != nil {
+	ops, err := a.takeOps()
+	if err != nil || len(ops) == 0 {
 		return err
 	}
-	if len(a.ops) == 0 {
-		return nil
-	}
-	ops := a.ops
-	a.ops, a.qbytes = a.ops[:0:0], 0
 	f := &inflight{done: make(chan struct{})}
 	desc := a.describe()
 	a.inflight = f
