@@ -486,6 +486,11 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 					}
 					return err
 				}
+				// A batch may hold thousands of transactions, seconds
+				// of applying: the tuner's move is taken between any two.
+				if err := l.retune(ctx); err != nil {
+					return err
+				}
 			}
 			// Nothing more waiting: commit what the group holds now
 			// rather than wait for more.
@@ -494,9 +499,6 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 				if err := l.commitGroup(ctx); err != nil {
 					return err
 				}
-			}
-			if err := l.retune(ctx); err != nil {
-				return err
 			}
 		}
 	}

@@ -24,8 +24,10 @@ import (
 // operating system's cache reads are short; what matters is whether the
 // appliers still wait once they have read ahead.
 
-// Tuning thresholds: a window of tuneWindow with at least tuneMinActive
-// active samples is judged; a read share of tuneToPool or more moves to the
+// Tuning thresholds: a window of tuneWindow is judged when it holds at
+// least tuneMinSamples samples and the appliers were active in
+// tuneMinActive of them (a share: on a busy machine samples are late, and
+// a window holds fewer than tuneWindow/tuneSample); a read share of tuneToPool or more moves to the
 // pool after tuneToPoolWindows windows in a row (two seconds: a move costs a
 // drain and a trial, which a catch-up of a few seconds does not win back,
 // and on this project's slow-read workloads the reader with its prefetch
@@ -35,7 +37,8 @@ import (
 const (
 	tuneSample        = 10 * time.Millisecond
 	tuneWindow        = 250 * time.Millisecond
-	tuneMinActive     = 20
+	tuneMinSamples    = 5
+	tuneMinActive     = 0.8
 	tuneToPool        = 0.30
 	tuneToLoop        = 0.10
 	tuneToPoolWindows = 8
@@ -64,17 +67,17 @@ const tuneSQL = `SELECT count(*) FILTER (WHERE state = 'active'),
 // for a cooldown that doubles with each failed trial (reads that wait are
 // not always reads that workers overlap better than the prefetcher does).
 type tuner struct {
-	pooled        bool
-	active, reads int
-	quietWindows  int
-	busyWindows   int
-	before        float64 // changes per window on the reader, before the move
-	trial         int     // windows judged since the move (0: no trial)
-	trialRows     int64
-	failures      int
-	cooldown      int // windows the reader keeps the load before a new trial
-	lastShare     float64
-	windowsJudged int
+	pooled                 bool
+	samples, active, reads int
+	quietWindows           int
+	busyWindows            int
+	before                 float64 // changes per window on the reader, before the move
+	trial                  int     // windows judged since the move (0: no trial)
+	trialRows              int64
+	failures               int
+	cooldown               int // windows the reader keeps the load before a new trial
+	lastShare              float64
+	windowsJudged          int
 	// recent holds the rows of the last judged windows on the reader: the
 	// trial's baseline (a window of a few hundred milliseconds may hold
 	// none of the reader's statements, which run thousands of rows each).
@@ -95,20 +98,24 @@ const (
 
 // add counts one sample: active sessions, and those of them waiting on a read.
 func (t *tuner) add(active, reads int) {
+	t.samples++
 	t.active += active
 	t.reads += reads
 }
 
 // judge ends a window, in which the appliers changed rows rows, and reports
 // whether the run should now apply on workers (pooled), and whether that is
-// a change. A window in which the prefetcher opened connections (growing)
-// is not judged: its reads are ones the prefetcher will soon take.
-func (t *tuner) judge(rows int64, growing bool) (pooled, changed bool) {
-	active, reads := t.active, t.reads
-	t.active, t.reads = 0, 0
-	if active < tuneMinActive || growing {
+// a change. A window that is not settled is not judged: the prefetcher
+// opened connections in it (its reads are ones the prefetcher will soon
+// take), or the loop had not yet made the last move (it commits what it
+// holds first, which on slow reads takes seconds, and a trial counted from
+// the decision would measure the reader's last statements as the pool's).
+func (t *tuner) judge(rows int64, settled bool) (pooled, changed bool) {
+	samples, active, reads := t.samples, t.active, t.reads
+	t.samples, t.active, t.reads = 0, 0, 0
+	if samples < tuneMinSamples || float64(active) < tuneMinActive*float64(samples) || !settled {
 		// Too little applied to tell (caught up, or between loads), or
-		// the prefetcher has not caught up yet.
+		// not settled.
 		return t.pooled, false
 	}
 	t.windowsJudged++
@@ -236,7 +243,8 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			} else {
 				windowEnd = now.Add(tuneWindow)
 				rows, conns := s.executedRows(l), l.app.PrefetchConns()
-				pooled, changed = t.judge(rows-lastRows, conns != lastConns)
+				moved := (s.activeWorkers.Load() > 0) == t.pooled
+				pooled, changed = t.judge(rows-lastRows, conns == lastConns && moved)
 				lastConns = conns
 				s.readShare.Store(math.Float64bits(t.lastShare))
 				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "rows", rows-lastRows, "prefetch_connections", conns, "pooled", pooled)

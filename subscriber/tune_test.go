@@ -14,7 +14,8 @@ func TestTunerJudge(t *testing.T) {
 	type window struct {
 		active, reads int
 		rows          int64
-		growing       bool
+		growing       bool // or, the same to the tuner, the loop has not moved yet
+		samples       int  // 0: ten
 	}
 	rep := func(w window, n int) []window {
 		out := make([]window, n)
@@ -37,13 +38,20 @@ func TestTunerJudge(t *testing.T) {
 		}
 		return out
 	}
-	reading, cpu, idle, between := window{100, 80, 1000, false}, window{100, 2, 1000, false}, window{5, 5, 0, false}, window{100, 20, 1000, false}
-	slowPool := window{100, 80, 950, false} // the pool applies less than the reader
-	growing := window{100, 80, 1000, true}  // read-bound while the prefetcher opens connections
+	reading, cpu, idle, between := window{100, 80, 1000, false, 0}, window{100, 2, 1000, false, 0}, window{7, 7, 0, false, 0}, window{100, 20, 1000, false, 0}
+	slowPool := window{100, 80, 950, false, 0} // the pool applies less than the reader
+	growing := window{100, 80, 1000, true, 0}  // read-bound while the prefetcher opens connections
+	// Until the loop has moved (it commits what it holds first), windows
+	// count for nothing, least of all for the trial.
+	moving := window{100, 80, 0, true, 0}
+	// On a busy machine samples come late: a window of six busy samples
+	// is judged like one of ten, one of too few samples is not.
+	late := window{active: 6, reads: 6, rows: 1000, samples: 6}
+	tooFew := window{active: 4, reads: 4, rows: 1000, samples: tuneMinSamples - 1}
 	// The reader's statements run thousands of rows: a window may see
 	// none of them end, and the pool's trial must not be judged against
 	// two such windows alone.
-	lumpy, burst, pool600 := window{100, 80, 0, false}, window{100, 80, 2000, false}, window{100, 80, 600, false}
+	lumpy, burst, pool600 := window{100, 80, 0, false, 0}, window{100, 80, 2000, false, 0}, window{100, 80, 600, false, 0}
 	alternate := func(a, b window, k int) []window {
 		out := make([]window, k)
 		for i := range out {
@@ -69,6 +77,10 @@ func TestTunerJudge(t *testing.T) {
 			bools(false, n+2, true, trial, false, 1)},
 		{"fewer read-bound windows in a row are not enough", cat(rep(reading, n-1), rep(cpu, 3), rep(reading, n-1)), bools(false, 2*n+1)},
 		{"tuneToPoolWindows in a row move to the pool", rep(reading, n+1), bools(false, n-1, true, 2)},
+		{"the trial starts when the loop has moved", cat(rep(reading, n), rep(moving, 5), rep(reading, trial+2)),
+			bools(false, n-1, true, 1+5+trial+2)},
+		{"late samples still judge", rep(late, n+1), bools(false, n-1, true, 2)},
+		{"windows of too few samples are not judged", cat(rep(tooFew, n+4), rep(reading, n-1)), bools(false, 2*n+3)},
 		{"an idle window between read-bound ones is skipped", cat(rep(reading, n-1), []window{idle, reading}), bools(false, n, true, 1)},
 		{"a trial the pool passes keeps it", rep(reading, n+trial+5), bools(false, n-1, true, 1+trial+5)},
 		{"shares between the thresholds hold either way", cat(rep(reading, n+trial), rep(between, 20)), bools(false, n-1, true, 1+trial+20)},
@@ -91,15 +103,19 @@ func TestTunerJudge(t *testing.T) {
 			var tu tuner
 			was := false
 			for i, w := range tc.windows {
-				// Spread the window's counts over several samples.
-				for j := range 4 {
-					a, r := w.active/4, w.reads/4
-					if j == 3 {
-						a, r = w.active-3*(w.active/4), w.reads-3*(w.reads/4)
+				// Spread the window's counts over its samples.
+				k := w.samples
+				if k == 0 {
+					k = 10
+				}
+				for j := range k {
+					a, r := w.active/k, w.reads/k
+					if j == k-1 {
+						a, r = w.active-(k-1)*(w.active/k), w.reads-(k-1)*(w.reads/k)
 					}
 					tu.add(a, r)
 				}
-				pooled, changed := tu.judge(w.rows, w.growing)
+				pooled, changed := tu.judge(w.rows, !w.growing)
 				if pooled != tc.want[i] {
 					t.Fatalf("window %d (%+v): pooled %v, want %v", i, w, pooled, tc.want[i])
 				}
