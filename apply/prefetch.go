@@ -34,6 +34,16 @@ type prefetcher struct {
 	// microseconds, and more connections would only take CPU from the
 	// appliers; reads that wait on a disk take far longer.
 	perRow atomic.Int64
+	// diskWait is what the target's own view of the prefetch sessions
+	// says (SetPrefetchWaits): diskUnknown until someone samples them,
+	// then whether their reads wait on a disk. Once known it decides
+	// growth instead of perRow, which cannot tell a busy CPU from a
+	// slow disk.
+	diskWait atomic.Int32
+	// retire is how many connections are to close (each after the set it
+	// reads): told that reads do not wait on a disk, the prefetcher goes
+	// back to one.
+	retire atomic.Int32
 	closed bool
 	cc     *pgx.ConnConfig
 	jobs   chan prefetchJob
@@ -177,9 +187,43 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 		if j.rows > 0 {
 			p.perRow.Store(int64(time.Since(start)) / int64(j.rows))
 		}
+		if p.retired(conn) {
+			return
+		}
 		p.maybeGrow()
 	}
 }
+
+// retired closes conn and drops it from the connections if one is to
+// retire (never the last).
+func (p *prefetcher) retired(conn *pgx.Conn) bool {
+	for {
+		n := p.retire.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.retire.CompareAndSwap(n, n-1) {
+			break
+		}
+	}
+	p.mu.Lock()
+	i := slices.Index(p.conns, conn)
+	if i < 0 || len(p.conns) == 1 {
+		p.mu.Unlock()
+		return false
+	}
+	p.conns = slices.Delete(p.conns, i, i+1)
+	p.mu.Unlock()
+	conn.Close(context.Background())
+	return true
+}
+
+// diskWait values.
+const (
+	diskUnknown int32 = iota
+	diskWaits
+	diskFast
+)
 
 // maybeGrow opens another connection when more key sets wait than there
 // are connections to read them and the reads wait on a disk; it is asked
@@ -188,9 +232,35 @@ func (p *prefetcher) maybeGrow() {
 	p.mu.Lock()
 	n := len(p.conns)
 	p.mu.Unlock()
-	if len(p.jobs) > n && time.Duration(p.perRow.Load()) >= prefetchSlowRow {
+	if shouldGrow(len(p.jobs), n, time.Duration(p.perRow.Load()), p.diskWait.Load()) {
 		p.grow()
 	}
+}
+
+// shouldGrow says whether queued key sets, waiting for conns connections
+// whose last read took perRow per row, call for another connection, given
+// what the target says of the prefetch sessions' reads (disk).
+func shouldGrow(queued, conns int, perRow time.Duration, disk int32) bool {
+	if queued <= conns {
+		return false
+	}
+	switch disk {
+	case diskWaits:
+		return true
+	case diskFast:
+		return false
+	}
+	return perRow >= prefetchSlowRow
+}
+
+// pids appends the backends of the prefetch connections.
+func (p *prefetcher) pids(dst []uint32) []uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		dst = append(dst, c.PgConn().PID())
+	}
+	return dst
 }
 
 // readAheads opens a prefetcher the first time one is needed, once, for
@@ -202,6 +272,9 @@ type readAheads struct {
 	conns int
 	cc    *pgx.ConnConfig
 	warn  func(string)
+	// disk is the last SetPrefetchWaits verdict, for a prefetcher opened
+	// after it.
+	disk int32
 }
 
 // get returns the prefetcher, opening it on the first call; nil if it
@@ -216,6 +289,8 @@ func (r *readAheads) get() *prefetcher {
 		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.warn)
 		if err != nil {
 			r.warn(fmt.Sprintf("cannot open the prefetch connections to the target (applying goes on without them; prefetch = off turns them off): %v", err))
+		} else {
+			pf.diskWait.Store(r.disk)
 		}
 		r.pf = pf
 	}
@@ -223,9 +298,7 @@ func (r *readAheads) get() *prefetcher {
 }
 
 func (r *readAheads) counts() (rows, dropped int64, err error) {
-	r.mu.Lock()
-	pf := r.pf
-	r.mu.Unlock()
+	pf := r.opened()
 	if pf == nil {
 		return 0, 0, nil
 	}
@@ -234,9 +307,7 @@ func (r *readAheads) counts() (rows, dropped int64, err error) {
 
 // open counts the prefetch connections open.
 func (r *readAheads) open() int {
-	r.mu.Lock()
-	pf := r.pf
-	r.mu.Unlock()
+	pf := r.opened()
 	if pf == nil {
 		return 0
 	}
@@ -245,10 +316,15 @@ func (r *readAheads) open() int {
 	return len(pf.conns)
 }
 
-func (r *readAheads) close(ctx context.Context) {
+// opened returns the prefetcher if it is open.
+func (r *readAheads) opened() *prefetcher {
 	r.mu.Lock()
-	pf := r.pf
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	return r.pf
+}
+
+func (r *readAheads) close(ctx context.Context) {
+	pf := r.opened()
 	if pf != nil {
 		pf.close(ctx)
 	}
@@ -335,6 +411,51 @@ func (a *Applier) PrefetchConns() int {
 		return 0
 	}
 	return a.ra.open()
+}
+
+// PrefetchPIDs appends the backends of the applier's own prefetch
+// connections, so that the target's view of them (pg_stat_activity) can
+// tell whether their reads wait on a disk (SetPrefetchWaits).
+func (a *Applier) PrefetchPIDs(dst []uint32) []uint32 {
+	if !a.ownRA {
+		return dst
+	}
+	if pf := a.ra.opened(); pf != nil {
+		return pf.pids(dst)
+	}
+	return dst
+}
+
+// SetPrefetchWaits tells the applier's own prefetcher (open, or opened
+// later) whether its sessions were seen waiting on reads of a disk: only
+// then does it open more connections, and when told they do not, it goes
+// back to one. Never told, it goes by its reads' wall time, which on a
+// busy CPU also looks slow, and opens connections that then only take CPU
+// from the appliers.
+func (a *Applier) SetPrefetchWaits(wait bool) {
+	if !a.ownRA {
+		return
+	}
+	v := diskFast
+	if wait {
+		v = diskWaits
+	}
+	r := a.ra
+	r.mu.Lock()
+	r.disk = v
+	pf := r.pf
+	r.mu.Unlock()
+	if pf == nil {
+		return
+	}
+	pf.diskWait.Store(v)
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if wait {
+		pf.retire.Store(0)
+	} else {
+		pf.retire.Store(int32(len(pf.conns) - 1))
+	}
 }
 
 // ShareReadAhead makes a read ahead on from's prefetch connections instead

@@ -430,7 +430,10 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if workers != nil {
 		l.sink = &toPool{p: workers, keys: app}
 	}
-	if s.cfg.AutoWorkers && s.cfg.Workers > 0 {
+	if (s.cfg.AutoWorkers && s.cfg.Workers > 0) || s.cfg.Target.Prefetch {
+		// One prefetch connection until the tuner sees them wait on a
+		// disk (before the loop starts, so that none opens more first).
+		s.prefetchWaits(l, false)
 		tuned := make(chan struct{})
 		cc, pid := app.Conn().Config(), app.Conn().PgConn().PID()
 		go func() {

@@ -45,16 +45,79 @@ const (
 	tuneBackWindows   = 12
 )
 
-// tuneSQL counts, among the given backends, those active and those active
-// and waiting on a read: of a relation's page (DataFileRead,
-// DataFilePrefetch), of a temporary file (BufFileRead), or on a read
-// another process does for them (AioIoCompletion, PostgreSQL 18's
-// asynchronous I/O; BufferIO, a page another backend is reading in). The
-// names are compared in lower case: their case changed in PostgreSQL 17.
-const tuneSQL = `SELECT count(*) FILTER (WHERE state = 'active'),
-	count(*) FILTER (WHERE state = 'active' AND wait_event_type IN ('IO', 'IPC')
-		AND lower(wait_event) IN ('datafileread', 'datafileprefetch', 'buffileread', 'aioiocompletion', 'bufferio'))
-	FROM pg_catalog.pg_stat_activity WHERE pid = ANY($1)`
+// tuneSQL counts, among the appliers' backends ($1) and among the
+// prefetchers' ($2), those active and those active and waiting on a read:
+// of a relation's page (DataFileRead, DataFilePrefetch), of a temporary
+// file (BufFileRead), or on a read another process does for them
+// (AioIoCompletion, PostgreSQL 18's asynchronous I/O; BufferIO, a page
+// another backend is reading in). The names are compared in lower case:
+// their case changed in PostgreSQL 17.
+const tuneSQL = `SELECT count(*) FILTER (WHERE active AND pid = ANY($1)),
+	count(*) FILTER (WHERE active AND reading AND pid = ANY($1)),
+	count(*) FILTER (WHERE active AND pid = ANY($2)),
+	count(*) FILTER (WHERE active AND reading AND pid = ANY($2))
+	FROM (SELECT pid, state = 'active' AS active, wait_event_type IN ('IO', 'IPC')
+			AND lower(wait_event) IN ('datafileread', 'datafileprefetch', 'buffileread', 'aioiocompletion', 'bufferio') AS reading
+		FROM pg_catalog.pg_stat_activity WHERE pid = ANY($1) OR pid = ANY($2)) AS s`
+
+// The prefetch sessions' reads wait on a disk, and more prefetch
+// connections may open (apply.Applier.SetPrefetchWaits), from a window in
+// which they spent prefetchWaitShare of their active samples waiting on a
+// read; they do not, and the prefetcher goes back to one connection, after
+// prefetchFastWindows windows in a row under prefetchFastShare. From the
+// operating system's cache a read takes microseconds of a row's tens, and
+// the share stays under a fifth or so, however busy the CPU (point-update:
+// mostly 0 to 0.2, a few windows up to 0.45, PostgreSQL 18's I/O workers
+// waiting for a core too), hence the gap and the windows in a row; reads
+// delayed by 0.1 ms (slow-read) keep it at 0.8 to 0.98. Until the sessions
+// are seen waiting, the prefetcher keeps one connection.
+const (
+	prefetchWaitShare   = 0.6
+	prefetchFastShare   = 0.3
+	prefetchFastWindows = 4
+)
+
+// diskJudge turns the prefetch sessions' read-wait share, window by
+// window, into whether their reads wait on a disk. It is pure; the zero
+// value has no verdict (the sampler starts it at "not waiting").
+type diskJudge struct {
+	known, waits bool
+	fast         int // windows in a row under prefetchFastShare
+}
+
+// judge takes a window's share and reports the verdict, and whether it
+// is new.
+func (d *diskJudge) judge(share float64) (waits, changed bool) {
+	switch {
+	case share >= prefetchWaitShare:
+		d.fast = 0
+		changed = !d.known || !d.waits
+		d.known, d.waits = true, true
+	case share < prefetchFastShare:
+		d.fast++
+		if d.fast >= prefetchFastWindows {
+			changed = !d.known || d.waits
+			d.known, d.waits = true, false
+		}
+	default:
+		d.fast = 0
+	}
+	return d.waits, changed
+}
+
+// readWaits adds up, over a window, the samples of one group of sessions.
+type readWaits struct{ active, reads int }
+
+// share ends the window: the share of active samples waiting on a read,
+// and whether there were enough to tell.
+func (w *readWaits) share() (share float64, ok bool) {
+	active, reads := w.active, w.reads
+	*w = readWaits{}
+	if active < tuneMinSamples {
+		return 0, false
+	}
+	return float64(reads) / float64(active), true
+}
 
 // tuner decides, window by window, whether a run applies on workers. It is
 // pure: the sampler feeds it counts and acts on what it returns.
@@ -179,30 +242,38 @@ func (t *tuner) judge(rows int64, settled bool) (pooled, changed bool) {
 	return t.pooled, false
 }
 
-// sampleReads runs tuneSQL on conn for the given backends.
-func sampleReads(ctx context.Context, conn *pgx.Conn, pids []uint32) (active, reads int, err error) {
-	err = conn.QueryRow(ctx, tuneSQL, pids).Scan(&active, &reads)
-	return active, reads, err
+// sampleReads runs tuneSQL on conn for the given appliers and prefetchers.
+func sampleReads(ctx context.Context, conn *pgx.Conn, appliers, prefetchers []uint32) (apply, prefetch readWaits, err error) {
+	err = conn.QueryRow(ctx, tuneSQL, appliers, prefetchers).Scan(&apply.active, &apply.reads, &prefetch.active, &prefetch.reads)
+	return apply, prefetch, err
 }
 
-// tune runs beside a run with AutoWorkers: it samples the run's target
-// sessions, opens the pool the first time the tuner wants it (on runCtx,
-// the run's, so that it lives until the run ends), and tells the loop which
-// way to apply; the loop switches at its next safe point (retune). It ends
-// with ctx.
+// tune runs beside a run with AutoWorkers or prefetching: it samples the
+// run's target sessions (the caller has told the prefetchers to keep one
+// connection until they are seen waiting on a disk). For AutoWorkers it opens the pool the first time
+// the tuner wants it (on runCtx, the run's, so that it lives until the run
+// ends), and tells the loop which way to apply; the loop switches at its
+// next safe point (retune). It tells the prefetchers whether their reads
+// wait on a disk. It ends with ctx.
 //
 // The reader's connection config and backend are taken by the caller: the
 // loop's applier is the loop's alone.
 func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConfig, readerPID uint32) {
 	var t tuner
+	var pf readWaits
+	disk := diskJudge{known: true}
+	auto := s.cfg.AutoWorkers && s.cfg.Workers > 0
 	every := s.cfg.AutoSwitchEvery
+	if !auto {
+		every = 0
+	}
 	var conn *pgx.Conn
 	if every <= 0 {
 		cc.RuntimeParams["application_name"] = s.targetName() + " tuner"
 		var err error
 		if conn, err = pgx.ConnectConfig(ctx, cc); err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("workers = auto cannot open its connection to the target; applying on the stream reader's connection for this run", "error", err)
+				s.log.Warn("cannot open the connection that watches the target's sessions; for this run, workers = auto applies on the stream reader's connection and the prefetcher keeps one connection", "error", err)
 			}
 			return
 		}
@@ -214,7 +285,7 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 	if every > 0 {
 		windowEnd = time.Now().Add(every)
 	}
-	var pids []uint32
+	var pids, pfPIDs []uint32
 	lastRows := s.executedRows(l)
 	lastConns := l.app.PrefetchConns()
 	for {
@@ -224,16 +295,30 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 		case now := <-tick.C:
 			if every <= 0 {
 				pids = s.appliers(l, append(pids[:0], readerPID))
-				active, reads, err := sampleReads(ctx, conn, pids)
+				pfPIDs = s.prefetchers(l, pfPIDs[:0])
+				a, p, err := sampleReads(ctx, conn, pids, pfPIDs)
 				if err != nil {
 					if ctx.Err() == nil {
-						s.log.Warn("workers = auto cannot sample the target's sessions; staying as it is for this run", "error", err)
+						s.log.Warn("cannot sample the target's sessions; for this run, workers = auto stays as it is and the prefetcher keeps the connections it has", "error", err)
 					}
 					return
 				}
-				t.add(active, reads)
+				t.add(a.active, a.reads)
+				pf.active += p.active
+				pf.reads += p.reads
 			}
 			if now.Before(windowEnd) {
+				continue
+			}
+			if share, ok := pf.share(); ok {
+				waits, changed := disk.judge(share)
+				if changed {
+					s.prefetchWaits(l, waits)
+				}
+				s.log.Debug("prefetch sessions' read-wait share", "share", math.Round(share*100)/100, "waits", waits)
+			}
+			if !auto {
+				windowEnd = now.Add(tuneWindow)
 				continue
 			}
 			var pooled, changed bool
@@ -286,6 +371,35 @@ func (s *Subscriber) executedRows(l *loop) int64 {
 		}
 	}
 	return n
+}
+
+// prefetchers appends the backends of the run's prefetch connections: the
+// reader's, or those of the workers' shared prefetcher.
+func (s *Subscriber) prefetchers(l *loop, pids []uint32) []uint32 {
+	pids = l.app.PrefetchPIDs(pids)
+	for _, w := range s.workersNow() {
+		pids = w.app.PrefetchPIDs(pids)
+	}
+	return pids
+}
+
+// prefetchWaits tells the run's prefetchers whether their reads wait on a
+// disk.
+func (s *Subscriber) prefetchWaits(l *loop, wait bool) {
+	l.app.SetPrefetchWaits(wait)
+	for _, w := range s.workersNow() {
+		w.app.SetPrefetchWaits(wait)
+	}
+}
+
+// workersNow returns the run's pool's workers, if it has a pool.
+func (s *Subscriber) workersNow() []*worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pool == nil {
+		return nil
+	}
+	return s.pool.workers
 }
 
 // appliers appends the backends of the workers once the pool is open.

@@ -1,6 +1,9 @@
 package subscriber
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestTunerJudge feeds the tuner windows of samples (active, reads) and the
 // rows changed in each, and checks where it stands after each: it
@@ -134,4 +137,73 @@ func rep2(v bool, n int) []bool {
 		out[i] = v
 	}
 	return out
+}
+
+// TestReadWaitsShare checks the prefetch sessions' share: the share of
+// their active samples spent waiting on a read, judged only once there
+// were tuneMinSamples active samples, and reset with each window.
+func TestReadWaitsShare(t *testing.T) {
+	var w readWaits
+	w.active, w.reads = tuneMinSamples-1, tuneMinSamples-1
+	if _, ok := w.share(); ok {
+		t.Fatalf("judged a window of %d active samples", tuneMinSamples-1)
+	}
+	w.active, w.reads = 20, 5
+	if share, ok := w.share(); !ok || share != 0.25 {
+		t.Fatalf("share %v (judged %v), want 0.25", share, ok)
+	}
+	if w != (readWaits{}) {
+		t.Fatalf("window not reset: %+v", w)
+	}
+}
+
+// TestDiskJudge feeds the prefetch sessions' read-wait shares and checks
+// the verdict after each: waiting from one window at prefetchWaitShare,
+// not waiting after prefetchFastWindows in a row under prefetchFastShare,
+// and shares between the two changing nothing.
+func TestDiskJudge(t *testing.T) {
+	const w, f, mid = prefetchWaitShare, prefetchFastShare / 2, (prefetchWaitShare + prefetchFastShare) / 2
+	k := prefetchFastWindows
+	fasts := func(n int) []float64 {
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = f
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		shares []float64
+		// verdict after each window: 'w' waits, 'f' fast, '-' not known
+		want string
+	}{
+		{"one waiting window decides", []float64{w}, "w"},
+		{"fast windows in a row decide", fasts(k), strings.Repeat("-", k-1) + "f"},
+		{"waiting, then fast in a row", append([]float64{w}, fasts(k)...), strings.Repeat("w", k) + "f"},
+		{"a share between breaks the fast streak", append(append(fasts(k-1), mid), fasts(k)...), strings.Repeat("-", 2*k-1) + "f"},
+		{"a fast verdict goes back at one waiting window", append(fasts(k), w, mid), strings.Repeat("-", k-1) + "fww"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var d diskJudge
+			got, prev := "", byte('-')
+			for i, s := range tc.shares {
+				waits, changed := d.judge(s)
+				v := byte('f')
+				switch {
+				case !d.known:
+					v = '-'
+				case waits:
+					v = 'w'
+				}
+				if changed != (v != prev) {
+					t.Fatalf("window %d: changed %v, but the verdict went from %c to %c", i, changed, prev, v)
+				}
+				got, prev = got+string(v), v
+			}
+			if got != tc.want {
+				t.Errorf("verdicts %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

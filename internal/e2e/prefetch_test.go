@@ -62,29 +62,45 @@ func TestPrefetchInsertProbes(t *testing.T) {
 	}
 }
 
-// TestPrefetchGrows applies a backlog of updates whose reads wait (every
-// file read of the target delayed) with prefetch on: the prefetcher, which
-// starts with one connection, opens more while key sets wait for one, and
-// the target ends equal to the publisher.
+// TestPrefetchGrows applies a backlog of updates to a table larger than
+// the target's shared_buffers with prefetch on, its reads delayed (every
+// file read of the target) or not: the prefetcher, which starts with one
+// connection, opens more while key sets wait for one and its sessions are
+// seen waiting on reads, and keeps one when reads come from the operating
+// system's cache. The target ends equal to the publisher.
 func TestPrefetchGrows(t *testing.T) {
-	const rows = 2000
-	e := slowReadEnv(t, 2*time.Millisecond, rows)
-	cfg := e.config("prefetch_grows")
-	cfg.Target.Prefetch = true
-	slowBacklog(e, cfg, rows, 3000)
-	r := e.start(cfg)
-	e.waitCaughtUp(r)
-	e.verify("public.wide")
-	var conns int
-	if err := e.sub.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'parapply test prefetch'`).Scan(&conns); err != nil {
-		t.Fatal(err)
-	}
-	st := r.s.Status()
-	if err := r.stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d prefetch connections open; %d rows read ahead, %d dropped", conns, st.Prefetched, st.PrefetchDropped)
-	if conns < 2 || st.Prefetched == 0 {
-		t.Errorf("the prefetcher did not grow under slow reads (%d connections, %d rows read ahead)", conns, st.Prefetched)
+	for _, delay := range []time.Duration{2 * time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) {
+			const rows = 2000
+			e := slowReadEnv(t, delay, rows)
+			cfg := e.config("prefetch_grows")
+			cfg.Target.Prefetch = true
+			txns := 3000
+			if delay == 0 {
+				txns = 30000 // a few seconds of applying
+			}
+			slowBacklog(e, cfg, rows, txns)
+			r := e.start(cfg)
+			e.waitCaughtUp(r)
+			e.verify("public.wide")
+			var conns int
+			if err := e.sub.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'parapply test prefetch'`).Scan(&conns); err != nil {
+				t.Fatal(err)
+			}
+			st := r.s.Status()
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d prefetch connections open; %d rows read ahead, %d dropped", conns, st.Prefetched, st.PrefetchDropped)
+			if st.Prefetched == 0 {
+				t.Errorf("no row was read ahead (%d dropped)", st.PrefetchDropped)
+			}
+			if delay > 0 && conns < 2 {
+				t.Errorf("the prefetcher did not grow under slow reads (%d connections)", conns)
+			}
+			if delay == 0 && conns != 1 {
+				t.Errorf("the prefetcher opened %d connections for reads from the operating system's cache, want 1", conns)
+			}
+		})
 	}
 }
