@@ -83,9 +83,11 @@ const prefetchPiece = 32
 const prefetchQueue = 384
 
 // prefetchSlowRow is the time per row read ahead above which the reads
-// wait on a disk and another connection may open: a row read from the
+// are taken to wait on a disk, and another connection may open, when
+// nobody has told the prefetcher (SetPrefetchWaits): a row read from the
 // operating system's cache (an index descent and a heap page) takes about
-// 10 microseconds of CPU, one from a network-attached disk 100 or more.
+// 10 microseconds of CPU on an idle machine, one from a network-attached
+// disk 100 or more; on a busy one a cached row takes more than 50 too.
 const prefetchSlowRow = 50 * time.Microsecond
 
 // DefaultPrefetchConns is how many connections may read ahead at once
@@ -93,10 +95,9 @@ const prefetchSlowRow = 50 * time.Microsecond
 // another (an index lookup, then the heap page), so reads overlap only
 // across connections; on a disk where a read waits, that many reads are in
 // flight. The prefetcher starts with one and opens more only while key
-// sets wait for one and its reads are slow (prefetchSlowRow): reads from
-// the operating system's cache need no more, and more would only take CPU
-// from the appliers. (Wall time does not tell a busy CPU from a slow disk:
-// on two busy cores, cached reads also pass the threshold.)
+// sets wait for one and its sessions wait on reads (SetPrefetchWaits):
+// reads from the operating system's cache need no more, and more would
+// only take CPU from the appliers.
 const DefaultPrefetchConns = 8
 
 func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {

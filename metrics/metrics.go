@@ -56,7 +56,7 @@ var (
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
 	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connections, and values of coming inserts looked up in large indexes.")
-	pfConnsDesc    = desc("prefetch_connections", "Prefetch connections open: one, and more while key sets wait for one, up to prefetch_connections.")
+	pfConnsDesc    = desc("prefetch_connections", "Prefetch connections open: one, and more while key sets wait for one and the prefetch sessions wait on reads, up to prefetch_connections.")
 	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead: offered while the prefetch queue was full, or applied before a prefetch connection took them.")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")

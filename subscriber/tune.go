@@ -85,6 +85,18 @@ type diskJudge struct {
 	fast         int // windows in a row under prefetchFastShare
 }
 
+// early says, within a window, whether the samples so far already show
+// the sessions waiting (twice the samples a window needs, at the
+// threshold): on a slow disk, every quarter second at one connection is
+// a quarter second of reads one at a time.
+func (d *diskJudge) early(w readWaits) (changed bool) {
+	if d.waits || w.active < 2*tuneMinSamples || float64(w.reads) < prefetchWaitShare*float64(w.active) {
+		return false
+	}
+	d.known, d.waits, d.fast = true, true, 0
+	return true
+}
+
 // judge takes a window's share and reports the verdict, and whether it
 // is new.
 func (d *diskJudge) judge(share float64) (waits, changed bool) {
@@ -306,6 +318,9 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 				t.add(a.active, a.reads)
 				pf.active += p.active
 				pf.reads += p.reads
+				if disk.early(pf) {
+					s.prefetchWaits(l, true)
+				}
 			}
 			if now.Before(windowEnd) {
 				continue

@@ -1,6 +1,7 @@
 package subscriber
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -203,6 +204,36 @@ func TestDiskJudge(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("verdicts %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDiskJudgeEarly checks that samples within a window already decide
+// "waiting" once there are twice the samples a window needs at the
+// threshold, and nothing else early.
+func TestDiskJudgeEarly(t *testing.T) {
+	n := 2 * tuneMinSamples
+	atShare := int(math.Ceil(prefetchWaitShare * float64(n)))
+	tests := []struct {
+		name  string
+		start diskJudge
+		w     readWaits
+		want  bool
+	}{
+		{"too few samples", diskJudge{known: true}, readWaits{n - 1, n - 1}, false},
+		{"enough, at the threshold", diskJudge{known: true}, readWaits{n, atShare}, true},
+		{"enough, under the threshold", diskJudge{known: true}, readWaits{n, atShare - 1}, false},
+		{"already waiting", diskJudge{known: true, waits: true}, readWaits{n, n}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.start
+			if got := d.early(tc.w); got != tc.want {
+				t.Fatalf("early(%+v) = %v, want %v", tc.w, got, tc.want)
+			}
+			if tc.want && !(d.known && d.waits && d.fast == 0) {
+				t.Fatalf("after an early verdict: %+v", d)
 			}
 		})
 	}
