@@ -51,3 +51,18 @@ func TestDrainWaitsForTheMarker(t *testing.T) {
 		t.Fatalf("drain on a live workload: completed %v, error %q", r.Verified, r.Error)
 	}
 }
+
+// TestSpeedupComparesRates checks that a catch-up's speed-up compares
+// transactions per second, not times: an engine handed a smaller backlog
+// that it takes less time over but applies more slowly is slower.
+func TestSpeedupComparesRates(t *testing.T) {
+	base := &result{Verified: true, CatchupS: 5.0, CatchupRate: 64000} // 320,000 transactions
+	r := &result{Verified: true, CatchupS: 4.8, CatchupRate: 62500}    // 300,000 transactions
+	if got := speedup(methodCatchup, base, r); got < 0.97 || got > 0.98 {
+		t.Fatalf("speed-up %.3f, want 62500/64000 = 0.977 (the ratio of times would be %.3f)", got, base.CatchupS/r.CatchupS)
+	}
+	// Without rates (a delay, or an old record), times are compared.
+	if got := speedup(methodCatchup, &result{Verified: true, CatchupS: 6}, &result{Verified: true, CatchupS: 3}); got != 2 {
+		t.Fatalf("speed-up %.3f without rates, want 2", got)
+	}
+}
