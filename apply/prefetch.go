@@ -100,10 +100,13 @@ const prefetchSlowRow = 50 * time.Microsecond
 // only take CPU from the appliers.
 const DefaultPrefetchConns = 8
 
-func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, warn func(string)) (*prefetcher, error) {
+// openPrefetcher opens a prefetcher of up to n connections, told disk
+// (diskUnknown if nobody has said) of its reads.
+func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, disk int32, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
 	cc.RuntimeParams["application_name"] = strings.TrimSuffix(cc.RuntimeParams["application_name"], " apply") + " prefetch"
 	p := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), warn: warn, cc: cc, max: max(n, 1)}
+	p.diskWait.Store(disk)
 	conn, err := p.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -287,11 +290,9 @@ func (r *readAheads) get() *prefetcher {
 		r.tried = true
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.warn)
+		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.disk, r.warn)
 		if err != nil {
 			r.warn(fmt.Sprintf("cannot open the prefetch connections to the target (applying goes on without them; prefetch = off turns them off): %v", err))
-		} else {
-			pf.diskWait.Store(r.disk)
 		}
 		r.pf = pf
 	}

@@ -27,13 +27,14 @@ import (
 // Tuning thresholds: a window of tuneWindow is judged when it holds at
 // least tuneMinSamples samples and the appliers were active in
 // tuneMinActive of them (a share: on a busy machine samples are late, and
-// a window holds fewer than tuneWindow/tuneSample); a read share of tuneToPool or more moves to the
-// pool after tuneToPoolWindows windows in a row (two seconds: a move costs a
-// drain and a trial, which a catch-up of a few seconds does not win back,
-// and on this project's slow-read workloads the reader with its prefetch
-// connections is within a few percent of the workers), tuneBackWindows
-// windows in a row (3 s) under tuneToLoop move back. The gap between the
-// two keeps a run from going back and forth.
+// a window holds fewer than tuneWindow/tuneSample); a read share of
+// tuneToPool or more moves to the pool after tuneToPoolWindows windows in
+// a row (two seconds: a move costs a drain and a trial, which a catch-up
+// of a few seconds does not win back, and on this project's slow-read
+// workloads the reader with its prefetch connections is within a few
+// percent of the workers), tuneBackWindows windows in a row (3 s) under
+// tuneToLoop move back. The gap between the two keeps a run from going
+// back and forth.
 const (
 	tuneSample        = 10 * time.Millisecond
 	tuneWindow        = 250 * time.Millisecond
@@ -261,12 +262,12 @@ func sampleReads(ctx context.Context, conn *pgx.Conn, appliers, prefetchers []ui
 }
 
 // tune runs beside a run with AutoWorkers or prefetching: it samples the
-// run's target sessions (the caller has told the prefetchers to keep one
-// connection until they are seen waiting on a disk). For AutoWorkers it opens the pool the first time
-// the tuner wants it (on runCtx, the run's, so that it lives until the run
-// ends), and tells the loop which way to apply; the loop switches at its
-// next safe point (retune). It tells the prefetchers whether their reads
-// wait on a disk. It ends with ctx.
+// run's target sessions, and tells the prefetchers whether their reads
+// wait on a disk (the caller has told them to keep one connection until
+// then). For AutoWorkers it opens the pool the first time the tuner wants
+// it (on runCtx, the run's, so that it lives until the run ends), and
+// tells the loop which way to apply; the loop switches at its next safe
+// point (retune). It ends with ctx.
 //
 // The reader's connection config and backend are taken by the caller: the
 // loop's applier is the loop's alone.
