@@ -40,6 +40,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // the usage asked for is printed
+		}
 		fmt.Fprintln(os.Stderr, "parapply-bench:", err)
 		os.Exit(1)
 	}
