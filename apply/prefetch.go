@@ -29,17 +29,13 @@ type prefetcher struct {
 	conns   []*pgx.Conn
 	max     int
 	growing atomic.Bool
-	// perRow is the wall time per row of the last key set read, in
-	// nanoseconds: reads from the operating system's cache take
-	// microseconds, and more connections would only take CPU from the
-	// appliers; reads that wait on a disk take far longer.
-	perRow atomic.Int64
-	// diskWait is what the target's own view of the prefetch sessions
-	// says (SetPrefetchWaits): diskUnknown until someone samples them,
-	// then whether their reads wait on a disk. Once known it decides
-	// growth instead of perRow, which cannot tell a busy CPU from a
-	// slow disk.
-	diskWait atomic.Int32
+	// waits is what the target's own view of the prefetch sessions says
+	// (SetPrefetchWaits): their reads wait on a disk, and more
+	// connections may open. Until told, one connection reads. (The wall
+	// time of a read cannot tell a busy CPU from a slow disk: on two busy
+	// cores a row from the operating system's cache takes as long as one
+	// from a network-attached disk.)
+	waits atomic.Bool
 	// retire is how many connections are to close (each after the set it
 	// reads): told that reads do not wait on a disk, the prefetcher goes
 	// back to one.
@@ -82,14 +78,6 @@ const prefetchPiece = 32
 // that, pages read ahead would be evicted before they are used.
 const prefetchQueue = 384
 
-// prefetchSlowRow is the time per row read ahead above which the reads
-// are taken to wait on a disk, and another connection may open, when
-// nobody has told the prefetcher (SetPrefetchWaits): a row read from the
-// operating system's cache (an index descent and a heap page) takes about
-// 10 microseconds of CPU on an idle machine, one from a network-attached
-// disk 100 or more; on a busy one a cached row takes more than 50 too.
-const prefetchSlowRow = 50 * time.Microsecond
-
 // DefaultPrefetchConns is how many connections may read ahead at once
 // unless Config.PrefetchConns says otherwise: each reads one row after
 // another (an index lookup, then the heap page), so reads overlap only
@@ -100,13 +88,13 @@ const prefetchSlowRow = 50 * time.Microsecond
 // only take CPU from the appliers.
 const DefaultPrefetchConns = 8
 
-// openPrefetcher opens a prefetcher of up to n connections, told disk
-// (diskUnknown if nobody has said) of its reads.
-func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, disk int32, warn func(string)) (*prefetcher, error) {
+// openPrefetcher opens a prefetcher of up to n connections, told whether
+// its reads wait on a disk.
+func openPrefetcher(ctx context.Context, cc *pgx.ConnConfig, n int, waits bool, warn func(string)) (*prefetcher, error) {
 	cc = cc.Copy()
 	cc.RuntimeParams["application_name"] = strings.TrimSuffix(cc.RuntimeParams["application_name"], " apply") + " prefetch"
 	p := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), warn: warn, cc: cc, max: max(n, 1)}
-	p.diskWait.Store(disk)
+	p.waits.Store(waits)
 	conn, err := p.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -179,7 +167,6 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 			p.Dropped.Add(int64(j.rows))
 			continue
 		}
-		start := time.Now()
 		if _, err := conn.Exec(context.Background(), j.sql, j.args...); err != nil {
 			if !p.err.CompareAndSwap(nil, &err) {
 				continue
@@ -188,9 +175,6 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 			continue
 		}
 		p.Rows.Add(int64(j.rows))
-		if j.rows > 0 {
-			p.perRow.Store(int64(time.Since(start)) / int64(j.rows))
-		}
 		if p.retired(conn) {
 			return
 		}
@@ -222,13 +206,6 @@ func (p *prefetcher) retired(conn *pgx.Conn) bool {
 	return true
 }
 
-// diskWait values.
-const (
-	diskUnknown int32 = iota
-	diskWaits
-	diskFast
-)
-
 // maybeGrow opens another connection when more key sets wait than there
 // are connections to read them and the reads wait on a disk; it is asked
 // when a set is offered and when one has been read.
@@ -236,25 +213,16 @@ func (p *prefetcher) maybeGrow() {
 	p.mu.Lock()
 	n := len(p.conns)
 	p.mu.Unlock()
-	if shouldGrow(len(p.jobs), n, time.Duration(p.perRow.Load()), p.diskWait.Load()) {
+	if shouldGrow(len(p.jobs), n, p.waits.Load()) {
 		p.grow()
 	}
 }
 
-// shouldGrow says whether queued key sets, waiting for conns connections
-// whose last read took perRow per row, call for another connection, given
-// what the target says of the prefetch sessions' reads (disk).
-func shouldGrow(queued, conns int, perRow time.Duration, disk int32) bool {
-	if queued <= conns {
-		return false
-	}
-	switch disk {
-	case diskWaits:
-		return true
-	case diskFast:
-		return false
-	}
-	return perRow >= prefetchSlowRow
+// shouldGrow says whether queued key sets, waiting for conns connections,
+// call for another connection, given whether the target sees the prefetch
+// sessions wait on reads.
+func shouldGrow(queued, conns int, waits bool) bool {
+	return waits && queued > conns
 }
 
 // pids appends the backends of the prefetch connections.
@@ -276,9 +244,9 @@ type readAheads struct {
 	conns int
 	cc    *pgx.ConnConfig
 	warn  func(string)
-	// disk is the last SetPrefetchWaits verdict, for a prefetcher opened
+	// waits is the last SetPrefetchWaits verdict, for a prefetcher opened
 	// after it.
-	disk int32
+	waits bool
 }
 
 // get returns the prefetcher, opening it on the first call; nil if it
@@ -290,7 +258,7 @@ func (r *readAheads) get() *prefetcher {
 		r.tried = true
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.disk, r.warn)
+		pf, err := openPrefetcher(ctx, r.cc, r.conns, r.waits, r.warn)
 		if err != nil {
 			r.warn(fmt.Sprintf("cannot open the prefetch connections to the target (applying goes on without them; prefetch = off turns them off): %v", err))
 		}
@@ -431,26 +399,20 @@ func (a *Applier) PrefetchPIDs(dst []uint32) []uint32 {
 // SetPrefetchWaits tells the applier's own prefetcher (open, or opened
 // later) whether its sessions were seen waiting on reads of a disk: only
 // then does it open more connections, and when told they do not, it goes
-// back to one. Never told, it goes by its reads' wall time, which on a
-// busy CPU also looks slow, and opens connections that then only take CPU
-// from the appliers.
+// back to one. Never told, it keeps one.
 func (a *Applier) SetPrefetchWaits(wait bool) {
 	if !a.ownRA {
 		return
 	}
-	v := diskFast
-	if wait {
-		v = diskWaits
-	}
 	r := a.ra
 	r.mu.Lock()
-	r.disk = v
+	r.waits = wait
 	pf := r.pf
 	r.mu.Unlock()
 	if pf == nil {
 		return
 	}
-	pf.diskWait.Store(v)
+	pf.waits.Store(wait)
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if wait {

@@ -307,8 +307,11 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			return
 		case now := <-tick.C:
 			if every <= 0 {
-				pids = s.appliers(l, append(pids[:0], readerPID))
 				pfPIDs = s.prefetchers(l, pfPIDs[:0])
+				if !auto && len(pfPIDs) == 0 {
+					continue // nothing to watch yet: no table needed reading ahead
+				}
+				pids = s.appliers(l, append(pids[:0], readerPID))
 				a, p, err := sampleReads(ctx, conn, pids, pfPIDs)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -453,9 +456,12 @@ func (s *Subscriber) openAutoPool(ctx context.Context, l *loop) (*pool, error) {
 // everything taken so far is committed first, so that the two never apply
 // at once.
 func (l *loop) retune(ctx context.Context) error {
+	if !l.s.cfg.AutoWorkers {
+		return nil // asked after every message: the common case first
+	}
 	_, pooled := l.sink.(*toPool)
 	want := l.wantPool.Load()
-	if want == pooled || l.inTxn || l.inStream || l.held != nil || !l.s.cfg.AutoWorkers {
+	if want == pooled || l.inTxn || l.inStream || l.held != nil {
 		return nil
 	}
 	var p *pool
