@@ -29,6 +29,9 @@ type Config struct {
 	AppName string
 	// Slot names the progress row this applier writes.
 	Slot string
+	// Origin names the replication origin the session commits under (see
+	// SetupOrigin; its caller sets it up once the slot is claimed).
+	Origin string
 	// SynchronousCommit is the target session's synchronous_commit; "off"
 	// (the default, as for built-in subscriptions) is safe because the
 	// publisher is only told positions the target has flushed.
@@ -132,9 +135,12 @@ type Applier struct {
 
 	txn   Txn
 	inTxn bool
-	began bool
-	grp   group
-	ops   []op // queued, in order, for the next round trip
+	// origin is the replication origin the session commits under (see
+	// SetupOrigin); "" before it is set up.
+	origin string
+	began  bool
+	grp    group
+	ops    []op // queued, in order, for the next round trip
 	// ra reads ahead (never without Config.Prefetch): the applier's own,
 	// or one shared with other appliers (ShareReadAhead); ownRA says
 	// whether this applier reports and closes it. cc is the target's

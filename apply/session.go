@@ -343,6 +343,12 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 		a.rollback(ctx)
 		return err
 	}
+	if a.origin != "" {
+		// The commit (or PREPARE) record carries the source transaction's
+		// end LSN and commit time as its origin's, as the built-in apply
+		// worker's do.
+		a.queue("SELECT pg_catalog.pg_replication_origin_xact_setup($1::text::pg_lsn, $2)", "setting the commit's replication origin position", -1, g.end.String(), g.last.CommitTime)
+	}
 	if gid != "" {
 		a.queueProgress(progress.RecordPrepared(a.cfg.Slot, gid, g.last.XID, g.last.CommitLSN, g.end), "recording the prepared transaction")
 		a.ops = append(a.ops, op{sql: "PREPARE TRANSACTION " + parapply.QuoteLiteral(gid), what: "PREPARE TRANSACTION", rows: -1})

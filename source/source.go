@@ -34,6 +34,10 @@ type Config struct {
 	// TwoPhase asks for prepared transactions as they are prepared
 	// (protocol 3 and later), not only once they commit.
 	TwoPhase bool
+	// Origin is OriginNone to receive only the changes made on the
+	// publisher itself, not those replicated to it (pgoutput's origin
+	// option, PostgreSQL 16 and later); "" or OriginAny for all.
+	Origin string
 	// AppName is shown in the publisher's pg_stat_replication.
 	AppName string
 	// DecodingWorkMem, if set, is the publisher session's
@@ -51,6 +55,12 @@ type Config struct {
 	// idle until the copy is done.
 	ExportSnapshot bool
 }
+
+// Values of Config.Origin, as CREATE SUBSCRIPTION's origin option.
+const (
+	OriginAny  = "any"
+	OriginNone = "none"
+)
 
 // Source is an open replication connection to the publisher.
 type Source struct {
@@ -160,6 +170,9 @@ func (s *Source) check(ctx context.Context) error {
 	s.ServerVersion = v
 	if v < 140000 {
 		return fmt.Errorf("source server is PostgreSQL %d; parapply needs 14 or newer", v/10000)
+	}
+	if s.cfg.Origin == OriginNone && v < 160000 {
+		return fmt.Errorf("origin = none needs PostgreSQL 16 or later on the publisher (pgoutput's origin option); this one is %d: set origin = any", v/10000)
 	}
 	s.Proto = s.cfg.ProtoVersion
 	if s.Proto == 0 {
@@ -321,6 +334,9 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 			return fmt.Errorf("two_phase = on needs pgoutput protocol 3 (PostgreSQL 15 or later) on the publisher; this one speaks %d: turn two_phase off", s.Proto)
 		}
 		args = append(args, "two_phase 'on'")
+	}
+	if s.cfg.Origin == OriginNone {
+		args = append(args, "origin 'none'")
 	}
 	err := pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
 )
 
@@ -61,7 +62,8 @@ func faultCause(err error) string {
 	if errors.As(err, new(errLockStall)) {
 		return FaultLockWait
 	}
-	if errors.Is(err, source.ErrSlotBusy) {
+	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, apply.ErrOriginInUse) {
+		// An origin still held: by a backend of ours that is ending.
 		return FaultSlotBusy
 	}
 	var pe *pgconn.PgError

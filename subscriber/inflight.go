@@ -2,6 +2,7 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -76,16 +77,46 @@ type inflight struct {
 // them, with the relation descriptions its applier holds (opening one and
 // loading its tables costs more than a small streamed transaction).
 type streamConn struct {
-	app  *apply.Applier
-	rels map[uint32]*parapply.Relation
+	app    *apply.Applier
+	rels   map[uint32]*parapply.Relation
+	origin int // its replication origin's number (see streamConns.origins)
 }
 
-// streamConns keeps up to StreamWorkers idle stream connections.
+// streamConns keeps up to StreamWorkers idle stream connections, and hands
+// out the replication origins of stream sessions: s1, s2, ... (the lowest
+// free), each active in one session at a time.
 type streamConns struct {
-	mu     sync.Mutex
-	idle   []streamConn
-	closed bool
+	mu      sync.Mutex
+	idle    []streamConn
+	closed  bool
+	origins map[int]bool // in use
 }
+
+// takeOrigin returns the lowest origin number no open stream session has.
+func (c *streamConns) takeOrigin() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.origins == nil {
+		c.origins = map[int]bool{}
+	}
+	i := 1
+	for c.origins[i] {
+		i++
+	}
+	c.origins[i] = true
+	return i
+}
+
+func (c *streamConns) putOrigin(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.origins, i)
+}
+
+// streamOriginTries bounds the origins a new stream session tries: one
+// may still be held by the backend of a session just closed, which ends
+// a moment later.
+const streamOriginTries = 8
 
 // take returns an idle connection, if there is one.
 func (c *streamConns) take() (streamConn, bool) {
@@ -109,6 +140,7 @@ func (c *streamConns) release(sc streamConn, reusable bool) {
 	c.mu.Unlock()
 	if !keep {
 		sc.app.Close(context.Background())
+		c.putOrigin(sc.origin)
 	}
 }
 
@@ -120,6 +152,7 @@ func (c *streamConns) close() {
 	c.mu.Unlock()
 	for _, sc := range idle {
 		sc.app.Close(context.Background())
+		c.putOrigin(sc.origin)
 	}
 }
 
@@ -140,16 +173,31 @@ func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn,
 		}
 		l.s.log.Debug("an idle stream connection could not be reused", "error", err)
 		sc.app.Close(context.Background())
+		l.streamConns.putOrigin(sc.origin)
 	}
 	cfg.Prefetch = false // the loop's applier alone reads ahead
 	cfg.LockTimeout = inflightLockTimeout
-	app, err := l.s.open(ctx, cfg, true, true)
-	if err != nil {
-		return streamConn{}, err
+	var busy []int
+	defer func() {
+		for _, i := range busy {
+			l.streamConns.putOrigin(i)
+		}
+	}()
+	for {
+		origin := l.streamConns.takeOrigin()
+		cfg.Origin = apply.OriginName(cfg.Slot, fmt.Sprintf("s%d", origin))
+		app, err := l.s.open(ctx, cfg, true, true)
+		if err != nil {
+			busy = append(busy, origin)
+			if errors.Is(err, apply.ErrOriginInUse) && len(busy) < streamOriginTries {
+				continue
+			}
+			return streamConn{}, err
+		}
+		app.SetSynced(l.app.Synced())
+		app.Warn = l.app.Warn
+		return streamConn{app: app, rels: maps.Clone(l.rels), origin: origin}, nil
 	}
-	app.SetSynced(l.app.Synced())
-	app.Warn = l.app.Warn
-	return streamConn{app: app, rels: maps.Clone(l.rels)}, nil
 }
 
 // refresh reloads the tables whose description changed since the

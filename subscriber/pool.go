@@ -163,6 +163,7 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
+		wcfg.Origin = apply.OriginName(cfg.Slot, fmt.Sprintf("w%d", i))
 		wcfg.PrefetchPieces = true
 		app, err := open(ctx, wcfg, true)
 		if err != nil {

@@ -53,6 +53,14 @@ func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream b
 			app.Close(context.Background())
 			return nil, err
 		}
+		// The slot is claimed: no session of an earlier run holds the
+		// origin any more.
+		if cfg.Origin != "" {
+			if err := app.SetupOrigin(ctx, cfg.Origin); err != nil {
+				app.Close(context.Background())
+				return nil, err
+			}
+		}
 	}
 	return app, nil
 }

@@ -350,6 +350,14 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Before the slot is kept: a target that refuses origins is a setup
+	// error, and nothing depends on a slot just created.
+	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
+		return err
+	}
+	if err := s.fitToOrigins(ctx, app.Conn()); err != nil {
+		return err
+	}
 	keepSlot = true
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
 	if err != nil {

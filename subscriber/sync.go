@@ -53,7 +53,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 			s.log.Info("copying existing rows", "tables", len(pending), "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
 			err := tablesync.Copy(ctx, tablesync.Config{
 				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,
-				Snapshot: snapshot, SyncLSN: lsn, Slot: slot,
+				Snapshot: snapshot, SyncLSN: lsn, Slot: slot, Origins: true,
 				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
 				Log: s.log, Progress: s.copyProgress,
 			}, pending)

@@ -48,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 )
 
@@ -82,6 +83,11 @@ type Config struct {
 	// SyncLSN is the consistent point that goes with the snapshot.
 	SyncLSN parapply.LSN
 	Slot    string
+	// Origins, when set, makes copy worker i commit under the replication
+	// origin apply.OriginName(Slot, "c<i>"), as the appliers do under
+	// theirs: copied rows are replicated ones, for downstream subscriptions
+	// with origin = none too.
+	Origins bool
 	// Workers is the number of connection pairs copying at once.
 	Workers int
 	// Existing says what to do with a target table that already holds rows
@@ -275,7 +281,7 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := worker(ctx, cfg, work); err != nil {
+			if err := worker(ctx, cfg, i+1, work); err != nil {
 				errs <- err
 				cancel()
 			}
@@ -586,7 +592,7 @@ func (c chunk) targetSQL() string {
 }
 
 // worker copies chunks over its own pair of connections.
-func worker(ctx context.Context, cfg Config, work <-chan chunk) error {
+func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	src, err := pgx.Connect(ctx, cfg.SourceDSN)
 	if err != nil {
 		return fmt.Errorf("copy: connecting to the source: %w", err)
@@ -607,6 +613,11 @@ func worker(ctx context.Context, cfg Config, work <-chan chunk) error {
 	}
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
+	}
+	if cfg.Origins {
+		if err := apply.SetupOrigin(ctx, dst, apply.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))); err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
 	}
 	for c := range work {
 		if err := copyChunk(ctx, cfg, src, dst, c); err != nil {

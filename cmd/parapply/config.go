@@ -28,6 +28,7 @@ var settings = []setting{
 	{"streaming", "on", "ask the publisher to stream large in-progress transactions (on/off); they are applied as they arrive and kept in spill files until they commit"},
 	{"logical_decoding_work_mem", "1MB", "set on parapply's session on the publisher: how much of in-progress transactions it holds before streaming the largest (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)"},
 	{"two_phase", "off", "apply transactions prepared on the publisher (PREPARE TRANSACTION) as prepared transactions on the target, committed or rolled back when the publisher does; needs max_prepared_transactions > 0 on the target"},
+	{"origin", "any", "which changes the publisher sends, as CREATE SUBSCRIPTION's origin: any, or none for only those made on the publisher itself, not replicated to it (bidirectional setups; PostgreSQL 16 or later on the publisher). parapply commits what it applies under replication origins of its own (parapply_<slot>...), so that subscribers of the target with origin = none do not send it back"},
 	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)"},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)"},
 	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync"},

@@ -48,6 +48,11 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	switch c["origin"] {
+	case source.OriginAny, source.OriginNone:
+	default:
+		return cfg, fmt.Errorf("invalid value for origin: %q (any or none)", c["origin"])
+	}
 	prefetch, err := c.bool("prefetch")
 	if err != nil {
 		return cfg, err
@@ -141,7 +146,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		return cfg, err
 	}
 	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
-		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase}
+		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase, Origin: c["origin"]}
 	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
 		LockTimeout: fmt.Sprintf("%dms", lockTimeout.Milliseconds()),
 		Prefetch:    prefetch, PrefetchConns: pfConns}

@@ -35,6 +35,8 @@ func TestBadInput(t *testing.T) {
 	e.exec(e.sub, `CREATE TABLE narrow (id int PRIMARY KEY, a int)`)
 	e.exec(e.pub, `CREATE ROLE norepl LOGIN`)
 	e.exec(e.sub, `CREATE ROLE plain LOGIN; GRANT ALL ON SCHEMA public TO plain`)
+	e.exec(e.sub, `CREATE ROLE noorigin LOGIN; GRANT ALL ON SCHEMA public TO noorigin; GRANT SET ON PARAMETER session_replication_role TO noorigin`)
+	e.exec(e.pub, `CREATE PUBLICATION pub_origin FOR TABLE items`)
 	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
 
 	replica, err := pgtest.Start(context.Background(), pgtest.Options{Name: "replica-level", Settings: map[string]string{"wal_level": "replica"}})
@@ -64,6 +66,10 @@ func TestBadInput(t *testing.T) {
 			[]string{"REPLICATION"}},
 		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
 			[]string{"session_replication_role", "GRANT SET ON PARAMETER"}},
+		{"target role without replication origins", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=noorigin", 1), "--publication", "pub_origin", "--slot", "s_noorigin"},
+			[]string{"replication origins", "GRANT EXECUTE ON FUNCTION", "pg_replication_origin_session_setup"}},
+		{"bad origin", []string{"--source", src, "--target", dst, "--publication", "pub", "--origin", "local"},
+			[]string{"origin", "any or none"}},
 		{"wal_level not logical", []string{"--source", replica.DSN("postgres"), "--target", dst, "--publication", "pub"},
 			[]string{"wal_level", "logical"}},
 		{"no publication flag", []string{"--source", src, "--target", dst},

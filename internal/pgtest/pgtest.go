@@ -184,7 +184,7 @@ func DefaultSettings() map[string]string {
 	return map[string]string{
 		"wal_level":                       "logical",
 		"max_wal_senders":                 "20",
-		"max_replication_slots":           "20",
+		"max_replication_slots":           "64",
 		"max_logical_replication_workers": "8",
 		"max_worker_processes":            "16",
 		"listen_addresses":                "127.0.0.1",
@@ -229,6 +229,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	settings := DefaultSettings()
+	if major, err := binMajor(bin); err != nil {
+		s.cleanup()
+		return nil, err
+	} else if major >= 18 {
+		// parapply keeps a replication origin active per target session
+		// (before 18, max_replication_slots bounds them).
+		settings["max_active_replication_origins"] = "64"
+	}
 	for k, v := range opts.Settings {
 		settings[k] = v
 	}
@@ -257,6 +265,37 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Major returns the major version of the servers Start starts.
+func Major() (int, error) {
+	bin, err := Binaries()
+	if err != nil {
+		return 0, err
+	}
+	return binMajor(bin)
+}
+
+// binMajor returns the major version of the postgres binary in bin.
+func binMajor(bin string) (int, error) {
+	out, err := exec.Command(filepath.Join(bin, "postgres"), "-V").Output()
+	if err != nil {
+		return 0, fmt.Errorf("postgres -V in %s: %w", bin, err)
+	}
+	// "postgres (PostgreSQL) 18.6", perhaps followed by a packager's note.
+	f := strings.Fields(string(out))
+	if len(f) < 3 {
+		return 0, fmt.Errorf("postgres -V in %s printed %q", bin, out)
+	}
+	v := f[2]
+	if i := strings.IndexAny(v, ".b"); i > 0 {
+		v = v[:i]
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("postgres -V in %s printed %q", bin, out)
+	}
+	return n, nil
 }
 
 // launch starts the postmaster on the server's data directory.

@@ -1,0 +1,87 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Replication origins: every target session that commits replicated
+// changes does so under one of parapply's replication origins, as the
+// built-in apply worker does under its subscription's. The target's WAL
+// then marks those commits as replicated: a subscription or a parapply
+// downstream of the target with origin = none does not send them on (no
+// loops in bidirectional setups), and with track_commit_timestamp on,
+// pg_xact_commit_timestamp_origin() tells which rows parapply wrote last.
+// Before PostgreSQL 19 an origin can be active in one session at a time,
+// so each session has its own (see OriginName).
+
+// OriginName names the replication origin of one of a slot's target
+// sessions: the stream reader's is parapply_<slot>; others add a suffix
+// (w3 for worker 3, s1 for a streamed transaction's session, c2 for a copy
+// worker). Replication origin names are not identifiers, and slot names
+// are lower-case letters, digits and underscores only.
+func OriginName(slot, suffix string) string {
+	if suffix == "" {
+		return "parapply_" + slot
+	}
+	return "parapply_" + slot + "_" + suffix
+}
+
+// originFunctions are the functions a target role needs to run parapply's
+// sessions under replication origins; PostgreSQL lets only superusers run
+// them unless granted.
+const originFunctions = "pg_catalog.pg_replication_origin_create(text), pg_catalog.pg_replication_origin_oid(text), pg_catalog.pg_replication_origin_session_setup(text), pg_catalog.pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_catalog.pg_replication_origin_drop(text)"
+
+// ErrOriginInUse is returned by SetupOrigin when another session holds the
+// origin: a session of an earlier run still ending, or another process.
+var ErrOriginInUse = errors.New("replication origin in use")
+
+// SetupOrigin makes every later commit of the session one of the
+// replication origin name (created on the target if missing), and every
+// group's commit carries its last source transaction's end LSN and commit
+// time as the origin's (pg_replication_origin_xact_setup).
+func (a *Applier) SetupOrigin(ctx context.Context, name string) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
+	err := SetupOrigin(ctx, a.conn, name)
+	if err == nil {
+		a.origin = name
+	}
+	return err
+}
+
+// SetupOrigin is Applier.SetupOrigin for a connection of another package's
+// (the initial copy's workers): the session's commits become the origin's.
+func SetupOrigin(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_create($1) WHERE pg_catalog.pg_replication_origin_oid($1) IS NULL", name)
+	if err == nil {
+		_, err = conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_session_setup($1)", name)
+	}
+	return OriginError(name, err)
+}
+
+// OriginError explains a failure to set up origin name, naming the fix
+// for those a DBA can meet.
+func OriginError(name string, err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) {
+		if err != nil {
+			return fmt.Errorf("setting up replication origin %s on the target: %w", name, err)
+		}
+		return nil
+	}
+	switch pe.Code {
+	case "42501":
+		return fmt.Errorf("the target role may not use replication origins, under which parapply commits what it applies (so that a subscription downstream with origin = none does not send it back): %s; as a superuser on the target, GRANT EXECUTE ON FUNCTION %s TO <role>", pe.Message, originFunctions)
+	case "53400":
+		return fmt.Errorf("the target has no free replication origin state for %s (%s): parapply keeps one origin active per target session that applies (the stream reader, each worker, each session of a streamed transaction, each copy worker); raise max_active_replication_origins on the target (max_replication_slots before PostgreSQL 18; a restart is needed), or lower workers", name, pe.Message)
+	case "55006":
+		return fmt.Errorf("%w: %s: %s (a session of an earlier run that is still ending, or another parapply on the same slot and target)", ErrOriginInUse, name, pe.Message)
+	}
+	return fmt.Errorf("setting up replication origin %s on the target: %w", name, err)
+}
