@@ -44,13 +44,51 @@ func (a *Applier) queue(sql string, what string, rows int, args ...any) {
 	a.ops = append(a.ops, op{sql: sql, what: what, rows: rows, args: args})
 }
 
-func (a *Applier) describe() string {
-	g := a.grp
-	if !g.open || g.txns <= 1 || g.first.XID == a.txn.XID {
-		return fmt.Sprintf("source transaction %d (commit %s)", a.txn.XID, a.txn.CommitLSN)
+// txns names the source transactions a round trip applies, for errors.
+type txns struct {
+	first, last Txn
+	n           int
+}
+
+func (d txns) String() string {
+	if d.n <= 1 {
+		return fmt.Sprintf("source transaction %d (commit %s)", d.last.XID, d.last.CommitLSN)
 	}
-	return fmt.Sprintf("source transactions %d to %d (commits %s to %s, applied as one group of %d; group_max_changes = 1 applies them one by one)",
-		g.first.XID, a.txn.XID, g.first.CommitLSN, a.txn.CommitLSN, g.txns)
+	return fmt.Sprintf("source transactions %d to %d (commits %s to %s, applied as one group of %d)",
+		d.first.XID, d.last.XID, d.first.CommitLSN, d.last.CommitLSN, d.n)
+}
+
+// wrap makes err a GroupError when the round trip applied several source
+// transactions as one.
+func (d txns) wrap(err error) error {
+	if d.n <= 1 {
+		return err
+	}
+	return &GroupError{First: d.first, Last: d.last, Txns: d.n, Err: err}
+}
+
+// GroupError is an error met applying several source transactions as one
+// target transaction (a group, or a worker's batch of units): which of them
+// caused it is not known, and a DBA who would skip one must be told which.
+// The subscriber applies them again one at a time to find out.
+type GroupError struct {
+	First, Last Txn
+	Txns        int
+	Err         error
+}
+
+func (e *GroupError) Error() string { return e.Err.Error() }
+func (e *GroupError) Unwrap() error { return e.Err }
+
+// describe names the source transactions of the open group, or of the one
+// just closed (its end is being sent): a group keeps its fields until the
+// next Begin opens another.
+func (a *Applier) describe() txns {
+	g := a.grp
+	if g.txns <= 1 || g.first.XID == a.txn.XID {
+		return txns{first: a.txn, last: a.txn, n: 1}
+	}
+	return txns{first: g.first, last: a.txn, n: g.txns}
 }
 
 // send performs one round trip with everything queued, after the one in
@@ -120,7 +158,7 @@ func (a *Applier) wait() error {
 // exec sends ops: one pipelined round trip, or one more for each COPY
 // among them (a COPY cannot ride in a pipeline); desc names the source
 // transactions for errors. After a failure nothing further is sent.
-func (a *Applier) exec(ctx context.Context, ops []op, desc string) error {
+func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 	for len(ops) > 0 {
 		if o := ops[0]; o.copy != nil {
 			tag, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(o.copy), o.sql)
@@ -144,7 +182,7 @@ func (a *Applier) exec(ctx context.Context, ops []op, desc string) error {
 }
 
 // pipeline sends ops, none of them a COPY, as one pipelined batch.
-func (a *Applier) pipeline(ctx context.Context, ops []op, desc string) error {
+func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 	batch := &pgx.Batch{}
 	for _, o := range ops {
 		batch.Queue(o.sql, o.args...)
@@ -418,7 +456,7 @@ func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
 
 // explain turns a failed statement into an error naming the source
 // transaction, the table and, for a value the target cannot take, the column.
-func (a *Applier) explain(ctx context.Context, o op, err error, desc string) error {
+func (a *Applier) explain(ctx context.Context, o op, err error, desc txns) error {
 	var pe *pgconn.PgError
 	col := ""
 	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == "22" || pe.Code == "23502" || pe.Code == "23514") && !a.conn.IsClosed() {
@@ -440,9 +478,9 @@ func (a *Applier) explain(ctx context.Context, o op, err error, desc string) err
 		if o.copy != nil && pe.Where != "" {
 			col = " " + pe.Where + ":" // names the column and its value
 		}
-		return fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err))
+		return desc.wrap(fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err)))
 	}
-	return fmt.Errorf("applying %s of %s: %w%s", o.what, desc, err, detail(err))
+	return desc.wrap(fmt.Errorf("applying %s of %s: %w%s", o.what, desc, err, detail(err)))
 }
 
 // detail returns the server's DETAIL of a failed statement, which names the

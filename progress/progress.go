@@ -58,6 +58,12 @@ CREATE TABLE IF NOT EXISTS parapply.applied (
 	end_lsn         pg_lsn NOT NULL,
 	PRIMARY KEY (slot_name, commit_lsn)
 );
+CREATE TABLE IF NOT EXISTS parapply.skip (
+	slot_name    text PRIMARY KEY,
+	commit_lsn   pg_lsn NOT NULL,
+	requested_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit LSN) each slot is to skip, set by parapply skip and removed once the progress row passes it';
 COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
 COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`

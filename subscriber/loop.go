@@ -22,8 +22,16 @@ type loop struct {
 	skipBelow parapply.LSN // commit LSN of the last transaction already applied
 	// ahead are transactions past skipBelow applied before a restart
 	// (commit_order = dependency), by commit LSN, in order.
-	ahead     []progress.Range
-	skipping  bool
+	ahead    []progress.Range
+	skipping bool
+	// skipAt is the commit LSN of the transaction parapply skip asked to
+	// skip (zero: none); skipSeen notes that it was met.
+	skipAt   parapply.LSN
+	skipSeen bool
+	// oneByOne, when not zero, is the last commit LSN of a group that failed
+	// as one: until it is passed, each source transaction is committed
+	// alone, so that an error names exactly one.
+	oneByOne  parapply.LSN
 	txn       apply.Txn
 	streams   map[parapply.XID]*stream
 	streamXID parapply.XID
@@ -180,7 +188,33 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 	return len(l.ahead) > 0 && l.ahead[0].First <= commitLSN
 }
 
-func (l *loop) begin(txn apply.Txn) error { return l.start(txn, l.applied(txn.CommitLSN)) }
+func (l *loop) begin(txn apply.Txn) error {
+	return l.start(txn, l.applied(txn.CommitLSN) || l.skipAsked(txn))
+}
+
+// skipAsked reports whether txn is the transaction parapply skip named: it
+// then passes like one already applied, none of its changes applied, and the
+// publisher is told it is done with. A request that no transaction matched
+// (the stream passed its LSN) is dropped with a warning; the next start
+// removes it from the target.
+func (l *loop) skipAsked(txn apply.Txn) bool {
+	if l.skipAt == 0 || txn.CommitLSN < l.skipAt {
+		return false
+	}
+	if txn.CommitLSN > l.skipAt {
+		if !l.skipSeen {
+			l.s.log.Warn("no source transaction committed at the LSN parapply skip named; nothing was skipped (a prepared transaction cannot be skipped)", "skip_lsn", l.skipAt.String(), "next_commit_lsn", txn.CommitLSN.String())
+		}
+		l.skipAt = 0
+		return false
+	}
+	if !l.skipSeen {
+		l.skipSeen = true
+		l.s.skipped.Add(1)
+		l.s.log.Warn("skipping a source transaction, as parapply skip asked: none of its changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
+	}
+	return true
+}
 
 // start opens a source transaction, to be skipped (the target has it) or
 // taken by the sink.
@@ -197,6 +231,20 @@ func (l *loop) start(txn apply.Txn, skip bool) error {
 }
 
 func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
+	if err := l.commitTxn(ctx, end); err != nil || l.oneByOne == 0 || l.txn.CommitLSN < l.oneByOne {
+		return err
+	}
+	if err := l.settle(ctx); err != nil {
+		return err
+	}
+	l.s.oneByOne.Store(0)
+	l.s.log.Info("applied past the failed group one transaction at a time; grouping again", "commit_lsn", l.txn.CommitLSN.String())
+	return errOneByOneDone
+}
+
+// commitTxn ends the source transaction: skipped, or taken by the sink and
+// committed with its group when the group is full.
+func (l *loop) commitTxn(ctx context.Context, end parapply.LSN) error {
 	l.inTxn = false
 	if l.skipping {
 		l.skipping = false
@@ -220,7 +268,7 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 	l.sink.end(l.txn, end)
 	_, _, changes, bytes, age := l.group()
 	maxChanges := l.sink.maxChanges(l.limits.MaxChanges)
-	if maxChanges <= 1 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
+	if maxChanges <= 1 || l.oneByOne != 0 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {
 		return l.commitGroup(ctx)
 	}
 	return nil

@@ -78,6 +78,9 @@ type Status struct {
 	SpillBytes                         int64
 	StreamsInFlight                    int64
 	StreamedInFlight, StreamedAtCommit int64
+	// Skipped counts source transactions skipped at parapply skip's
+	// request, none of their changes applied.
+	Skipped int64
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
@@ -121,7 +124,8 @@ func (s *Subscriber) Status() Status {
 	s.mu.Unlock()
 	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
 		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load(),
-		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load()}
+		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load(),
+		Skipped: s.skipped.Load()}
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}

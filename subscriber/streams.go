@@ -204,9 +204,9 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 			f.abort()
 			return err
 		}
-		if l.applied(m.CommitLSN) {
-			// Applied before a restart: the copy applied in flight
-			// goes.
+		if l.applied(m.CommitLSN) || l.skipAsked(txn) {
+			// Applied before a restart, or to be skipped: the copy
+			// applied in flight goes.
 			f.abort()
 			st.atCommit = true
 		} else {

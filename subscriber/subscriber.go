@@ -157,6 +157,12 @@ type Subscriber struct {
 	spilled                            atomic.Int64
 	inflight                           atomic.Int64
 	streamedInFlight, streamedAtCommit atomic.Int64
+	// skipped counts source transactions skipped at parapply skip's request.
+	skipped atomic.Int64
+	// oneByOne, when not zero, is the commit LSN up to which runs apply one
+	// source transaction per target transaction, on the reader (see
+	// errOneByOneDone).
+	oneByOne atomic.Uint64
 	// With AutoWorkers: the workers applying now (0: the stream reader),
 	// the switches made, and the last read-wait share judged (float64
 	// bits; see tune.go).
@@ -224,7 +230,17 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errOneByOneDone) {
+			continue
+		}
 		cause := faultCause(err)
+		var ge *apply.GroupError
+		if cause == "" && errors.As(err, &ge) && s.oneByOne.Load() == 0 {
+			s.oneByOne.Store(uint64(ge.Last.CommitLSN))
+			s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
+				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
+			continue
+		}
 		if cause == "" || s.cfg.ReconnectTimeout <= 0 {
 			return err
 		}
@@ -263,6 +279,18 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// errOneByOneDone ends a run that applied one source transaction at a time
+// (after a GroupError) once it has committed past the failed group: the
+// group's transactions all applied after all (the error was another
+// session's, gone now), or one was skipped; the next run groups again.
+var errOneByOneDone = errors.New("applied past the failed group one transaction at a time")
+
+// autoWorkers reports whether this run may move to workers: workers =
+// auto, and not applying one transaction at a time.
+func (s *Subscriber) autoWorkers() bool {
+	return s.cfg.AutoWorkers && s.cfg.Workers > 0 && s.oneByOne.Load() == 0
 }
 
 // Reconnect timing: the first retry after a fault waits
@@ -367,6 +395,16 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	skipAt, passed, err := progress.ReadSkip(ctx, app.Conn(), s.cfg.Source.Slot, pos.CommitLSN)
+	if err != nil {
+		return err
+	}
+	if passed != 0 {
+		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", passed.String(), "applied_commit_lsn", pos.CommitLSN.String())
+	}
+	if skipAt != 0 {
+		s.log.Info("a source transaction is to be skipped (parapply skip)", "skip_lsn", skipAt.String())
+	}
 	if src.Created && resumed {
 		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
 	}
@@ -388,7 +426,8 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 
 	var workers *pool
 	s.activeWorkers.Store(0)
-	if s.cfg.Workers > 0 && !s.cfg.AutoWorkers {
+	oneByOne := parapply.LSN(s.oneByOne.Load())
+	if s.cfg.Workers > 0 && !s.cfg.AutoWorkers && oneByOne == 0 {
 		tcfg := s.cfg.Target
 		tcfg.AppName = s.targetName()
 		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
@@ -429,7 +468,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skipAt: skipAt, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
@@ -438,7 +477,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if workers != nil {
 		l.sink = &toPool{p: workers, keys: app}
 	}
-	if (s.cfg.AutoWorkers && s.cfg.Workers > 0) || s.cfg.Target.Prefetch {
+	if s.autoWorkers() || s.cfg.Target.Prefetch {
 		// One prefetch connection until the tuner sees them wait on a
 		// disk (before the loop starts, so that none opens more first).
 		s.prefetchWaits(l, false)

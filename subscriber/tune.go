@@ -275,7 +275,7 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 	var t tuner
 	var pf readWaits
 	disk := diskJudge{known: true}
-	auto := s.cfg.AutoWorkers && s.cfg.Workers > 0
+	auto := s.autoWorkers()
 	every := s.cfg.AutoSwitchEvery
 	if !auto {
 		every = 0
