@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 )
 
@@ -25,15 +26,21 @@ var ErrNoSlot = errors.New("no progress recorded for this slot on the target")
 // committed at lsn. It refuses a transaction the target has already
 // applied (the progress row is at or past it).
 func SetSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn parapply.LSN) error {
-	if _, err := conn.Exec(ctx, createSQL); err != nil {
-		return fmt.Errorf("creating %s's tables on the target: %w", Schema, err)
-	}
 	p, _, found, err := readRow(ctx, conn, slot)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		found, err = false, nil // no parapply.progress: parapply never ran here
+	}
 	if err != nil {
 		return err
 	}
 	if !found {
 		return fmt.Errorf("slot %s: %w (is --slot the one parapply run uses, and --target its target?)", slot, ErrNoSlot)
+	}
+	// parapply.skip is created at each start; a target last run by an
+	// older parapply lacks it.
+	if _, err := conn.Exec(ctx, createSQL); err != nil {
+		return fmt.Errorf("creating %s's tables on the target: %w", Schema, err)
 	}
 	if lsn <= p.CommitLSN {
 		return fmt.Errorf("the target has applied slot %s's transactions up to the one committed at %s: the transaction at %s is applied already", slot, p.CommitLSN, lsn)

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestSkip: a source transaction that cannot be applied (it inserts a key
@@ -96,11 +98,14 @@ func TestSkip(t *testing.T) {
 		t.Errorf("parapply.skip holds %d rows after the target passed the request (%v), want 0", left, err)
 	}
 
+	e.exec(e.sub, `CREATE DATABASE never_applied`)
+	fresh := strings.Replace(dst, "dbname=postgres", "dbname=never_applied", 1)
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--slot", "skipper", "--lsn", "0/10"}, "applied already"},
+		{[]string{"--target", fresh, "--slot", "skipper", "--lsn", "0/10"}, "no progress recorded for this slot"},
 		{[]string{"--slot", "nosuchslot", "--lsn", "0/10"}, "no progress recorded for this slot"},
 		{[]string{"--slot", "skipper", "--lsn", "later"}, "invalid --lsn"},
 	} {
@@ -108,5 +113,15 @@ func TestSkip(t *testing.T) {
 		if err == nil || !strings.Contains(out, c.want) {
 			t.Errorf("parapply skip %v: %v, %q; want an error with %q", c.args, err, out, c.want)
 		}
+	}
+	// A target parapply never ran on is left as it was.
+	c, err := pgx.Connect(ctx, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var schemas int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = 'parapply'`).Scan(&schemas); err != nil || schemas != 0 {
+		t.Errorf("parapply skip on a target parapply never ran on created the parapply schema (%d, %v)", schemas, err)
 	}
 }
