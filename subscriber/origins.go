@@ -3,6 +3,7 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +64,14 @@ func (s *Subscriber) fitToOrigins(ctx context.Context, conn *pgx.Conn) error {
 	if w == s.cfg.Workers && st == s.cfg.StreamWorkers {
 		return nil
 	}
-	s.log.Warn(fmt.Sprintf("the target allows %d active replication origins (%s) and parapply holds one per applying session: applying with fewer; raise %s on the target to at least %d (a restart is needed), beside what its own subscriptions use",
+	// With workers = auto the pool is parapply's choice anyway: a default
+	// target (10 origins) takes one worker fewer than max_workers = 8,
+	// which is no cause for a warning at every start.
+	level := slog.LevelWarn
+	if s.cfg.AutoWorkers && st == s.cfg.StreamWorkers && w > 0 {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, fmt.Sprintf("the target allows %d active replication origins (%s) and parapply holds one per applying session: applying with fewer; raise %s on the target to at least %d (a restart is needed), beside what its own subscriptions use",
 		limit, name, name, 1+s.cfg.Workers+s.cfg.StreamWorkers), "workers", w, "was", s.cfg.Workers, "stream_workers", st, "was_stream_workers", s.cfg.StreamWorkers)
 	s.cfg.Workers, s.cfg.StreamWorkers = w, st
 	return nil
