@@ -99,7 +99,16 @@ func TestPrefetchGrows(t *testing.T) {
 				t.Errorf("the prefetcher did not grow under slow reads (%d connections)", conns)
 			}
 			if delay == 0 && conns != 1 {
-				t.Errorf("the prefetcher opened %d connections for reads from the operating system's cache, want 1", conns)
+				if raceDetector {
+					// The race detector overloads the CPU: a backend
+					// descheduled inside a read of the cache shows as
+					// waiting on it, and the premise (cached reads are
+					// short) does not hold. CI runs this test again
+					// without it, where it must hold.
+					t.Logf("under the race detector: %d prefetch connections for cached reads (not asserted here)", conns)
+				} else {
+					t.Errorf("the prefetcher opened %d connections for reads from the operating system's cache, want 1", conns)
+				}
 			}
 		})
 	}
