@@ -24,16 +24,8 @@ import (
 // workers give way first (down to one), then stream sessions.
 func fitOrigins(limit, workers, streams int) (w, st int) {
 	free := max(limit-1, 0)
-	w, st = workers, streams
-	if w+st <= free {
-		return w, st
-	}
-	if w > 0 {
-		w = max(free-st, min(w, 1))
-	}
-	st = min(st, max(free-w, 0))
-	w = min(w, free)
-	return w, st
+	w = min(workers, max(free-streams, min(workers, 1)), free)
+	return w, min(streams, free-w)
 }
 
 // originLimit reads how many replication origins the target lets be active

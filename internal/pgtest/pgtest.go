@@ -287,10 +287,9 @@ func binMajor(bin string) (int, error) {
 	if len(f) < 3 {
 		return 0, fmt.Errorf("postgres -V in %s printed %q", bin, out)
 	}
+	// The major version is the leading digits: 18.6, 19beta1, 19devel.
 	v := f[2]
-	if i := strings.IndexAny(v, ".b"); i > 0 {
-		v = v[:i]
-	}
+	v = v[:len(v)-len(strings.TrimLeft(v, "0123456789"))]
 	n, err := strconv.Atoi(v)
 	if err != nil {
 		return 0, fmt.Errorf("postgres -V in %s printed %q", bin, out)
