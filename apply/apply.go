@@ -63,6 +63,9 @@ type Config struct {
 	// PrefetchConns is how many connections the prefetcher reads on (0:
 	// DefaultPrefetchConns).
 	PrefetchConns int
+	// Detection, when set, detects and resolves conflicts (see
+	// resolve.go); SetDetection sets it on an applier already open.
+	Detection *Detection
 	// PrefetchPieces splits the keys offered at once into pieces of
 	// prefetchPiece, so that a worker's short runs are read on every
 	// prefetch connection; the single applier's long runs are offered in
@@ -88,6 +91,10 @@ type Stats struct {
 	// Collapsed counts updates folded into an earlier update of the same
 	// row in the same statement (see Applier.collapse).
 	Collapsed atomic.Int64
+	// ConflictReplays counts target transactions applied again with
+	// careful statements after a conflict; Conflicts, the conflicts
+	// resolved in committed ones.
+	ConflictReplays, Conflicts atomic.Int64
 	// Groups counts target transactions; Txns/Groups is the grouping factor.
 	Groups atomic.Int64
 	// Executed counts the rows that statements changed as they ran,
@@ -102,7 +109,8 @@ type Stats struct {
 func (s *Stats) Absorb(o *Stats) {
 	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
 		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
-		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}, {&s.Executed, &o.Executed}} {
+		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}, {&s.Executed, &o.Executed},
+		{&s.ConflictReplays, &o.ConflictReplays}, {&s.Conflicts, &o.Conflicts}} {
 		p[0].Add(p[1].Load())
 	}
 }
@@ -163,6 +171,21 @@ type Applier struct {
 	// Skipped counts changes skipped because the table's copy holds them
 	// or the table is not copied yet.
 	Skipped atomic.Int64
+
+	// Conflict detection (see resolve.go): det is nil when it is off;
+	// careful makes the round trips of the open group use careful
+	// statements, as every group begun before carefulUntil (UnixNano)
+	// does; keep holds the group's statements sent so far, found the
+	// conflicts its careful statements met; inFallback marks a run's
+	// first, set-based try under withFallback, whose unique violation is
+	// not a conflict.
+	det          *Detection
+	careful      atomic.Bool
+	carefulUntil atomic.Int64
+	keep         keptGroup
+	found        []foundConflict
+	carefulSQL   map[*run]string
+	inFallback   bool
 }
 
 // group is the target transaction being built: one or more consecutive
@@ -205,6 +228,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, Warn: func(string) {}, cc: cc}
 	a.b = newBatcher(cfg.BatchRows, &a.Stats.Collapsed)
+	a.det = cfg.Detection
 	if cfg.Prefetch {
 		n := cfg.PrefetchConns
 		if n <= 0 {
@@ -361,8 +385,23 @@ func (a *Applier) Begin(txn Txn) {
 
 // Retitle names the source transaction being applied anew: a streamed
 // transaction is applied before its commit LSN and time are known, and they
-// must reach the progress row and the tracker.
+// must reach the progress row and the tracker (and, with conflict
+// detection, the rows its statements would log).
 func (a *Applier) Retitle(txn Txn) {
+	if a.det != nil {
+		a.wait()
+		a.b.retitle(txn)
+		for _, o := range a.keep.ops {
+			if o.run != nil {
+				o.run.retitle(txn)
+			}
+		}
+		for _, o := range a.ops {
+			if o.run != nil {
+				o.run.retitle(txn)
+			}
+		}
+	}
 	if a.grp.first.XID == a.txn.XID {
 		a.grp.first = txn
 	}

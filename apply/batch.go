@@ -51,6 +51,9 @@ type run struct {
 	closed   bool
 	fallback bool
 	ahead    int // rows whose keys were offered to the prefetcher
+	// txns names the source transaction of each row, for conflict
+	// detection (see noteTxn).
+	txns []rowTxn
 	// applied is set once the run's statement has run: key sets of it
 	// still waiting for the prefetcher are not worth reading any more.
 	applied atomic.Bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -37,7 +38,10 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 	if t == nil {
 		return err
 	}
-	a.b.insert(t, tup)
+	r := a.b.insert(t, tup)
+	if a.det != nil {
+		r.noteTxn(a.txn)
+	}
 	return a.maybeFlush(ctx)
 }
 
@@ -75,6 +79,9 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 // added sends what the batcher closed and offers the rows of r, the run a
 // change joined (nil if none), to the prefetcher.
 func (a *Applier) added(ctx context.Context, r *run) error {
+	if r != nil && a.det != nil {
+		r.noteTxn(a.txn)
+	}
 	if err := a.maybeFlush(ctx); err != nil {
 		return err
 	}
@@ -174,7 +181,11 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *op {
 	a.queue(sql, what, expect, args...)
 	o := &a.ops[len(a.ops)-1]
-	o.table, o.cols, o.kind, o.applied = r.table, r.cols, r.kind, &r.applied
+	o.table, o.cols, o.kind, o.applied, o.run = r.table, r.cols, r.kind, &r.applied, r
+	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
+		// Fails with PC001 on a conflict (see resolve.go).
+		o.sql, o.scan = a.det.checkedSQL(sql), []any{new(int64)}
+	}
 	return o
 }
 
@@ -185,7 +196,9 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
 	a.queueRun(r, r.sql, what, expect, args...)
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
+	a.inFallback = true
 	err := a.send(ctx)
+	a.inFallback = false
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" || r.rows == 1 {
 		return err
@@ -197,12 +210,18 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		// to report, and to retry on.
 		return err
 	}
+	// What the set-based try did is undone: a replay after a conflict
+	// starts from the savepoint too.
+	if i := slices.IndexFunc(a.keep.ops, func(o op) bool { return o.sql == "SAVEPOINT parapply_run" }); i >= 0 && !a.keep.lost {
+		a.keep.ops = a.keep.ops[:i+1]
+	}
 	for i := 0; i < r.rows; i++ {
-		one := make([]any, len(r.params))
-		for j, p := range r.params {
-			one[j] = encodeTextArray(p[i : i+1])
+		one := r.row(i)
+		args := make([]any, len(one.params))
+		for j, p := range one.params {
+			args[j] = encodeTextArray(p)
 		}
-		a.queueRun(r, r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, one...)
+		a.queueRun(one, r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, args...)
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)

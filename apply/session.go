@@ -34,6 +34,13 @@ type op struct {
 	// copy, when set, makes the statement a COPY FROM STDIN of these
 	// bytes: it ends the pipelined batch before it (see exec).
 	copy []byte
+	// run is the run the statement applies, if any: a conflict makes
+	// the group be applied again with the run's careful statement.
+	run *run
+	// careful marks a run's careful statement.
+	careful bool
+	// after, when set, is called once the statement's row is scanned.
+	after func()
 }
 
 func (a *Applier) queue(sql string, what string, rows int, args ...any) {
@@ -155,10 +162,89 @@ func (a *Applier) wait() error {
 	return a.failed
 }
 
-// exec sends ops: one pipelined round trip, or one more for each COPY
+// exec sends ops (see send): when a statement meets a conflict (see
+// resolve.go), the target transaction is rolled back and applied again from
+// its start with careful statements, which resolve and log conflicts.
+func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
+	if len(ops) > 0 && ops[0].sql == "BEGIN" {
+		a.keep, a.found = keptGroup{}, nil
+		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load())
+	}
+	if a.careful.Load() {
+		ops = a.carefulOps(ops)
+	}
+	err := a.send1(ctx, ops, desc)
+	for try := 1; err != nil && a.conflictFound(err); try++ {
+		if a.keep.lost || try > maxReplays || a.conn.IsClosed() {
+			if a.keep.lost {
+				return fmt.Errorf("%w (a conflict was met in a target transaction larger than %d MB, which is not kept to be applied again with conflict resolution: lower group_max_bytes, or resolve the conflict on the target)", err, keptGroupBytes>>20)
+			}
+			return err
+		}
+		a.Stats.ConflictReplays.Add(1)
+		if _, rerr := a.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			return err
+		}
+		a.careful.Store(true)
+		a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
+		all := a.carefulOps(append(a.keep.ops, ops...))
+		a.keep, a.found = keptGroup{}, nil
+		ops = all
+		err = a.send1(ctx, ops, desc)
+	}
+	a.keep.add(ops)
+	return err
+}
+
+// conflictFound reports whether err is a fast statement's sign of a
+// conflict (see resolve.go) that careful statements resolve.
+func (a *Applier) conflictFound(err error) bool {
+	var pe *pgconn.PgError
+	if a.det == nil || !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == codeConflictFound || (pe.Code == "23505" && !a.inFallback)
+}
+
+// Bounds of conflict replays: a target transaction is applied again with
+// careful statements at most maxReplays times (a local session may change
+// rows between two tries); groups begun within carefulFor of a conflict
+// use careful statements from the start; a group is kept for a replay up to
+// keptGroupBytes of parameters.
+const (
+	maxReplays     = 3
+	carefulFor     = 2 * time.Second
+	keptGroupBytes = 64 << 20
+)
+
+// keptGroup holds the statements of the open target transaction already
+// sent, to apply it again after a conflict.
+type keptGroup struct {
+	ops   []op
+	bytes int
+	lost  bool
+}
+
+func (k *keptGroup) add(ops []op) {
+	if k.lost {
+		return
+	}
+	for _, o := range ops {
+		if o.run != nil {
+			k.bytes += o.run.bytes
+		}
+	}
+	if k.bytes > keptGroupBytes {
+		k.ops, k.lost = nil, true
+		return
+	}
+	k.ops = append(k.ops, ops...)
+}
+
+// send1 sends ops: one pipelined round trip, or one more for each COPY
 // among them (a COPY cannot ride in a pipeline); desc names the source
 // transactions for errors. After a failure nothing further is sent.
-func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
+func (a *Applier) send1(ctx context.Context, ops []op, desc txns) error {
 	for len(ops) > 0 {
 		if o := ops[0]; o.copy != nil {
 			tag, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(o.copy), o.sql)
@@ -192,7 +278,16 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 		if o.scan != nil {
 			if err := br.QueryRow().Scan(o.scan...); err != nil {
 				br.Close()
+				if o.table != nil {
+					return a.explain(ctx, o, err, desc)
+				}
 				return fmt.Errorf("%s after %s: %w", o.what, desc, err)
+			}
+			if o.applied != nil {
+				o.applied.Store(true)
+			}
+			if o.after != nil {
+				o.after()
 			}
 			continue
 		}
@@ -261,6 +356,7 @@ type Committed struct {
 	txns    int
 	ins, fl string
 	tallies []pendingTally
+	a       *Applier
 }
 
 func (c *Committed) finish(a *Applier) error {
@@ -272,6 +368,9 @@ func (c *Committed) finish(a *Applier) error {
 		a.Stats.Inserts.Add(t.n[tallyInsert])
 		a.Stats.Updates.Add(t.n[tallyUpdate])
 		a.Stats.Deletes.Add(t.n[tallyDelete])
+	}
+	if c.a != nil {
+		c.a.reportConflicts()
 	}
 	var err error
 	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
@@ -410,6 +509,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	a.ops = append(a.ops, op{sql: walPositionsSQL, what: "reading the target's WAL position", scan: []any{&c.ins, &c.fl}})
 	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
 	c.tallies = a.takeCounts()
+	c.a = a
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
 	return nil
 }
@@ -442,6 +542,7 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.ops, a.qbytes = nil, 0
 	a.b.reset()
 	a.takeCounts()
+	a.found = nil
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left
 		// in an aborted transaction block. Outside a transaction,

@@ -60,31 +60,10 @@ func InsertSQL(t *Table, cols []int) string {
 	if len(cols) == 0 {
 		return "INSERT INTO " + t.Name + " SELECT FROM unnest($1::text[])"
 	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(t.Name)
-	b.WriteString(" (")
-	for i, c := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(colName(t, c))
-	}
-	b.WriteString(")")
-	if len(t.AlwaysIdentity) > 0 {
-		b.WriteString(" OVERRIDING SYSTEM VALUE")
-	}
-	b.WriteString(" SELECT ")
 	v := aliases("v", len(cols))
-	for i, c := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(cast(v[i], t.Types[c]))
-	}
-	b.WriteString(" FROM ")
-	unnest(&b, v, false)
-	return b.String()
+	var from strings.Builder
+	unnest(&from, v, false)
+	return insertFrom(t, cols, v, from.String())
 }
 
 func keyMatch(b *strings.Builder, t *Table, target string, key []int, k []string) {

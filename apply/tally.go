@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/parapply/parapply/conflict"
 )
 
 // Tally counts what reached one table in committed target transactions, so
@@ -17,6 +19,24 @@ type Tally struct {
 	// not find on the target (the built-in subscription's update_missing
 	// and delete_missing conflicts).
 	UpdateMissing, DeleteMissing atomic.Int64
+	// conflicts counts the other conflict types, by their place in
+	// conflict.Types.
+	conflicts [8]atomic.Int64
+}
+
+// Conflict returns the counter of conflicts of type ty on the table.
+func (t *Tally) Conflict(ty conflict.Type) *atomic.Int64 {
+	switch ty {
+	case conflict.UpdateMissing:
+		return &t.UpdateMissing
+	case conflict.DeleteMissing:
+		return &t.DeleteMissing
+	}
+	i := slices.Index(conflict.Types, ty)
+	if i < 0 {
+		i = len(t.conflicts) - 1
+	}
+	return &t.conflicts[i]
 }
 
 // Tallies holds a Tally per published table, shared by every applier of a

@@ -63,6 +63,45 @@ CREATE TABLE IF NOT EXISTS parapply.skip (
 	commit_lsn   pg_lsn NOT NULL,
 	requested_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS parapply.conflicts (
+	id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	logged_at          timestamptz NOT NULL DEFAULT now(),
+	slot_name          text NOT NULL,
+	conflict_type      text NOT NULL,
+	table_name         text NOT NULL,
+	key                jsonb,
+	local_row          jsonb,
+	local_origin       text,
+	local_commit_time  timestamptz,
+	remote_row         jsonb,
+	source_xid         bigint,
+	commit_lsn         pg_lsn,
+	remote_commit_time timestamptz,
+	resolution         text NOT NULL,
+	remote_applied     boolean NOT NULL
+);
+DO $do$ BEGIN
+IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
+	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF changed < expected THEN
+			RAISE EXCEPTION USING ERRCODE = 'PC001',
+				MESSAGE = pg_catalog.format('a replicated change met a conflict (%s of %s rows changed as expected)', changed, expected),
+				HINT = 'parapply applies the transaction again, resolving the conflict';
+		END IF;
+		RETURN changed;
+	END $f$;
+END IF;
+IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,text,text)') IS NULL THEN
+	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
+	BEGIN
+		RAISE EXCEPTION USING ERRCODE = 'PC002',
+			MESSAGE = pg_catalog.format('conflict %s on %s, key %s, in source transaction %s (commit %s), whose policy is error', ctype, tbl, coalesce(key::text, '(none)'), xid, coalesce(lsn, 'unknown')),
+			HINT = pg_catalog.format('choose another policy for %s in conflict_resolution, change the local row, or skip the transaction: parapply skip --slot %s --lsn %s', ctype, slot, coalesce(lsn, '<commit LSN>'));
+	END $f$;
+END IF;
+END $do$;
+COMMENT ON TABLE parapply.conflicts IS 'parapply: conflicts replicated changes met on the target and how each was resolved, written in the transaction that applied the change';
 COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit LSN) each slot is to skip, set by parapply skip and removed once the progress row passes it';
 COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';

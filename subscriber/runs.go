@@ -33,6 +33,9 @@ const keptStreamSessions = 64
 // open is openTarget; a stream session (opened again and again over a
 // run) is remembered among the last keptStreamSessions only.
 func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream bool) (*apply.Applier, error) {
+	if cfg.Detection == nil {
+		cfg.Detection = s.det.Load()
+	}
 	app, err := apply.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -72,6 +73,12 @@ type Config struct {
 	// SequenceSyncInterval while streaming (0: only after the copy).
 	Sequences            string
 	SequenceSyncInterval time.Duration
+	// DetectConflicts detects conflicts, resolves them by Conflicts and
+	// logs them in parapply.conflicts (see apply.Detection); off, rows
+	// an update or delete does not find are counted and skipped, and an
+	// insert that meets an existing row stops the run.
+	DetectConflicts bool
+	Conflicts       *conflict.Rules
 }
 
 // Commit orders: with workers, a transaction commits after every earlier
@@ -112,9 +119,13 @@ type Subscriber struct {
 	applier *apply.Applier
 	pool    *pool
 
-	received  atomic.Uint64
-	ready     chan struct{}
-	readyOnce sync.Once
+	received atomic.Uint64
+	// det is the run's conflict detection, given to every applier it
+	// opens; warnedCommitTS, that the lack of commit timestamps was told.
+	det            atomic.Pointer[apply.Detection]
+	warnedCommitTS atomic.Bool
+	ready          chan struct{}
+	readyOnce      sync.Once
 
 	// Across runs: when the current run began streaming (Unix ns, 0 if it
 	// has not), faults ridden out by cause (the order of FaultCauses),
@@ -385,6 +396,15 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	}
 	if err := s.fitToOrigins(ctx, app.Conn()); err != nil {
 		return err
+	}
+	s.det.Store(nil)
+	if s.cfg.DetectConflicts {
+		det, err := s.detection(ctx, app.Conn(), src.SourceID(), published)
+		if err != nil {
+			return err
+		}
+		s.det.Store(det)
+		app.SetDetection(det)
 	}
 	keepSlot = true
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -52,6 +53,15 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	case source.OriginAny, source.OriginNone:
 	default:
 		return cfg, fmt.Errorf("invalid value for origin: %q (any or none)", c["origin"])
+	}
+	if cfg.DetectConflicts, err = c.bool("detect_conflicts"); err != nil {
+		return cfg, err
+	}
+	if cfg.Conflicts, err = conflict.Parse(c["conflict_resolution"]); err != nil {
+		return cfg, err
+	}
+	if !cfg.DetectConflicts && cfg.Conflicts.String() != "" {
+		return cfg, errors.New("conflict_resolution is set, but detect_conflicts is off: turn detect_conflicts on, or leave conflict_resolution empty")
 	}
 	prefetch, err := c.bool("prefetch")
 	if err != nil {

@@ -101,6 +101,8 @@ func (e *env) config(slot string) subscriber.Config {
 		Log:           slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Workers:       testWorkers(),
 		StreamWorkers: 2,
+		// As parapply runs by default.
+		DetectConflicts: true,
 	}
 	if os.Getenv("PARAPPLY_TEST_WORKERS") == "switching" {
 		cfg.AutoWorkers, cfg.AutoSwitchEvery = true, 5*time.Millisecond

@@ -1,0 +1,454 @@
+package apply
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/conflict"
+)
+
+// Conflict detection has two kinds of statement per run.
+//
+// The fast statement is the run's ordinary one, made to fail when a
+// conflict may be there: inserts fail by themselves on a unique violation;
+// an update or delete counts the rows it changed and calls
+// parapply.conflict_check, which raises SQLSTATE PC001 when fewer rows were
+// changed than the run holds. With track_commit_timestamp on, rows that
+// another origin (or a local session) changed last are left out of the
+// update or delete, so they count as not found. Nothing else is read: when
+// no conflict occurs, detection costs a count and, with commit timestamps,
+// one commit timestamp lookup per row.
+//
+// When a fast statement fails that way, the applier rolls back its target
+// transaction and applies it again with careful statements (see
+// Applier.exec): one per run still, which reads the local rows the run
+// meets (by key, and by every unique index for inserts), classifies each
+// row's conflict, resolves it by the policy in force, writes the row to
+// parapply.conflicts, and returns what it found, all in that one statement
+// and the same target transaction. A policy of error raises PC002, naming
+// the conflict and the source transaction.
+
+// Detection is what the statement builders need to know to find and
+// resolve conflicts; nil turns detection off.
+type Detection struct {
+	Rules *conflict.Rules
+	// CommitTimestamps: track_commit_timestamp is on on the target, so the
+	// origin and commit time of a local row can be read.
+	CommitTimestamps bool
+	// OriginPattern is a regular expression matching the names of the
+	// replication origins of this subscription's sessions: a row one of
+	// them changed last is not a conflict.
+	OriginPattern string
+	// RemoteWinsTies breaks ties of commit times for last_update_wins and
+	// first_update_wins: both sides of a bidirectional pair must choose the
+	// same row (see DetectionFor).
+	RemoteWinsTies bool
+}
+
+// Conflict SQLSTATEs raised by the functions of parapply's schema.
+const (
+	codeConflictFound = "PC001" // a fast statement met a conflict
+	codeConflictError = "PC002" // a conflict whose policy is error
+)
+
+// conflictColumns are the columns of parapply.conflicts a careful
+// statement fills.
+const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied"
+
+// checkedSQL wraps the fast statement of an update or delete run so that
+// it fails with PC001 when it changed fewer rows than the run holds, and
+// leaves out rows another origin changed last.
+func (d *Detection) checkedSQL(sql string) string {
+	if d.CommitTimestamps {
+		sql += " AND " + d.ours("t.xmin")
+	}
+	return "WITH w AS (" + sql + " RETURNING 1) SELECT parapply.conflict_check(pg_catalog.count(*), pg_catalog.cardinality($1::text[]))::int8 FROM w"
+}
+
+// ours is true when the row whose xmin is given was last changed by this
+// subscription, by a transaction whose commit timestamp is gone, or by the
+// transaction running.
+func (d *Detection) ours(xmin string) string {
+	return "coalesce((pg_catalog.pg_xact_commit_timestamp_origin(" + xmin + ")).roident = ANY ((SELECT pg_catalog.array_agg(roident) FROM pg_catalog.pg_replication_origin WHERE roname ~ " +
+		parapply.QuoteLiteral(d.OriginPattern) + ")::oid[]), true)"
+}
+
+// carefulSQL builds the statement that applies run r detecting and
+// resolving conflicts; "" when the run's kind has no careful form (runs
+// of REPLICA IDENTITY FULL tables, and inserts of rows without columns),
+// whose fast statement is then used as it is.
+func (d *Detection) carefulSQL(r *run, slot string) string {
+	t := r.table
+	head, tail := r.cols[:r.split], r.cols[r.split:]
+	c := careful{d: d, t: t, slot: slot}
+	switch r.kind {
+	case 'I':
+		if len(tail) == 1 && tail[0] < 0 {
+			return ""
+		}
+		return c.insert(tail)
+	case 'U':
+		return c.update(head, tail)
+	case 'D':
+		return c.delete(head)
+	}
+	return ""
+}
+
+type careful struct {
+	d    *Detection
+	t    *Table
+	slot string
+	b    strings.Builder
+}
+
+func (c *careful) w(s ...string) {
+	for _, x := range s {
+		c.b.WriteString(x)
+	}
+}
+
+func lit(s string) string { return parapply.QuoteLiteral(s) }
+
+// src writes the CTE holding the run's rows: its parameters, then the
+// source transaction's xid, commit LSN and commit time per row.
+func (c *careful) src(names []string) {
+	c.w("WITH src AS MATERIALIZED (SELECT * FROM ")
+	unnest(&c.b, append(names[:len(names):len(names)], "rx", "rl", "rt"), true)
+	c.w(")")
+}
+
+// origin writes the columns lo (origin id), lt (commit time) and lname
+// (origin name) of the local row whose xmin is given, and the joins they
+// need after from.
+func (c *careful) origin(xmin string) (cols, joins string) {
+	if !c.d.CommitTimestamps {
+		return "NULL::oid AS lo, NULL::timestamptz AS lt, NULL::text AS lname", ""
+	}
+	return "x.roident AS lo, x.\"timestamp\" AS lt, ro.roname AS lname",
+		" LEFT JOIN LATERAL pg_catalog.pg_xact_commit_timestamp_origin(" + xmin + ") AS x ON true LEFT JOIN pg_catalog.pg_replication_origin AS ro ON ro.roident = x.roident"
+}
+
+// differs is true when the local row was last changed by someone else
+// than this subscription.
+func (c *careful) differs() string {
+	if !c.d.CommitTimestamps {
+		return "false"
+	}
+	return "(l.lo IS NOT NULL AND (l.lname IS NULL OR l.lname !~ " + lit(c.d.OriginPattern) + "))"
+}
+
+// resolve writes the outcome of a conflict of type ty under its policy:
+// app (what applying the remote change means: 'apply', 'insert',
+// 'update'), 'skip' or 'error'.
+func (c *careful) resolve(ty conflict.Type, app string) string {
+	p := c.d.Rules.For(c.name(), ty)
+	tie := "false"
+	if c.d.RemoteWinsTies {
+		tie = "true"
+	}
+	switch p {
+	case conflict.Error:
+		return "'error'"
+	case conflict.ApplyRemote:
+		return lit(app)
+	case conflict.LastUpdateWins:
+		return "CASE WHEN q.lt IS NULL OR q.rt::timestamptz > q.lt OR (q.rt::timestamptz = q.lt AND " + tie + ") THEN " + lit(app) + " ELSE 'skip' END"
+	case conflict.FirstUpdateWins:
+		return "CASE WHEN q.lt IS NOT NULL AND (q.rt::timestamptz < q.lt OR (q.rt::timestamptz = q.lt AND " + tie + ")) THEN " + lit(app) + " ELSE 'skip' END"
+	}
+	return "'skip'"
+}
+
+// name is the table as policies name it: schema.name, unquoted.
+func (c *careful) name() string { return c.t.Rel.Namespace + "." + c.t.Rel.Name }
+
+// decide writes the CTE d: every row of src with its local row (from loc)
+// and conflict type ct (cases: SQL condition on l, the row's loc, and u,
+// its src; then the type, first match wins), and its outcome res (app when
+// there is no conflict; apps gives what applying means per type).
+func (c *careful) decide(cases [][2]string, app string, apps map[conflict.Type]string) {
+	c.w(", d AS MATERIALIZED (SELECT q.*, CASE q.ct")
+	for _, cs := range cases {
+		ty := conflict.Type(cs[1])
+		c.w(" WHEN ", lit(cs[1]), " THEN ", c.resolve(ty, apps[ty]))
+	}
+	c.w(" ELSE ", lit(app), " END AS res FROM (SELECT u.*, l.toid, l.tid, l.lo, l.lt, l.lname, l.hits, CASE")
+	for _, cs := range cases {
+		c.w(" WHEN ", cs[0], " THEN ", lit(cs[1]))
+	}
+	c.w(" END AS ct FROM src AS u LEFT JOIN loc AS l ON l.m = u.n) AS q)")
+}
+
+// jsonObject writes a jsonb object of the given columns' text values,
+// taken from aliases of u.
+func (c *careful) jsonObject(cols []int, names []string) string {
+	if len(cols) == 0 {
+		return "NULL::jsonb"
+	}
+	var k, v []string
+	for i, col := range cols {
+		k = append(k, lit(c.t.Rel.Columns[col].Name))
+		v = append(v, "u."+names[i])
+	}
+	return "pg_catalog.jsonb_object(ARRAY[" + strings.Join(k, ", ") + "]::text[], ARRAY[" + strings.Join(v, ", ") + "]::text[])"
+}
+
+// localRows is the local rows in CTE from (m, toid, tid) that row u.n of
+// src met, as jsonb: the row, or an array of them when there are several.
+func (c *careful) localRows(from string) string {
+	return "(SELECT CASE WHEN pg_catalog.count(*) = 1 THEN (pg_catalog.array_agg(r.j))[1] ELSE pg_catalog.jsonb_agg(r.j) END FROM " + from +
+		" AS h, LATERAL (SELECT pg_catalog.to_jsonb(c) AS j FROM " + c.t.Target() + " AS c WHERE c.tableoid = h.toid AND c.ctid = h.tid) AS r WHERE h.m = u.n)"
+}
+
+// finish writes the error raiser, the conflict log (local: the local rows
+// of the conflict), and the statement's one row: the rows changed (checked against those meant to be) and the
+// conflicts found, one "type|resolution|applied|key" per row.
+func (c *careful) finish(key, remote, local string, changed []string) {
+	c.w(", e AS (SELECT parapply.conflict_error(", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key, ", u.rx, u.rl) FROM d AS u WHERE u.res = 'error' LIMIT 1)")
+	c.w(", g AS (INSERT INTO parapply.conflicts (", conflictColumns, ") SELECT ", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key,
+		", ", local,
+		", u.lname, u.lt, ", remote, ", u.rx::int8, u.rl::pg_lsn, u.rt::timestamptz, ")
+	c.w("CASE u.ct")
+	for _, ty := range conflict.Types {
+		c.w(" WHEN ", lit(string(ty)), " THEN ", lit(string(c.d.Rules.For(c.name(), ty))))
+	}
+	c.w(" END, u.res NOT IN ('skip', 'error') FROM d AS u WHERE u.ct IS NOT NULL",
+		" RETURNING conflict_type || '|' || resolution || '|' || remote_applied::text || '|' || coalesce(key::text, ''))")
+	var sum []string
+	for _, w := range changed {
+		sum = append(sum, "(SELECT pg_catalog.count(*) FROM "+w+")")
+	}
+	c.w(" SELECT parapply.conflict_check(", strings.Join(sum, " + "),
+		", (SELECT pg_catalog.count(*) FROM d WHERE res NOT IN ('skip', 'error')) + (SELECT pg_catalog.count(*) FROM e))::int8",
+		", coalesce((SELECT pg_catalog.array_agg(g ORDER BY g) FROM g AS g(g)), '{}')::text[]")
+}
+
+// positions returns, for each column of cols, its index in names' order.
+func positionsOf(cols, of []int) []int {
+	out := make([]int, len(cols))
+	for i, c := range cols {
+		out[i] = slices.Index(of, c)
+	}
+	return out
+}
+
+// uniqueMatches lists, per unique index whose every column the row
+// carries (in cols, aliases names), the join condition of a local row c
+// with the row's values.
+func (c *careful) uniqueMatches(cols []int, names []string, withKey bool) []string {
+	var idx [][]int
+	var nullsEqual []bool
+	if withKey && len(c.t.Key) > 0 {
+		idx, nullsEqual = append(idx, c.t.Key), append(nullsEqual, false)
+	}
+	for _, u := range c.t.Uniques {
+		idx, nullsEqual = append(idx, u.Cols), append(nullsEqual, u.NullsEqual)
+	}
+	var out []string
+	for i, ic := range idx {
+		pos := positionsOf(ic, cols)
+		if slices.Contains(pos, -1) {
+			continue // a column the row does not carry (generated, unchanged)
+		}
+		var conds []string
+		for j, col := range ic {
+			op := " = "
+			if nullsEqual[i] {
+				op = " IS NOT DISTINCT FROM "
+			}
+			conds = append(conds, "c."+colName(c.t, col)+op+cast(names[pos[j]], c.t.Types[col]))
+		}
+		out = append(out, strings.Join(conds, " AND "))
+	}
+	return out
+}
+
+// hits writes the CTEs hit (every local row a row of src meets: by key for
+// an update or delete, by any unique index for an insert) and loc (per row
+// of src, how many and the first, with its origin).
+func (c *careful) hits(matches []string) {
+	c.w(", hit AS MATERIALIZED (")
+	for i, m := range matches {
+		if i > 0 {
+			c.w(" UNION ")
+		}
+		c.w("SELECT u.n AS m, c.tableoid AS toid, c.ctid AS tid, c.xmin AS lx FROM src AS u JOIN ", c.t.Target(), " AS c ON ", m)
+	}
+	if len(matches) == 0 {
+		c.w("SELECT 0::int8 AS m, 0::oid AS toid, '(0,0)'::tid AS tid, '0'::xid AS lx WHERE false")
+	}
+	cols, joins := c.origin("h.lx")
+	c.w("), loc AS MATERIALIZED (SELECT DISTINCT ON (h.m) h.m, pg_catalog.count(*) OVER (PARTITION BY h.m) AS hits, h.toid, h.tid, ", cols,
+		" FROM hit AS h", joins, " ORDER BY h.m, h.toid, h.tid)")
+}
+
+func (c *careful) insert(cols []int) string {
+	v := aliases("v", len(cols))
+	c.src(v)
+	c.hits(c.uniqueMatches(cols, v, true))
+	c.decide([][2]string{
+		{"l.hits > 1", string(conflict.MultipleUniqueConflicts)},
+		{"l.hits = 1", string(conflict.InsertExists)},
+	}, "insert", map[conflict.Type]string{conflict.InsertExists: "update", conflict.MultipleUniqueConflicts: "update"})
+	c.w(", wi AS (", insertFrom(c.t, cols, v, "d AS u WHERE u.res = 'insert'"), " RETURNING 1)")
+	c.w(", wu AS (UPDATE ", c.t.Target(), " AS t SET ")
+	c.setList(cols, v)
+	c.w(" FROM d AS u WHERE t.tableoid = u.toid AND t.ctid = u.tid AND u.res = 'update' RETURNING 1)")
+	c.finish(c.keyJSON(cols, v), c.jsonObject(cols, v), c.localRows("hit"), []string{"wi", "wu"})
+	return c.b.String()
+}
+
+// setList writes col = value for every column but those GENERATED ALWAYS
+// AS IDENTITY on the target (which no UPDATE may set).
+func (c *careful) setList(cols []int, names []string) {
+	n := 0
+	for i, col := range cols {
+		if slices.Contains(c.t.AlwaysIdentity, col) {
+			continue
+		}
+		if n > 0 {
+			c.w(", ")
+		}
+		n++
+		c.w(colName(c.t, col), " = ", cast(names[i], c.t.Types[col]))
+	}
+	if n == 0 {
+		// Only identity columns: set the first to itself.
+		c.w(colName(c.t, cols[0]), " = t.", colName(c.t, cols[0]))
+	}
+}
+
+// keyJSON is the key of a row as a jsonb object, from the columns it
+// carries ("NULL" when they do not hold the whole key).
+func (c *careful) keyJSON(cols []int, names []string) string {
+	pos := positionsOf(c.t.Key, cols)
+	if len(pos) == 0 || slices.Contains(pos, -1) {
+		return "NULL::jsonb"
+	}
+	kn := make([]string, len(pos))
+	for i, p := range pos {
+		kn[i] = names[p]
+	}
+	return c.jsonObject(c.t.Key, kn)
+}
+
+// insertFrom is an INSERT of the columns cols (values in aliases names of
+// u) from the given FROM clause.
+func insertFrom(t *Table, cols []int, names []string, from string) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + t.Name + " (")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(colName(t, c))
+	}
+	b.WriteString(")")
+	if len(t.AlwaysIdentity) > 0 {
+		b.WriteString(" OVERRIDING SYSTEM VALUE")
+	}
+	b.WriteString(" SELECT ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(cast(names[i], t.Types[c]))
+	}
+	b.WriteString(" FROM " + from)
+	return b.String()
+}
+
+func (c *careful) update(key, set []int) string {
+	k, v := aliases("k", len(key)), aliases("v", len(set))
+	c.src(append(k, v...))
+	var m strings.Builder
+	keyMatch(&m, c.t, "c", key, k)
+	c.hits([]string{m.String()})
+	// The rows another row of the table already holds the new values of,
+	// in a unique index (the row itself and the run's other rows aside).
+	exists := c.uniqueMatches(set, v, true)
+	if len(exists) > 0 {
+		c.w(", exr AS MATERIALIZED (SELECT DISTINCT u.n AS m, c.tableoid AS toid, c.ctid AS tid FROM src AS u JOIN ", c.t.Target(), " AS c ON (",
+			strings.Join(exists, ") OR ("), ") WHERE NOT EXISTS (SELECT 1 FROM hit AS h WHERE h.toid = c.tableoid AND h.tid = c.ctid))")
+	}
+	ex := func(cond string) string {
+		if len(exists) == 0 {
+			return "false"
+		}
+		return "(SELECT pg_catalog.count(*) FROM exr AS x WHERE x.m = u.n) " + cond
+	}
+	local := c.localRows("hit")
+	if len(exists) > 0 {
+		local = "CASE WHEN u.ct IN ('update_exists', 'multiple_unique_conflicts') THEN " + c.localRows("exr") + " ELSE " + local + " END"
+	}
+	// Inserting the remote row for an update whose row is missing needs
+	// every column the target takes.
+	all, names := c.wholeRow(key, set, k, v)
+	apps := map[conflict.Type]string{conflict.UpdateOriginDiffers: "apply", conflict.UpdateMissing: "skip"}
+	if all != nil {
+		apps[conflict.UpdateMissing] = "insert"
+	}
+	c.decide([][2]string{
+		{"l.hits IS NULL", string(conflict.UpdateMissing)},
+		{ex("> 1"), string(conflict.MultipleUniqueConflicts)},
+		{ex("= 1"), string(conflict.UpdateExists)},
+		{c.differs(), string(conflict.UpdateOriginDiffers)},
+	}, "apply", apps)
+	c.w(", w AS (UPDATE ", c.t.Target(), " AS t SET ")
+	setList(&c.b, c.t, set, v, "u")
+	c.w(" FROM d AS u WHERE ")
+	keyMatch(&c.b, c.t, "t", key, k)
+	c.w(" AND u.res = 'apply' RETURNING 1)")
+	changed := []string{"w"}
+	if all != nil {
+		c.w(", wi AS (", insertFrom(c.t, all, names, "d AS u WHERE u.res = 'insert'"), " RETURNING 1)")
+		changed = append(changed, "wi")
+	}
+	rc, rn := c.remoteCols(key, set, k, v)
+	c.finish(c.jsonObject(key, k), c.jsonObject(rc, rn), local, changed)
+	return c.b.String()
+}
+
+// wholeRow returns the columns (and their aliases) of the new row of an
+// update, when it carries every column the target takes: the set columns,
+// and the key columns not among them; nil otherwise.
+func (c *careful) wholeRow(key, set []int, k, v []string) ([]int, []string) {
+	cols, names := c.remoteCols(key, set, k, v)
+	for i, typ := range c.t.Types {
+		if typ != "" && !slices.Contains(cols, i) {
+			return nil, nil
+		}
+	}
+	return cols, names
+}
+
+// remoteCols are the columns of an update's new row: set's, then the key
+// columns not among them.
+func (c *careful) remoteCols(key, set []int, k, v []string) ([]int, []string) {
+	cols, names := slices.Clone(set), slices.Clone(v)
+	for i, col := range key {
+		if !slices.Contains(set, col) {
+			cols, names = append(cols, col), append(names, k[i])
+		}
+	}
+	return cols, names
+}
+
+func (c *careful) delete(key []int) string {
+	k := aliases("k", len(key))
+	c.src(k)
+	var m strings.Builder
+	keyMatch(&m, c.t, "c", key, k)
+	c.hits([]string{m.String()})
+	c.decide([][2]string{
+		{"l.hits IS NULL", string(conflict.DeleteMissing)},
+		{c.differs(), string(conflict.DeleteOriginDiffers)},
+	}, "apply", map[conflict.Type]string{conflict.DeleteOriginDiffers: "apply", conflict.DeleteMissing: "skip"})
+	c.w(", w AS (DELETE FROM ", c.t.Target(), " AS t USING d AS u WHERE ")
+	keyMatch(&c.b, c.t, "t", key, k)
+	c.w(" AND u.res = 'apply' RETURNING 1)")
+	c.finish(c.jsonObject(key, k), c.jsonObject(key, k), c.localRows("hit"), []string{"w"})
+	return c.b.String()
+}

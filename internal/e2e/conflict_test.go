@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/parapply/parapply/conflict"
+)
+
+// conflictCase is one table of TestConflicts: rows written on both sides
+// before the slot exists (before), on the target only (local, before the
+// publisher's changes; late, after them), the publisher's changes, the
+// table's policies, and what the target and parapply.conflicts must hold.
+type conflictCase struct {
+	name, schema        string
+	before, local, late []string // SQL on: both sides, the target, the target
+	pub                 []string
+	rules               string // conflict_resolution entries, for this table
+	want                string // the target's rows: "id:v,id:v"
+	log                 string // parapply.conflicts: "type/resolution/applied/key/local v/remote v;..."
+}
+
+// TestConflicts: every conflict type parapply detects, under every policy
+// that applies to it, the local rows made by ordinary sessions on the
+// target (track_commit_timestamp on): the target ends as the policy says,
+// and parapply.conflicts holds one row per conflict with its type, the
+// key, both rows and the resolution; at workers 0 and 4.
+func TestConflicts(t *testing.T) {
+	cases := []conflictCase{
+		{name: "ie_apply", local: []string{`INSERT INTO ie_apply VALUES (1, 'local')`}, pub: []string{`INSERT INTO ie_apply VALUES (1, 'remote'), (2, 'r2')`},
+			rules: "insert_exists=apply_remote", want: "1:remote,2:r2", log: `insert_exists/apply_remote/true/{"id": "1"}/local/remote`},
+		{name: "ie_keep", local: []string{`INSERT INTO ie_keep VALUES (1, 'local')`}, pub: []string{`INSERT INTO ie_keep VALUES (1, 'remote'), (2, 'r2')`},
+			rules: "insert_exists=keep_local", want: "1:local,2:r2", log: `insert_exists/keep_local/false/{"id": "1"}/local/remote`},
+		{name: "ie_lww", local: []string{`INSERT INTO ie_lww VALUES (1, 'older')`}, pub: []string{`INSERT INTO ie_lww VALUES (1, 'remote1'), (2, 'remote2')`},
+			late: []string{`INSERT INTO ie_lww VALUES (2, 'newer')`}, rules: "insert_exists=last_update_wins", want: "1:remote1,2:newer",
+			log: `insert_exists/last_update_wins/true/{"id": "1"}/older/remote1;insert_exists/last_update_wins/false/{"id": "2"}/newer/remote2`},
+		{name: "ie_fww", local: []string{`INSERT INTO ie_fww VALUES (1, 'older')`}, pub: []string{`INSERT INTO ie_fww VALUES (1, 'remote1'), (2, 'remote2')`},
+			late: []string{`INSERT INTO ie_fww VALUES (2, 'newer')`}, rules: "insert_exists=first_update_wins", want: "1:older,2:remote2",
+			log: `insert_exists/first_update_wins/false/{"id": "1"}/older/remote1;insert_exists/first_update_wins/true/{"id": "2"}/newer/remote2`},
+		{name: "um_skip", before: []string{`INSERT INTO um_skip VALUES (1, 'a'), (2, 'b')`}, local: []string{`DELETE FROM um_skip WHERE id = 1`},
+			pub: []string{`UPDATE um_skip SET v = v || '!'`}, want: "2:b!", log: `update_missing/skip/false/{"id": "1"}//a!`},
+		{name: "um_apply", before: []string{`INSERT INTO um_apply VALUES (1, 'a'), (2, 'b')`}, local: []string{`DELETE FROM um_apply WHERE id = 1`},
+			pub: []string{`UPDATE um_apply SET v = v || '!'`}, rules: "update_missing=apply_remote", want: "1:a!,2:b!", log: `update_missing/apply_remote/true/{"id": "1"}//a!`},
+		{name: "dm_skip", before: []string{`INSERT INTO dm_skip VALUES (1, 'a'), (2, 'b')`}, local: []string{`DELETE FROM dm_skip WHERE id = 1`},
+			pub: []string{`DELETE FROM dm_skip`}, want: "", log: `delete_missing/skip/false/{"id": "1"}//1`},
+		{name: "uo_apply", before: []string{`INSERT INTO uo_apply VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE uo_apply SET v = 'local' WHERE id = 1`},
+			pub: []string{`UPDATE uo_apply SET v = v || '!'`}, want: "1:a!,2:b!", log: `update_origin_differs/apply_remote/true/{"id": "1"}/local/a!`},
+		{name: "uo_keep", before: []string{`INSERT INTO uo_keep VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE uo_keep SET v = 'local' WHERE id = 1`},
+			pub: []string{`UPDATE uo_keep SET v = v || '!'`}, rules: "update_origin_differs=keep_local", want: "1:local,2:b!", log: `update_origin_differs/keep_local/false/{"id": "1"}/local/a!`},
+		{name: "uo_lww", before: []string{`INSERT INTO uo_lww VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE uo_lww SET v = 'older' WHERE id = 1`},
+			pub: []string{`UPDATE uo_lww SET v = v || '!'`}, late: []string{`UPDATE uo_lww SET v = 'newer' WHERE id = 2`}, rules: "update_origin_differs=last_update_wins",
+			want: "1:a!,2:newer", log: `update_origin_differs/last_update_wins/true/{"id": "1"}/older/a!;update_origin_differs/last_update_wins/false/{"id": "2"}/newer/b!`},
+		{name: "uo_skip", before: []string{`INSERT INTO uo_skip VALUES (1, 'a')`}, local: []string{`UPDATE uo_skip SET v = 'local' WHERE id = 1`},
+			pub: []string{`UPDATE uo_skip SET v = v || '!'`}, rules: "update_origin_differs=skip", want: "1:local", log: `update_origin_differs/skip/false/{"id": "1"}/local/a!`},
+		{name: "do_apply", before: []string{`INSERT INTO do_apply VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE do_apply SET v = 'local' WHERE id = 1`},
+			pub: []string{`DELETE FROM do_apply`}, want: "", log: `delete_origin_differs/apply_remote/true/{"id": "1"}/local/1`},
+		{name: "do_keep", before: []string{`INSERT INTO do_keep VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE do_keep SET v = 'local' WHERE id = 1`},
+			pub: []string{`DELETE FROM do_keep`}, rules: "delete_origin_differs=keep_local", want: "1:local", log: `delete_origin_differs/keep_local/false/{"id": "1"}/local/1`},
+		{name: "do_fww", before: []string{`INSERT INTO do_fww VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE do_fww SET v = 'older' WHERE id = 1`},
+			pub: []string{`DELETE FROM do_fww`}, late: []string{`UPDATE do_fww SET v = 'newer' WHERE id = 2`}, rules: "delete_origin_differs=first_update_wins",
+			want: "1:older", log: `delete_origin_differs/first_update_wins/false/{"id": "1"}/older/1;delete_origin_differs/first_update_wins/true/{"id": "2"}/newer/2`},
+		{name: "ue_skip", schema: `CREATE TABLE ue_skip (id int PRIMARY KEY, v text UNIQUE)`,
+			before: []string{`INSERT INTO ue_skip VALUES (1, 'a'), (2, 'b')`}, local: []string{`INSERT INTO ue_skip VALUES (3, 'taken')`},
+			pub: []string{`UPDATE ue_skip SET v = 'taken' WHERE id = 2`, `UPDATE ue_skip SET v = 'a!' WHERE id = 1`}, rules: "update_exists=skip",
+			want: "1:a!,2:b,3:taken", log: `update_exists/skip/false/{"id": "2"}/taken/taken`},
+		{name: "mu_keep", schema: `CREATE TABLE mu_keep (id int PRIMARY KEY, v text UNIQUE)`,
+			local: []string{`INSERT INTO mu_keep VALUES (1, 'x'), (2, 'y')`}, pub: []string{`INSERT INTO mu_keep VALUES (1, 'y'), (3, 'z')`},
+			rules: "multiple_unique_conflicts=keep_local", want: "1:x,2:y,3:z", log: `multiple_unique_conflicts/keep_local/false/{"id": "1"}/[x y]/y`},
+	}
+	for _, workers := range []int{0, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) { testConflicts(t, workers, cases) })
+	}
+}
+
+func testConflicts(t *testing.T, workers int, cases []conflictCase) {
+	var schema []string
+	var rules []string
+	for _, c := range cases {
+		s := c.schema
+		if s == "" {
+			s = fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v text)", c.name)
+		}
+		schema = append(schema, s)
+		for _, r := range strings.Split(c.rules, ",") {
+			if r != "" {
+				rules = append(rules, "public."+c.name+":"+r)
+			}
+		}
+	}
+	sub := maps.Clone(fast)
+	sub["track_commit_timestamp"] = "on"
+	e := newEnvSettings(t, strings.Join(schema, "; "), fast, sub)
+	ctx := context.Background()
+	// The rows both sides hold come from the initial copy, as in a real
+	// setup (rows a local session wrote are in conflict when replicated
+	// changes reach them).
+	for _, c := range cases {
+		for _, q := range c.before {
+			e.exec(e.pub, q)
+		}
+	}
+	cfg := e.config("conflicts")
+	cfg.CopyData, cfg.Workers, cfg.AutoWorkers = true, workers, false
+	var err error
+	if cfg.Conflicts, err = conflict.Parse(strings.Join(rules, ", ")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conflict_resolution = %s", cfg.Conflicts)
+	r := e.start(cfg)
+	e.waitCaughtUp(r)
+	r.stop()
+	for _, c := range cases {
+		for _, q := range c.local {
+			e.exec(e.sub, q)
+		}
+	}
+	for _, c := range cases {
+		for _, q := range c.pub {
+			e.exec(e.pub, q)
+		}
+	}
+	for _, c := range cases {
+		for _, q := range c.late {
+			e.exec(e.sub, q)
+		}
+	}
+	r = e.start(cfg)
+	e.waitCaughtUp(r)
+	r.stop()
+	for _, c := range cases {
+		rows, err := e.sub.Query(ctx, fmt.Sprintf(`SELECT coalesce(string_agg(id || ':' || v, ',' ORDER BY id), '') FROM %s`, c.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for rows.Next() {
+			if err := rows.Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != c.want {
+			t.Errorf("%s: the target holds %q, want %q", c.name, got, c.want)
+		}
+		var log string
+		err = e.sub.QueryRow(ctx, `SELECT coalesce(string_agg(concat_ws('/', conflict_type, resolution, CASE WHEN remote_applied THEN 'true' ELSE 'false' END, key::text,
+				CASE WHEN jsonb_typeof(local_row) = 'array' THEN (SELECT '[' || string_agg(x->>'v', ' ' ORDER BY x->>'v') || ']' FROM jsonb_array_elements(local_row) x) ELSE coalesce(local_row->>'v', '') END,
+				coalesce(remote_row->>'v', remote_row->>'id', '')), ';' ORDER BY key::text, id), '')
+			FROM parapply.conflicts WHERE table_name = $1 AND slot_name = 'conflicts'`, "public."+c.name).Scan(&log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if log != c.log {
+			t.Errorf("%s: parapply.conflicts holds\n\t%s\nwant\n\t%s", c.name, log, c.log)
+		}
+	}
+	var bad int
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM parapply.conflicts WHERE source_xid IS NULL OR commit_lsn IS NULL OR remote_commit_time IS NULL
+		OR (conflict_type NOT LIKE '%missing' AND local_row IS NOT NULL AND local_commit_time IS NULL)`).Scan(&bad); err != nil || bad != 0 {
+		t.Errorf("%d rows of parapply.conflicts lack the source transaction or a commit time (%v)", bad, err)
+	}
+}

@@ -1,0 +1,56 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/source"
+)
+
+// detection builds the run's conflict detection from the settings and the
+// target: whether commit timestamps are tracked there (without them
+// *_origin_differs cannot be told, nor last/first_update_wins decided),
+// the names of this slot's origins, and who wins a tie of commit times.
+// It refuses per-table entries for tables not published, and policies
+// that need commit timestamps where there are none.
+func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID string, published []source.PublishedTable) (*apply.Detection, error) {
+	rules := s.cfg.Conflicts
+	var names []string
+	for _, pt := range published {
+		names = append(names, pt.Schema+"."+pt.Name)
+	}
+	for _, t := range rules.Tables() {
+		if !slices.Contains(names, t) {
+			return nil, fmt.Errorf("conflict_resolution names table %s, which the publication does not publish to this target; fix the name (schema.table) or remove the entry", t)
+		}
+	}
+	var tct bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool").Scan(&tct); err != nil {
+		return nil, fmt.Errorf("reading track_commit_timestamp on the target: %w", err)
+	}
+	if !tct {
+		if e := rules.NeedsCommitTimestamps(); e != "" {
+			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
+		}
+		if !s.warnedCommitTS.Swap(true) {
+			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
+		}
+	}
+	d := &apply.Detection{Rules: rules, CommitTimestamps: tct,
+		OriginPattern: "^" + regexp.QuoteMeta(apply.OriginName(s.cfg.Source.Slot, "")) + "(_[wsc][0-9]+)?$"}
+	// A tie of commit times goes to the side whose identity sorts last,
+	// so that both ends of a bidirectional pair choose the same row.
+	var targetID string
+	err := conn.QueryRow(ctx, "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system())::text || '/' || pg_catalog.current_database()").Scan(&targetID)
+	if err != nil {
+		s.log.Warn("cannot read the target's system identifier (pg_control_system): ties of commit times in last_update_wins and first_update_wins keep the local row", "error", err)
+	} else {
+		d.RemoteWinsTies = strings.Compare(sourceID, targetID) > 0
+	}
+	return d, nil
+}
