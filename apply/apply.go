@@ -179,7 +179,13 @@ type Applier struct {
 	// conflicts its careful statements met; inFallback marks a run's
 	// first, set-based try under withFallback, whose unique violation is
 	// not a conflict.
-	det          *Detection
+	det *Detection
+	// MayResolve, when set, reports whether every source transaction
+	// before the ones this applier holds has committed: only then is a
+	// conflict the target's own (a worker running ahead may meet a row
+	// an earlier transaction, in flight, changes), and resolved; else the
+	// fast statement's error is returned, for the caller to try again.
+	MayResolve   func() bool
 	careful      atomic.Bool
 	carefulUntil atomic.Int64
 	keep         keptGroup

@@ -84,6 +84,12 @@ func (r *run) txnColumns() (xid, lsn, at [][]byte) {
 	return xid, lsn, at
 }
 
+// hasCareful reports whether the run has a careful statement (see
+// Detection.carefulSQL).
+func (r *run) hasCareful() bool {
+	return r.kind == 'U' || r.kind == 'D' || (r.kind == 'I' && r.cols[r.split] >= 0)
+}
+
 // carefulOps returns ops with the statement of every run replaced by its
 // careful one (see resolve.go).
 func (a *Applier) carefulOps(ops []op) []op {

@@ -82,11 +82,11 @@ func (d *Detection) carefulSQL(r *run, slot string) string {
 	t := r.table
 	head, tail := r.cols[:r.split], r.cols[r.split:]
 	c := careful{d: d, t: t, slot: slot}
+	if !r.hasCareful() {
+		return ""
+	}
 	switch r.kind {
 	case 'I':
-		if len(tail) == 1 && tail[0] < 0 {
-			return ""
-		}
 		return c.insert(tail)
 	case 'U':
 		return c.update(head, tail)
@@ -206,7 +206,7 @@ func (c *careful) localRows(from string) string {
 // of the conflict), and the statement's one row: the rows changed (checked against those meant to be) and the
 // conflicts found, one "type|resolution|applied|key" per row.
 func (c *careful) finish(key, remote, local string, changed []string) {
-	c.w(", e AS (SELECT parapply.conflict_error(", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key, ", u.rx, u.rl) FROM d AS u WHERE u.res = 'error' LIMIT 1)")
+	c.w(", e AS (SELECT parapply.conflict_error(", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key, ", ", remote, ", ", local, ", u.rx, u.rl) FROM d AS u WHERE u.res = 'error' LIMIT 1)")
 	c.w(", g AS (INSERT INTO parapply.conflicts (", conflictColumns, ") SELECT ", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key,
 		", ", local,
 		", u.lname, u.lt, ", remote, ", u.rx::int8, u.rl::pg_lsn, u.rt::timestamptz, ")

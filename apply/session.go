@@ -168,14 +168,14 @@ func (a *Applier) wait() error {
 func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 	if len(ops) > 0 && ops[0].sql == "BEGIN" {
 		a.keep, a.found = keptGroup{}, nil
-		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load())
+		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load() && a.alone())
 	}
 	if a.careful.Load() {
 		ops = a.carefulOps(ops)
 	}
 	err := a.send1(ctx, ops, desc)
 	for try := 1; err != nil && a.conflictFound(err); try++ {
-		if a.keep.lost || try > maxReplays || a.conn.IsClosed() {
+		if a.keep.lost || try > maxReplays || a.conn.IsClosed() || !a.alone() {
 			if a.keep.lost {
 				return fmt.Errorf("%w (a conflict was met in a target transaction larger than %d MB, which is not kept to be applied again with conflict resolution: lower group_max_bytes, or resolve the conflict on the target)", err, keptGroupBytes>>20)
 			}
@@ -196,6 +196,18 @@ func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 	return err
 }
 
+// alone reports whether conflicts met now are the target's own (see
+// MayResolve).
+func (a *Applier) alone() bool { return a.MayResolve == nil || a.MayResolve() }
+
+// ConflictFound reports whether err is a fast statement's sign of a
+// conflict that a worker running ahead of earlier transactions returns
+// (see MayResolve).
+func ConflictFound(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == codeConflictFound
+}
+
 // conflictFound reports whether err is a fast statement's sign of a
 // conflict (see resolve.go) that careful statements resolve.
 func (a *Applier) conflictFound(err error) bool {
@@ -214,7 +226,7 @@ func (a *Applier) conflictFound(err error) bool {
 const (
 	maxReplays     = 3
 	carefulFor     = 2 * time.Second
-	keptGroupBytes = 64 << 20
+	keptGroupBytes = 16 << 20
 )
 
 // keptGroup holds the statements of the open target transaction already
@@ -238,7 +250,14 @@ func (k *keptGroup) add(ops []op) {
 		k.ops, k.lost = nil, true
 		return
 	}
-	k.ops = append(k.ops, ops...)
+	for _, o := range ops {
+		if o.run != nil && !o.careful && o.run.hasCareful() {
+			// A replay builds the careful statement from the run: the
+			// encoded parameters need not be kept.
+			o.args, o.copy = nil, nil
+		}
+		k.ops = append(k.ops, o)
+	}
 }
 
 // send1 sends ops: one pipelined round trip, or one more for each COPY

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -51,7 +52,7 @@ var (
 	tgtTxnsDesc    = desc("target_transactions_total", "Target transactions committed (source transactions are grouped into them).")
 	rowsDesc       = desc("rows_total", "Row changes committed on the target, by published table and kind (insert, update, delete).", "table", "kind")
 	truncDesc      = desc("truncates_total", "TRUNCATEs committed on the target, by published table.", "table")
-	conflictsDesc  = desc("conflicts_total", "Conflicts found on the target, by table and type: update_missing and delete_missing (the row to change was not there).", "table", "type")
+	conflictsDesc  = desc("conflicts_total", "Conflicts found on the target and resolved, by table and type (update_missing and delete_missing always; the other types of docs/conflicts.md once met).", "table", "type")
 	stmtsDesc      = desc("statements_total", "Set-based statements executed on the target.")
 	collapsedDesc  = desc("collapsed_updates_total", "Updates folded into an earlier update of the same row in the same statement.")
 	replaysDesc    = desc("replayed_statements_total", "Set-based updates replayed row by row after a unique violation that row order avoids.")
@@ -64,7 +65,7 @@ var (
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
 	skippedDesc    = desc("skipped_transactions_total", "Source transactions skipped at parapply skip's request, none of their changes applied.")
-	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation.", "cause")
+	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation, conflict (met while earlier transactions were in flight).", "cause")
 	seqAtDesc      = desc("sequence_sync_timestamp_seconds", "When the publisher's sequences were last synced to the target (Unix time; 0: not yet).")
 	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them).", "result")
 	seqFailDesc    = desc("sequence_sync_failing", "1 while the last sequence sync failed (the log says why).")
@@ -148,6 +149,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(truncDesc, float64(t.Truncates), t.Name)
 		counter(conflictsDesc, float64(t.UpdateMissing), t.Name, "update_missing")
 		counter(conflictsDesc, float64(t.DeleteMissing), t.Name, "delete_missing")
+		for _, ty := range conflict.Types {
+			if n, ok := t.Conflicts[ty]; ok && ty != conflict.UpdateMissing && ty != conflict.DeleteMissing {
+				counter(conflictsDesc, float64(n), t.Name, string(ty))
+			}
+		}
 	}
 	counter(stmtsDesc, float64(st.Statements))
 	counter(collapsedDesc, float64(st.Collapsed))

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -23,10 +24,10 @@ func TestCollector(t *testing.T) {
 	st := subscriber.Status{
 		State: subscriber.StateStreaming, Received: 3000, Applied: 2000, Durable: 1500, SourceWALEnd: 5000,
 		Lag: 1500 * time.Millisecond, Txns: 7, Groups: 3, CommitDelay: h.Snapshot(), QueueBytes: 42,
-		Tables: []subscriber.TableStatus{{Name: "public.a", Inserts: 5, Updates: 2, Deletes: 1, UpdateMissing: 1}},
+		Tables: []subscriber.TableStatus{{Name: "public.a", Inserts: 5, Updates: 2, Deletes: 1, UpdateMissing: 1, Conflicts: map[conflict.Type]int64{conflict.UpdateMissing: 1, conflict.InsertExists: 2}}},
 		Workers: []subscriber.WorkerStatus{
-			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [4]int64{1, 0, 2, 0}},
-			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [4]int64{0, 1, 0, 3}},
+			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [5]int64{1, 0, 2, 0, 0}},
+			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [5]int64{0, 1, 0, 3, 1}},
 		},
 		Copy: &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
 	}
@@ -60,8 +61,9 @@ parapply_rows_total{kind="insert",table="public.a"} 5
 parapply_rows_total{kind="update",table="public.a"} 2
 `},
 		{"parapply_retries_total", `
-# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation.
+# HELP parapply_retries_total Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation, conflict (met while earlier transactions were in flight).
 # TYPE parapply_retries_total counter
+parapply_retries_total{cause="conflict"} 1
 parapply_retries_total{cause="deadlock"} 1
 parapply_retries_total{cause="lock_timeout"} 2
 parapply_retries_total{cause="serialization_failure"} 1
@@ -99,9 +101,10 @@ parapply_copy_tables{state="done"} 1
 parapply_copy_tables{state="pending"} 2
 `},
 		{"parapply_conflicts_total", `
-# HELP parapply_conflicts_total Conflicts found on the target, by table and type: update_missing and delete_missing (the row to change was not there).
+# HELP parapply_conflicts_total Conflicts found on the target and resolved, by table and type (update_missing and delete_missing always; the other types of docs/conflicts.md once met).
 # TYPE parapply_conflicts_total counter
 parapply_conflicts_total{table="public.a",type="delete_missing"} 0
+parapply_conflicts_total{table="public.a",type="insert_exists"} 2
 parapply_conflicts_total{table="public.a",type="update_missing"} 1
 `},
 	}

@@ -92,11 +92,12 @@ IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 		RETURN changed;
 	END $f$;
 END IF;
-IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,text,text)') IS NULL THEN
-	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
+IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,jsonb,jsonb,text,text)') IS NULL THEN
+	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, remote jsonb, local jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
 	BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'PC002',
-			MESSAGE = pg_catalog.format('conflict %s on %s, key %s, in source transaction %s (commit %s), whose policy is error', ctype, tbl, coalesce(key::text, '(none)'), xid, coalesce(lsn, 'unknown')),
+			MESSAGE = pg_catalog.format('conflict %s on %s, key %s, in source transaction %s (commit %s), whose policy is error: remote row %s, local row %s',
+				ctype, tbl, coalesce(key::text, '(none)'), xid, coalesce(lsn, 'unknown'), coalesce(remote::text, '(none)'), coalesce(local::text, '(none)')),
 			HINT = pg_catalog.format('choose another policy for %s in conflict_resolution, change the local row, or skip the transaction: parapply skip --slot %s --lsn %s', ctype, slot, coalesce(lsn, '<commit LSN>'));
 	END $f$;
 END IF;

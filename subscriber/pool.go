@@ -78,7 +78,7 @@ type WorkerStats struct {
 
 // RetryCauses name why a worker tried a transaction again, in the order of
 // WorkerStats.RetriesBy.
-var RetryCauses = [4]string{"deadlock", "serialization_failure", "lock_timeout", "unique_violation"}
+var RetryCauses = [5]string{"deadlock", "serialization_failure", "lock_timeout", "unique_violation", "conflict"}
 
 // pool applies units on persistent worker connections, in parallel where
 // the scheduler allows, committing in source order.
@@ -147,6 +147,9 @@ type worker struct {
 	shown atomic.Pointer[apply.Applier] // app, for Status from other goroutines
 	seen  int                           // relation messages loaded
 	stats WorkerStats
+	// first is the first unit of the batch being applied (for
+	// MayResolve, read from the applier's goroutines).
+	first atomic.Uint64
 }
 
 // openPool connects n workers to the target with open.
@@ -176,6 +179,7 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 		}
 		w := &worker{n: i, app: app}
 		w.shown.Store(app)
+		app.MayResolve = func() bool { return p.oldest(schedule.ID(w.first.Load())) }
 		p.workers = append(p.workers, w)
 	}
 	return p, nil
@@ -459,6 +463,7 @@ const maxAttempts = 5
 // the target kept is known only once it is read again (see fault.go).
 func (p *pool) execute(ctx context.Context, w *worker, b *batch) error {
 	id := b.ids[0]
+	w.first.Store(uint64(id))
 	for attempt := 1; ; attempt++ {
 		alone := p.oldest(id)
 		err := p.try(ctx, w, b)
@@ -507,6 +512,10 @@ func retryCause(err error, alone bool) string {
 		return RetryCauses[2]
 	case errors.As(err, &pe) && pe.Code == "23505" && !alone:
 		return RetryCauses[3]
+	case apply.ConflictFound(err) && !alone:
+		// Not resolved: earlier units were in flight (see
+		// apply.Applier.MayResolve).
+		return RetryCauses[4]
 	}
 	return ""
 }

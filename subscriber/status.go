@@ -7,6 +7,7 @@ import (
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -35,9 +36,12 @@ type Status struct {
 	Lag time.Duration
 	// LastCommit is the source commit time of the last transaction
 	// applied.
-	LastCommit                time.Time
-	Txns, Groups, Rows        int64
-	Missing, Collapsed        int64
+	LastCommit         time.Time
+	Txns, Groups, Rows int64
+	Missing, Collapsed int64
+	// Conflicts counts the conflicts detected and resolved (see
+	// docs/conflicts.md).
+	Conflicts                 int64
 	Inserts, Updates, Deletes int64
 	Statements, Replays       int64
 	// Prefetched counts the rows read ahead for coming updates and
@@ -96,6 +100,9 @@ type TableStatus struct {
 	Name                                 string
 	Inserts, Updates, Deletes, Truncates int64
 	UpdateMissing, DeleteMissing         int64
+	// Conflicts counts the conflicts resolved on the table, by type
+	// (update_missing and delete_missing too); types with none are absent.
+	Conflicts map[conflict.Type]int64
 }
 
 // WorkerStatus is one worker's share of the work.
@@ -185,6 +192,7 @@ func (s *Subscriber) Status() Status {
 		st.Deletes += a.Stats.Deletes.Load()
 		st.Rows += a.Stats.Rows()
 		st.Missing += a.Stats.Missing.Load()
+		st.Conflicts += a.Stats.Conflicts.Load()
 		st.Statements += a.Stats.Statements.Load()
 		st.Replays += a.Stats.Replays.Load()
 		rows, dropped, _ := a.Prefetched()
@@ -194,8 +202,17 @@ func (s *Subscriber) Status() Status {
 	}
 	for _, name := range s.tallies.Names() {
 		t := s.tallies.For(name)
-		st.Tables = append(st.Tables, TableStatus{Name: name, Inserts: t.Inserts.Load(), Updates: t.Updates.Load(), Deletes: t.Deletes.Load(),
-			Truncates: t.Truncates.Load(), UpdateMissing: t.UpdateMissing.Load(), DeleteMissing: t.DeleteMissing.Load()})
+		ts := TableStatus{Name: name, Inserts: t.Inserts.Load(), Updates: t.Updates.Load(), Deletes: t.Deletes.Load(),
+			Truncates: t.Truncates.Load(), UpdateMissing: t.UpdateMissing.Load(), DeleteMissing: t.DeleteMissing.Load()}
+		for _, ty := range conflict.Types {
+			if n := t.Conflict(ty).Load(); n > 0 {
+				if ts.Conflicts == nil {
+					ts.Conflicts = map[conflict.Type]int64{}
+				}
+				ts.Conflicts[ty] = n
+			}
+		}
+		st.Tables = append(st.Tables, ts)
 	}
 	return st
 }

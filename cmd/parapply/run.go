@@ -261,7 +261,7 @@ func runCommand(ctx context.Context, args []string) error {
 				log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
 					"lag", st.Lag.Round(time.Millisecond).String(), "lag_bytes", max(int64(st.SourceWALEnd)-int64(st.Applied), 0),
 					"txns", st.Txns, "target_txns", st.Groups, "rows", st.Rows,
-					"rows_per_s", int64(float64(st.Rows-prev.Rows)/dt.Seconds()), "missing_rows", st.Missing)
+					"rows_per_s", int64(float64(st.Rows-prev.Rows)/dt.Seconds()), "missing_rows", st.Missing, "conflicts", st.Conflicts)
 			}
 			prev, prevAt = st, now
 		}

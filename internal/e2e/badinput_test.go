@@ -70,6 +70,16 @@ func TestBadInput(t *testing.T) {
 			[]string{"replication origins", "GRANT EXECUTE ON FUNCTION", "pg_replication_origin_session_setup"}},
 		{"bad origin", []string{"--source", src, "--target", dst, "--publication", "pub", "--origin", "local"},
 			[]string{"origin", "any or none"}},
+		{"unknown conflict type", []string{"--source", src, "--target", dst, "--publication", "pub", "--conflict-resolution", "insert_exist=apply_remote"},
+			[]string{"conflict_resolution", `unknown conflict type "insert_exist"`, "insert_exists"}},
+		{"policy that does not apply", []string{"--source", src, "--target", dst, "--publication", "pub", "--conflict-resolution", "delete_missing=apply_remote"},
+			[]string{"conflict_resolution", "apply_remote does not apply to delete_missing", "skip, error"}},
+		{"policy without commit timestamps", []string{"--source", src, "--target", dst, "--publication", "pub_origin", "--slot", "s_lww", "--conflict-resolution", "update_origin_differs=last_update_wins"},
+			[]string{"update_origin_differs=last_update_wins", "track_commit_timestamp is off on the target"}},
+		{"policy for a table not published", []string{"--source", src, "--target", dst, "--publication", "pub_origin", "--slot", "s_notpub", "--conflict-resolution", "public.typed:insert_exists=skip"},
+			[]string{"conflict_resolution names table public.typed", "does not publish"}},
+		{"policies with detection off", []string{"--source", src, "--target", dst, "--publication", "pub", "--detect-conflicts", "off", "--conflict-resolution", "insert_exists=skip"},
+			[]string{"conflict_resolution is set, but detect_conflicts is off"}},
 		{"wal_level not logical", []string{"--source", replica.DSN("postgres"), "--target", dst, "--publication", "pub"},
 			[]string{"wal_level", "logical"}},
 		{"no publication flag", []string{"--source", src, "--target", dst},
@@ -147,7 +157,7 @@ func TestBadInput(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		last := lines[len(lines)-1]
-		for _, w := range []string{fmt.Sprintf("source transaction %d (commit ", xid), `"public"."dup"`, "Key (id)=(5) already exists"} {
+		for _, w := range []string{fmt.Sprintf("source transaction %d (commit ", xid), `"public"."dup"`, `conflict insert_exists on public.dup, key {"id": "5"}`} {
 			if !strings.Contains(last, w) {
 				t.Errorf("error %q lacks %q", last, w)
 			}
@@ -195,7 +205,7 @@ func TestBadInput(t *testing.T) {
 			want       []string
 		}{
 			{"typed_long", "typed_long", []string{`insert of 400 rows in "public"."typed_long"`, "column v", "twenty", "invalid input syntax"}},
-			{"dup_long", "dup_long", []string{`insert of 400 rows in "public"."dup_long"`, "Key (id)=(300) already exists"}},
+			{"dup_long", "dup_long", []string{`insert of 400 rows in "public"."dup_long"`, `conflict insert_exists on public.dup_long, key {"id": "300"}`}},
 		} {
 			err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_"+c.pub, "--slot", "s_"+c.pub, "--copy-data", "off")
 			if err == nil {

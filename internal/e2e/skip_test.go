@@ -40,7 +40,7 @@ func TestSkip(t *testing.T) {
 			t.Fatalf("%s: parapply stopped without an error", what)
 		}
 		m := commitLSN.FindStringSubmatch(err.Error())
-		if m == nil || !strings.Contains(err.Error(), "already exists") {
+		if m == nil || !strings.Contains(err.Error(), "conflict insert_exists on public.dup") {
 			t.Fatalf("%s: the error names no commit LSN or no duplicate key: %v", what, err)
 		}
 		t.Logf("%s: %v", what, err)

@@ -27,7 +27,7 @@ func TestStreamStall(t *testing.T) {
 			CREATE FUNCTION count_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE public.counts SET n = n + 1 WHERE id = 1; RETURN NULL; END $$;
 			CREATE TRIGGER count_row AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION count_row();
 			ALTER TABLE t ENABLE ALWAYS TRIGGER count_row;`, ""},
-		{"target unique index", `CREATE UNIQUE INDEX t_v ON t (v)`, "duplicate key value violates unique constraint"},
+		{"target unique index", `CREATE UNIQUE INDEX t_v ON t (v)`, "conflict insert_exists on public.t"},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			e := newEnv(t, "CREATE TABLE t (id int PRIMARY KEY, v int, pad text)")
