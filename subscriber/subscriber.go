@@ -197,6 +197,14 @@ func New(cfg Config) *Subscriber {
 	if l == nil {
 		l = slog.Default()
 	}
+	if e := cfg.Conflicts.NeedsCommitTimestamps(); cfg.DetectConflicts && e != "" && cfg.Group.MaxChanges > 1 {
+		// A target transaction's rows all carry its commit time, which
+		// is its last source transaction's: each source transaction must
+		// be a target transaction of its own for later comparisons to
+		// see the time it was made.
+		l.Info("each source transaction is applied as a target transaction of its own (no grouping): conflict_resolution compares commit times", "entry", e)
+		cfg.Group.MaxChanges = 1
+	}
 	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), seqWarned: map[string]bool{}, tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
 	sub.cfg.Target.Tallies = sub.tallies
 	sub.cfg.Target.SyncStandby = &sub.syncStandby

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/conflict"
 )
 
@@ -161,4 +163,37 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase) {
 		OR (conflict_type NOT LIKE '%missing' AND local_row IS NOT NULL AND local_commit_time IS NULL)`).Scan(&bad); err != nil || bad != 0 {
 		t.Errorf("%d rows of parapply.conflicts lack the source transaction or a commit time (%v)", bad, err)
 	}
+}
+
+// TestConflictsKilled: the publisher inserts keys the target already holds
+// (one in five) while parapply, resolving insert_exists by apply_remote, is
+// killed with SIGKILL several times: at the end every such key is logged in
+// parapply.conflicts exactly once, resolved as without the kills (the
+// publisher's row), and the target equals the publisher.
+func TestConflictsKilled(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE cx (id bigint PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	e.exec(e.sub, `INSERT INTO cx SELECT g * 5, 'local' FROM generate_series(1, 200000) g`)
+	txns := e.killWhileWriting(t, "cx", []string{"--conflict-resolution", "insert_exists=apply_remote"}, 5, 200*time.Millisecond, func(n int64) (*pgx.Batch, int) {
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO cx VALUES ($1, $2)", n, fmt.Sprintf("pub %d", n))
+		return b, 1
+	})
+	t.Logf("publisher wrote %d transactions", txns)
+	var logged, keys, wrong, left int
+	if err := e.sub.QueryRow(ctx, `SELECT count(*), count(DISTINCT key), count(*) FILTER (WHERE conflict_type <> 'insert_exists' OR resolution <> 'apply_remote'
+			OR NOT remote_applied OR local_row->>'v' <> 'local' OR (key->>'id')::bigint % 5 <> 0 OR (key->>'id')::bigint > $1)
+		FROM parapply.conflicts WHERE table_name = 'public.cx'`, txns).Scan(&logged, &keys, &wrong); err != nil {
+		t.Fatal(err)
+	}
+	if logged != min(txns, 1000000)/5 || keys != logged || wrong != 0 {
+		t.Errorf("parapply.conflicts holds %d rows for %d keys (%d wrong); want one per key the target held among the %d inserted: %d", logged, keys, wrong, txns, txns/5)
+	}
+	// The target's own rows beyond what the publisher wrote stay; no
+	// row it shares with the publisher is left as it was.
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM cx WHERE v = 'local' AND id <= $1`, txns).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d rows the publisher inserted are still the target's own (%v)", left, err)
+	}
+	e.exec(e.sub, `DELETE FROM cx WHERE v = 'local'`)
+	e.verify("public.cx")
 }
