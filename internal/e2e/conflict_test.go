@@ -179,6 +179,11 @@ func TestConflictsKilled(t *testing.T) {
 		b.Queue("INSERT INTO cx VALUES ($1, $2)", n, fmt.Sprintf("pub %d", n))
 		return b, 1
 	})
+	// The writer may not have heard of its last commit: count on the
+	// publisher.
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM cx`).Scan(&txns); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("publisher wrote %d transactions", txns)
 	var logged, keys, wrong, left int
 	if err := e.sub.QueryRow(ctx, `SELECT count(*), count(DISTINCT key), count(*) FILTER (WHERE conflict_type <> 'insert_exists' OR resolution <> 'apply_remote'
