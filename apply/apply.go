@@ -124,6 +124,11 @@ type Txn struct {
 	XID        parapply.XID
 	CommitLSN  parapply.LSN
 	CommitTime time.Time
+	// Failed, when set, is the error an earlier run met applying this
+	// transaction (on_error = skip_transaction): none of its changes is
+	// applied; each is written to parapply.conflicts instead, in the
+	// target transaction that records it as done.
+	Failed string
 }
 
 // Applier owns one target connection and applies one transaction at a time.
@@ -187,10 +192,12 @@ type Applier struct {
 	// fast statement's error is returned, for the caller to try again.
 	MayResolve   func() bool
 	careful      atomic.Bool
+	replayed     bool // the open group was applied again (see exec)
 	carefulUntil atomic.Int64
 	keep         keptGroup
 	found        []foundConflict
-	carefulSQL   map[*run]string
+	carefulSQL   map[sqlKey]string // used by exec only
+	fastSQL      map[sqlKey]string // used by the builder only
 	inFallback   bool
 }
 

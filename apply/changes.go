@@ -27,6 +27,10 @@ func (a *Applier) change(rel uint32, what string, kind int, tups ...parapply.Tup
 	if a.skip(t) {
 		return nil, nil
 	}
+	if a.txn.Failed != "" {
+		a.logFailed(t, what, tups...)
+		return nil, nil
+	}
 	a.count(t, kind)
 	a.grp.changes++
 	return t, nil
@@ -106,6 +110,10 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		if a.skip(t) {
 			continue
 		}
+		if a.txn.Failed != "" {
+			a.logFailed(t, "truncate")
+			continue
+		}
 		names = append(names, t.Target())
 		a.count(t, tallyTruncate)
 	}
@@ -172,8 +180,21 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 	if r.fallback {
 		return a.withFallback(ctx, r, args, what, expect)
 	}
-	a.queueRun(r, r.sql, what, expect, args...)
+	a.queueRunStatement(r, what, expect, args)
 	return nil
+}
+
+// queueRunStatement queues the statement of run r: with conflict detection
+// on, an update or delete run's fast statement, which resolves what
+// conflicts it meets (see resolve.go); else the run's own.
+func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) {
+	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
+		o := a.resolvingOp(r, a.statement(r, true), what)
+		o.careful = false // a replay makes it careful
+		a.queueOp(o)
+		return
+	}
+	a.queueRun(r, r.sql, what, expect, args...)
 }
 
 // queueRun queues a statement built from run r and returns its op, which
@@ -182,10 +203,6 @@ func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *o
 	a.queue(sql, what, expect, args...)
 	o := &a.ops[len(a.ops)-1]
 	o.table, o.cols, o.kind, o.applied, o.run = r.table, r.cols, r.kind, &r.applied, r
-	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
-		// Fails with PC001 on a conflict (see resolve.go).
-		o.sql, o.scan = a.det.checkedSQL(sql), []any{new(int64)}
-	}
 	return o
 }
 
@@ -194,9 +211,10 @@ func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *o
 // row order would have avoided, it is rolled back and replayed row by row.
 func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
-	a.queueRun(r, r.sql, what, expect, args...)
+	a.queueRunStatement(r, what, expect, args)
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
-	a.inFallback = true
+	// A violation of one row is no transient duplicate: a conflict.
+	a.inFallback = r.rows > 1
 	err := a.send(ctx)
 	a.inFallback = false
 	var pe *pgconn.PgError
@@ -221,7 +239,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		for j, p := range one.params {
 			args[j] = encodeTextArray(p)
 		}
-		a.queueRun(one, r.sql, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, args...)
+		a.queueRunStatement(one, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, args)
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)

@@ -1,9 +1,12 @@
 package apply
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/conflict"
 )
 
@@ -63,13 +66,11 @@ func (r *run) row(i int) *run {
 	return one
 }
 
-// txnColumns returns, per row of the run, its source transaction's xid,
-// commit LSN and commit time as text (NULL where unknown).
-func (r *run) txnColumns() (xid, lsn, at [][]byte) {
-	xid, lsn, at = make([][]byte, r.rows), make([][]byte, r.rows), make([][]byte, r.rows)
-	i := 0
+// txnColumns returns, per source transaction of the run in row order, the
+// last row number it holds (1-based), its xid, commit LSN and commit time
+// as text (NULL where unknown).
+func (r *run) txnColumns() (upto, xid, lsn, at [][]byte) {
 	for _, rt := range r.txns {
-		x := []byte(fmt.Sprint(rt.txn.XID))
 		var l, t []byte
 		if rt.txn.CommitLSN != 0 {
 			l = []byte(rt.txn.CommitLSN.String())
@@ -77,11 +78,10 @@ func (r *run) txnColumns() (xid, lsn, at [][]byte) {
 		if !rt.txn.CommitTime.IsZero() {
 			t = []byte(rt.txn.CommitTime.UTC().Format("2006-01-02 15:04:05.999999") + "+00")
 		}
-		for ; i < rt.upto && i < r.rows; i++ {
-			xid[i], lsn[i], at[i] = x, l, t
-		}
+		upto = append(upto, []byte(fmt.Sprint(min(rt.upto, r.rows))))
+		xid, lsn, at = append(xid, []byte(fmt.Sprint(rt.txn.XID))), append(lsn, l), append(at, t)
 	}
-	return xid, lsn, at
+	return upto, xid, lsn, at
 }
 
 // hasCareful reports whether the run has a careful statement (see
@@ -90,13 +90,13 @@ func (r *run) hasCareful() bool {
 	return r.kind == 'U' || r.kind == 'D' || (r.kind == 'I' && r.cols[r.split] >= 0)
 }
 
-// carefulOps returns ops with the statement of every run replaced by its
-// careful one (see resolve.go).
-func (a *Applier) carefulOps(ops []op) []op {
+// carefulOps returns ops with the statement of every insert run (every
+// run, with all) replaced by its careful one (see resolve.go).
+func (a *Applier) carefulOps(ops []op, all bool) []op {
 	out := make([]op, len(ops))
 	for i, o := range ops {
 		out[i] = o
-		if o.run != nil && !o.careful {
+		if o.run != nil && !o.careful && (all || o.run.kind == 'I') {
 			out[i] = a.carefulOp(o)
 		}
 	}
@@ -106,31 +106,62 @@ func (a *Applier) carefulOps(ops []op) []op {
 // carefulOp is the careful statement of the run op o applies, or o when
 // the run's kind has none.
 func (a *Applier) carefulOp(o op) op {
-	r := o.run
-	if a.carefulSQL == nil {
-		a.carefulSQL = map[*run]string{}
+	if sql := a.statement(o.run, false); sql != "" {
+		return a.resolvingOp(o.run, sql, o.what)
 	}
-	sql, ok := a.carefulSQL[r]
+	return o
+}
+
+// sqlKey names a statement of conflict detection: the table, the run's
+// kind and shape, and fast or careful.
+type sqlKey struct {
+	t     *Table
+	kind  byte
+	shape string
+	fast  bool
+}
+
+// statement returns the fast or careful statement for run r, building it
+// once per table, kind and shape. Called by the session's sender only (see
+// exec) for careful ones, by the builder for fast ones: each has its map.
+func (a *Applier) statement(r *run, fast bool) string {
+	m := &a.carefulSQL
+	if fast {
+		m = &a.fastSQL
+	}
+	if *m == nil {
+		*m = map[sqlKey]string{}
+	}
+	k := sqlKey{r.table, r.kind, string(r.shape), fast}
+	sql, ok := (*m)[k]
 	if !ok {
-		sql = a.det.carefulSQL(r, a.cfg.Slot)
-		a.carefulSQL[r] = sql
-		if len(a.carefulSQL) > 1024 {
-			clear(a.carefulSQL)
+		if fast {
+			sql = a.det.fastSQL(r, a.cfg.Slot)
+		} else {
+			sql = a.det.carefulSQL(r, a.cfg.Slot)
 		}
+		if len(*m) > 1024 {
+			clear(*m)
+		}
+		(*m)[k] = sql
 	}
-	if sql == "" {
-		return o
-	}
-	args := make([]any, 0, len(r.params)+3)
+	return sql
+}
+
+// resolvingOp is a statement of run r that returns the rows it changed and
+// the conflicts it resolved (see Detection.finish): its parameters are the
+// run's, then its rows' source transactions.
+func (a *Applier) resolvingOp(r *run, sql, what string) op {
+	args := make([]any, 0, len(r.params)+4)
 	for _, p := range r.params {
 		args = append(args, encodeTextArray(p))
 	}
-	x, l, t := r.txnColumns()
-	args = append(args, encodeTextArray(x), encodeTextArray(l), encodeTextArray(t))
+	u, x, l, t := r.txnColumns()
+	args = append(args, encodeTextArray(u), encodeTextArray(x), encodeTextArray(l), encodeTextArray(t))
 	var n int64
 	var found []string
 	table := r.table
-	return op{sql: sql, what: o.what, rows: -1, kind: r.kind, table: table, cols: r.cols, args: args, applied: &r.applied,
+	return op{sql: sql, what: what, rows: -1, kind: r.kind, table: table, cols: r.cols, args: args, applied: &r.applied,
 		run: r, careful: true, scan: []any{&n, &found}, after: func() {
 			for _, f := range found {
 				a.found = append(a.found, foundConflict{table, f})
@@ -172,4 +203,54 @@ func (a *Applier) reportConflicts() {
 		}
 	}
 	a.found = nil
+}
+
+// logFailed writes a change of a transaction that on_error skips to
+// parapply.conflicts (type apply_error), in place of applying it: what
+// (insert, update, delete, truncate), the key and the row as the publisher
+// sent them, and the error.
+func (a *Applier) logFailed(t *Table, what string, tups ...parapply.Tuple) {
+	var row, key []byte
+	if len(tups) > 0 {
+		k := tups[len(tups)-1] // the old image when there is one
+		key = tupleJSON(t, k, t.Key)
+		row = tupleJSON(t, tups[0], nil)
+		if what == "delete" && !t.Full {
+			row = key // the other columns of a key image are not the row's
+		}
+	}
+	a.queue(`INSERT INTO parapply.conflicts (slot_name, conflict_type, table_name, key, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied, detail)
+		VALUES ($1, 'apply_error', $2, $3::text::jsonb, $4::text::jsonb, $5, $6::text::pg_lsn, $7, 'skip_transaction', false, $8)`,
+		"logging a change of a skipped transaction", -1,
+		a.cfg.Slot, t.Rel.Namespace+"."+t.Rel.Name, nullText(key), nullText(row), int64(a.txn.XID), a.txn.CommitLSN.String(), a.txn.CommitTime, what+": "+a.txn.Failed)
+	a.grp.changes++
+}
+
+// tupleJSON is a tuple's columns (only cols, when given) as a JSON object
+// of text values; nil when none is there.
+func tupleJSON(t *Table, tup parapply.Tuple, cols []int) []byte {
+	m := map[string]any{}
+	for i, v := range tup {
+		if cols != nil && !slices.Contains(cols, i) || i >= len(t.Rel.Columns) {
+			continue
+		}
+		switch v.Kind {
+		case parapply.ValueNull:
+			m[t.Rel.Columns[i].Name] = nil
+		case parapply.ValueText:
+			m[t.Rel.Columns[i].Name] = string(v.Data)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
 }

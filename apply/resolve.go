@@ -10,24 +10,25 @@ import (
 
 // Conflict detection has two kinds of statement per run.
 //
-// The fast statement is the run's ordinary one, made to fail when a
-// conflict may be there: inserts fail by themselves on a unique violation;
-// an update or delete counts the rows it changed and calls
-// parapply.conflict_check, which raises SQLSTATE PC001 when fewer rows were
-// changed than the run holds. With track_commit_timestamp on, rows that
-// another origin (or a local session) changed last are left out of the
-// update or delete, so they count as not found. Nothing else is read: when
-// no conflict occurs, detection costs a count and, with commit timestamps,
-// one commit timestamp lookup per row.
+// The fast statement: an insert run's is its ordinary one, which fails by
+// itself on a unique violation. An update or delete run's applies at once
+// the rows this subscription changed last (CTE w0: with
+// track_commit_timestamp on, rows another origin or a local session changed
+// last are left out; each costs one commit timestamp lookup), and examines
+// only the rest (rows not found, or left out), in the same statement: it
+// reads their local rows, classifies each conflict, resolves it by the
+// policy in force, writes parapply.conflicts and returns what it found.
+// Without conflicts that costs an anti-join of the run's row numbers.
 //
-// When a fast statement fails that way, the applier rolls back its target
-// transaction and applies it again with careful statements (see
-// Applier.exec): one per run still, which reads the local rows the run
-// meets (by key, and by every unique index for inserts), classifies each
-// row's conflict, resolves it by the policy in force, writes the row to
-// parapply.conflicts, and returns what it found, all in that one statement
-// and the same target transaction. A policy of error raises PC002, naming
-// the conflict and the source transaction.
+// The careful statement examines every row of the run: by key, by every
+// unique index for inserts (insert_exists, multiple_unique_conflicts) and
+// for the columns an update sets (update_exists). When a fast statement
+// fails with a unique violation (or PC001, parapply.conflict_check's
+// error: a careful statement found fewer rows than it read, a local
+// session changing them meanwhile), the applier rolls its target
+// transaction back and applies it again with careful statements (see
+// Applier.exec). A policy of error raises PC002, naming the conflict and
+// the source transaction.
 
 // Detection is what the statement builders need to know to find and
 // resolve conflicts; nil turns detection off.
@@ -56,16 +57,6 @@ const (
 // statement fills.
 const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied"
 
-// checkedSQL wraps the fast statement of an update or delete run so that
-// it fails with PC001 when it changed fewer rows than the run holds, and
-// leaves out rows another origin changed last.
-func (d *Detection) checkedSQL(sql string) string {
-	if d.CommitTimestamps {
-		sql += " AND " + d.ours("t.xmin")
-	}
-	return "WITH w AS (" + sql + " RETURNING 1) SELECT parapply.conflict_check(pg_catalog.count(*), pg_catalog.cardinality($1::text[]))::int8 FROM w"
-}
-
 // ours is true when the row whose xmin is given was last changed by this
 // subscription, by a transaction whose commit timestamp is gone, or by the
 // transaction running.
@@ -79,9 +70,22 @@ func (d *Detection) ours(xmin string) string {
 // of REPLICA IDENTITY FULL tables, and inserts of rows without columns),
 // whose fast statement is then used as it is.
 func (d *Detection) carefulSQL(r *run, slot string) string {
+	return d.examine(r, slot, false)
+}
+
+// fastSQL is the statement of an update or delete run with detection on:
+// the run's rows that this subscription changed last are updated or
+// deleted at once, and only the others are examined, resolved and logged
+// as by the careful statement, in the same statement (so conflicts there
+// need no second try); unique violations are left to the indexes.
+func (d *Detection) fastSQL(r *run, slot string) string {
+	return d.examine(r, slot, true)
+}
+
+func (d *Detection) examine(r *run, slot string, fast bool) string {
 	t := r.table
 	head, tail := r.cols[:r.split], r.cols[r.split:]
-	c := careful{d: d, t: t, slot: slot}
+	c := careful{d: d, t: t, slot: slot, fast: fast && r.kind != 'I'}
 	if !r.hasCareful() {
 		return ""
 	}
@@ -101,6 +105,36 @@ type careful struct {
 	t    *Table
 	slot string
 	b    strings.Builder
+	join string // more joins for decide's rows
+	// fast: the run's rows are first applied as by the fast statement
+	// (CTE w0, leaving out rows another origin changed last), and only
+	// the rest (CTE rest: not found, or left out) are examined.
+	fast bool
+}
+
+// rows is the CTE of the rows to examine: src, or rest after w0.
+func (c *careful) rows() string {
+	if c.fast {
+		return "rest"
+	}
+	return "src"
+}
+
+// first writes, for a fast statement, w0 (the set-based change of the rows
+// that are this subscription's, as the fast statement makes it: change
+// holds its text, ending in its WHERE clause) and rest, the others.
+func (c *careful) first(change string) {
+	if !c.fast {
+		return
+	}
+	if c.d.CommitTimestamps {
+		change += " AND " + c.d.ours("t.xmin")
+	}
+	// Without a conflict every row is changed, and the one-time filter
+	// skips the anti-join.
+	c.w(", w0 AS (", change, " RETURNING u.n)",
+		", rest AS MATERIALIZED (SELECT s.* FROM src AS s WHERE (SELECT pg_catalog.count(*) FROM w0) < (SELECT pg_catalog.count(*) FROM src)",
+		" AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.n = s.n))")
 }
 
 func (c *careful) w(s ...string) {
@@ -111,12 +145,22 @@ func (c *careful) w(s ...string) {
 
 func lit(s string) string { return parapply.QuoteLiteral(s) }
 
-// src writes the CTE holding the run's rows: its parameters, then the
-// source transaction's xid, commit LSN and commit time per row.
+// src writes the CTE holding the run's rows (its parameters, numbered by
+// n), and tx, its source transactions: the last row number of each, its
+// xid, commit LSN and commit time (the four parameters after the run's;
+// see run.txnColumns), looked up for the rows examined only.
 func (c *careful) src(names []string) {
 	c.w("WITH src AS MATERIALIZED (SELECT * FROM ")
-	unnest(&c.b, append(names[:len(names):len(names)], "rx", "rl", "rt"), true)
-	c.w(")")
+	unnest(&c.b, names, true)
+	p := len(names)
+	c.w("), tx AS MATERIALIZED (SELECT x.upto::int8 AS upto, x.rx, x.rl, x.rt FROM unnest(")
+	for i := 1; i <= 4; i++ {
+		if i > 1 {
+			c.w(", ")
+		}
+		param(&c.b, p+i)
+	}
+	c.w(") AS x(upto, rx, rl, rt))")
 }
 
 // origin writes the columns lo (origin id), lt (commit time) and lname
@@ -178,7 +222,8 @@ func (c *careful) decide(cases [][2]string, app string, apps map[conflict.Type]s
 	for _, cs := range cases {
 		c.w(" WHEN ", cs[0], " THEN ", lit(cs[1]))
 	}
-	c.w(" END AS ct FROM src AS u LEFT JOIN loc AS l ON l.m = u.n) AS q)")
+	c.w(" END AS ct, tx.rx, tx.rl, tx.rt FROM ", c.rows(), " AS u LEFT JOIN loc AS l ON l.m = u.n", c.join,
+		" LEFT JOIN LATERAL (SELECT x.rx, x.rl, x.rt FROM tx AS x WHERE x.upto >= u.n ORDER BY x.upto LIMIT 1) AS tx ON true) AS q)")
 }
 
 // jsonObject writes a jsonb object of the given columns' text values,
@@ -195,8 +240,16 @@ func (c *careful) jsonObject(cols []int, names []string) string {
 	return "pg_catalog.jsonb_object(ARRAY[" + strings.Join(k, ", ") + "]::text[], ARRAY[" + strings.Join(v, ", ") + "]::text[])"
 }
 
+// localRow is the local row a row of d met first (u.toid, u.tid), as
+// jsonb: read by its position, from the statement's snapshot (before it
+// changed anything).
+func (c *careful) localRow() string {
+	return "(SELECT pg_catalog.to_jsonb(c) FROM " + c.t.Target() + " AS c WHERE c.tableoid = u.toid AND c.ctid = u.tid)"
+}
+
 // localRows is the local rows in CTE from (m, toid, tid) that row u.n of
 // src met, as jsonb: the row, or an array of them when there are several.
+// It scans from: for the rare conflicts that meet several rows only.
 func (c *careful) localRows(from string) string {
 	return "(SELECT CASE WHEN pg_catalog.count(*) = 1 THEN (pg_catalog.array_agg(r.j))[1] ELSE pg_catalog.jsonb_agg(r.j) END FROM " + from +
 		" AS h, LATERAL (SELECT pg_catalog.to_jsonb(c) AS j FROM " + c.t.Target() + " AS c WHERE c.tableoid = h.toid AND c.ctid = h.tid) AS r WHERE h.m = u.n)"
@@ -220,8 +273,13 @@ func (c *careful) finish(key, remote, local string, changed []string) {
 	for _, w := range changed {
 		sum = append(sum, "(SELECT pg_catalog.count(*) FROM "+w+")")
 	}
+	done := ""
+	if c.fast {
+		sum = append(sum, "(SELECT pg_catalog.count(*) FROM w0)")
+		done = " + (SELECT pg_catalog.count(*) FROM w0)"
+	}
 	c.w(" SELECT parapply.conflict_check(", strings.Join(sum, " + "),
-		", (SELECT pg_catalog.count(*) FROM d WHERE res NOT IN ('skip', 'error')) + (SELECT pg_catalog.count(*) FROM e))::int8",
+		", (SELECT pg_catalog.count(*) FROM d WHERE res NOT IN ('skip', 'error')) + (SELECT pg_catalog.count(*) FROM e)", done, ")::int8",
 		", coalesce((SELECT pg_catalog.array_agg(g ORDER BY g) FROM g AS g(g)), '{}')::text[]")
 }
 
@@ -274,7 +332,7 @@ func (c *careful) hits(matches []string) {
 		if i > 0 {
 			c.w(" UNION ")
 		}
-		c.w("SELECT u.n AS m, c.tableoid AS toid, c.ctid AS tid, c.xmin AS lx FROM src AS u JOIN ", c.t.Target(), " AS c ON ", m)
+		c.w("SELECT u.n AS m, c.tableoid AS toid, c.ctid AS tid, c.xmin AS lx FROM ", c.rows(), " AS u JOIN ", c.t.Target(), " AS c ON ", m)
 	}
 	if len(matches) == 0 {
 		c.w("SELECT 0::int8 AS m, 0::oid AS toid, '(0,0)'::tid AS tid, '0'::xid AS lx WHERE false")
@@ -296,7 +354,7 @@ func (c *careful) insert(cols []int) string {
 	c.w(", wu AS (UPDATE ", c.t.Target(), " AS t SET ")
 	c.setList(cols, v)
 	c.w(" FROM d AS u WHERE t.tableoid = u.toid AND t.ctid = u.tid AND u.res = 'update' RETURNING 1)")
-	c.finish(c.keyJSON(cols, v), c.jsonObject(cols, v), c.localRows("hit"), []string{"wi", "wu"})
+	c.finish(c.keyJSON(cols, v), c.jsonObject(cols, v), "CASE WHEN u.hits > 1 THEN "+c.localRows("hit")+" ELSE "+c.localRow()+" END", []string{"wi", "wu"})
 	return c.b.String()
 }
 
@@ -363,23 +421,36 @@ func insertFrom(t *Table, cols []int, names []string, from string) string {
 func (c *careful) update(key, set []int) string {
 	k, v := aliases("k", len(key)), aliases("v", len(set))
 	c.src(append(k, v...))
+	var up strings.Builder
+	up.WriteString("UPDATE " + c.t.Target() + " AS t SET ")
+	setList(&up, c.t, set, v, "u")
+	up.WriteString(" FROM src AS u WHERE ")
+	keyMatch(&up, c.t, "t", key, k)
+	c.first(up.String())
 	var m strings.Builder
 	keyMatch(&m, c.t, "c", key, k)
 	c.hits([]string{m.String()})
 	// The rows another row of the table already holds the new values of,
 	// in a unique index (the row itself and the run's other rows aside).
-	exists := c.uniqueMatches(set, v, true)
+	var exists []string
+	if !c.fast {
+		// (A fast statement leaves these to the unique indexes: a
+		// violation makes the transaction be applied again carefully.)
+		exists = c.uniqueMatches(set, v, true)
+	}
 	if len(exists) > 0 {
 		c.w(", exr AS MATERIALIZED (SELECT DISTINCT u.n AS m, c.tableoid AS toid, c.ctid AS tid FROM src AS u JOIN ", c.t.Target(), " AS c ON (",
-			strings.Join(exists, ") OR ("), ") WHERE NOT EXISTS (SELECT 1 FROM hit AS h WHERE h.toid = c.tableoid AND h.tid = c.ctid))")
+			strings.Join(exists, ") OR ("), ") WHERE NOT EXISTS (SELECT 1 FROM hit AS h WHERE h.toid = c.tableoid AND h.tid = c.ctid))",
+			", exn AS MATERIALIZED (SELECT x.m, pg_catalog.count(*) AS n FROM exr AS x GROUP BY x.m)")
+		c.join = " LEFT JOIN exn AS x ON x.m = u.n"
 	}
 	ex := func(cond string) string {
 		if len(exists) == 0 {
 			return "false"
 		}
-		return "(SELECT pg_catalog.count(*) FROM exr AS x WHERE x.m = u.n) " + cond
+		return "coalesce(x.n, 0) " + cond
 	}
-	local := c.localRows("hit")
+	local := c.localRow()
 	if len(exists) > 0 {
 		local = "CASE WHEN u.ct IN ('update_exists', 'multiple_unique_conflicts') THEN " + c.localRows("exr") + " ELSE " + local + " END"
 	}
@@ -439,6 +510,10 @@ func (c *careful) remoteCols(key, set []int, k, v []string) ([]int, []string) {
 func (c *careful) delete(key []int) string {
 	k := aliases("k", len(key))
 	c.src(k)
+	var del strings.Builder
+	del.WriteString("DELETE FROM " + c.t.Target() + " AS t USING src AS u WHERE ")
+	keyMatch(&del, c.t, "t", key, k)
+	c.first(del.String())
 	var m strings.Builder
 	keyMatch(&m, c.t, "c", key, k)
 	c.hits([]string{m.String()})
@@ -449,6 +524,6 @@ func (c *careful) delete(key []int) string {
 	c.w(", w AS (DELETE FROM ", c.t.Target(), " AS t USING d AS u WHERE ")
 	keyMatch(&c.b, c.t, "t", key, k)
 	c.w(" AND u.res = 'apply' RETURNING 1)")
-	c.finish(c.jsonObject(key, k), c.jsonObject(key, k), c.localRows("hit"), []string{"w"})
+	c.finish(c.jsonObject(key, k), c.jsonObject(key, k), c.localRow(), []string{"w"})
 	return c.b.String()
 }

@@ -44,11 +44,16 @@ type op struct {
 }
 
 func (a *Applier) queue(sql string, what string, rows int, args ...any) {
+	a.queueOp(op{sql: sql, what: what, rows: rows, args: args})
+}
+
+// queueOp queues o, after BEGIN when the target transaction is not begun.
+func (a *Applier) queueOp(o op) {
 	if !a.began {
 		a.ops = append(a.ops, op{sql: "BEGIN", what: "BEGIN", rows: -1})
 		a.began = true
 	}
-	a.ops = append(a.ops, op{sql: sql, what: what, rows: rows, args: args})
+	a.ops = append(a.ops, o)
 }
 
 // txns names the source transactions a round trip applies, for errors.
@@ -66,13 +71,23 @@ func (d txns) String() string {
 }
 
 // wrap makes err a GroupError when the round trip applied several source
-// transactions as one.
+// transactions as one, else a TxnError.
 func (d txns) wrap(err error) error {
 	if d.n <= 1 {
-		return err
+		return &TxnError{Txn: d.last, Err: err}
 	}
 	return &GroupError{First: d.first, Last: d.last, Txns: d.n, Err: err}
 }
+
+// TxnError is an error a statement met applying one source transaction:
+// on_error = skip_transaction skips that transaction.
+type TxnError struct {
+	Txn Txn
+	Err error
+}
+
+func (e *TxnError) Error() string { return e.Err.Error() }
+func (e *TxnError) Unwrap() error { return e.Err }
 
 // GroupError is an error met applying several source transactions as one
 // target transaction (a group, or a worker's batch of units): which of them
@@ -167,11 +182,13 @@ func (a *Applier) wait() error {
 // its start with careful statements, which resolve and log conflicts.
 func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 	if len(ops) > 0 && ops[0].sql == "BEGIN" {
-		a.keep, a.found = keptGroup{}, nil
+		a.keep, a.found, a.replayed = keptGroup{}, nil, false
 		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load() && a.alone())
 	}
 	if a.careful.Load() {
-		ops = a.carefulOps(ops)
+		// After a replay, every run; soon after one, inserts (the fast
+		// statements of updates and deletes resolve by themselves).
+		ops = a.carefulOps(ops, a.replayed)
 	}
 	err := a.send1(ctx, ops, desc)
 	for try := 1; err != nil && a.conflictFound(err); try++ {
@@ -186,8 +203,9 @@ func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 			return err
 		}
 		a.careful.Store(true)
+		a.replayed = true
 		a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
-		all := a.carefulOps(append(a.keep.ops, ops...))
+		all := a.carefulOps(append(a.keep.ops, ops...), true)
 		a.keep, a.found = keptGroup{}, nil
 		ops = all
 		err = a.send1(ctx, ops, desc)

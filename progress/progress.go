@@ -78,8 +78,10 @@ CREATE TABLE IF NOT EXISTS parapply.conflicts (
 	commit_lsn         pg_lsn,
 	remote_commit_time timestamptz,
 	resolution         text NOT NULL,
-	remote_applied     boolean NOT NULL
+	remote_applied     boolean NOT NULL,
+	detail             text
 );
+ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
 DO $do$ BEGIN
 IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$

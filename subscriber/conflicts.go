@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
 )
 
@@ -53,4 +54,31 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		d.RemoteWinsTies = strings.Compare(sourceID, targetID) > 0
 	}
 	return d, nil
+}
+
+// skipFailed records that the source transaction te names is to be skipped
+// (on_error = skip_transaction), for the next run: it is logged, change by
+// change, in parapply.conflicts, in the target transaction that records it
+// done, so that a crash neither applies it nor logs it twice. A transaction
+// that fails again once skipped (the log itself failed), one whose commit
+// is not known yet, and a prepared one stop parapply.
+func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
+	lsn := te.Txn.CommitLSN
+	if lsn == 0 {
+		return fmt.Errorf("on_error = skip_transaction cannot skip source transaction %d: its commit LSN is not known yet", te.Txn.XID)
+	}
+	if lsn == s.lastSkip {
+		return fmt.Errorf("on_error = skip_transaction: source transaction %d (commit %s) failed again while being skipped", te.Txn.XID, lsn)
+	}
+	conn, err := pgx.Connect(ctx, s.cfg.Target.DSN)
+	if err != nil {
+		return fmt.Errorf("recording the skip of source transaction %d: %w", te.Txn.XID, err)
+	}
+	defer conn.Close(context.Background())
+	if err := progress.SetSkip(ctx, conn, s.cfg.Source.Slot, lsn, te.Error()); err != nil {
+		return fmt.Errorf("recording the skip of source transaction %d: %w", te.Txn.XID, err)
+	}
+	s.lastSkip = lsn
+	s.log.Warn("a source transaction could not be applied; skipping it (on_error = skip_transaction)", "xid", te.Txn.XID, "commit_lsn", lsn.String(), "error", te.Err)
+	return nil
 }

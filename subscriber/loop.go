@@ -28,6 +28,9 @@ type loop struct {
 	// skip (zero: none); skipSeen notes that it was met.
 	skipAt   parapply.LSN
 	skipSeen bool
+	// skipReason, for a transaction on_error skips, is the error it met:
+	// its changes are logged instead of dropped (see apply.Txn.Failed).
+	skipReason string
 	// oneByOne, when not zero, is the last commit LSN of a group that failed
 	// as one: until it is passed, each source transaction is committed
 	// alone, so that an error names exactly one.
@@ -189,7 +192,7 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 }
 
 func (l *loop) begin(txn apply.Txn) error {
-	return l.start(txn, l.applied(txn.CommitLSN) || l.skipAsked(txn))
+	return l.start(txn, l.applied(txn.CommitLSN) || l.skipAsked(&txn))
 }
 
 // skipAsked reports whether txn is the transaction parapply skip named: it
@@ -197,7 +200,11 @@ func (l *loop) begin(txn apply.Txn) error {
 // publisher is told it is done with. A request that no transaction matched
 // (the stream passed its LSN) is dropped with a warning; the next start
 // removes it from the target.
-func (l *loop) skipAsked(txn apply.Txn) bool {
+//
+// A transaction on_error skips is not skipped here: it is marked Failed,
+// and taken by the sink, whose appliers log its changes in place of
+// applying them, in the target transaction that records it as done.
+func (l *loop) skipAsked(txn *apply.Txn) bool {
 	if l.skipAt == 0 || txn.CommitLSN < l.skipAt {
 		return false
 	}
@@ -208,9 +215,18 @@ func (l *loop) skipAsked(txn apply.Txn) bool {
 		l.skipAt = 0
 		return false
 	}
+	if l.skipReason != "" {
+		if !l.skipSeen {
+			l.skipSeen = true
+			l.s.countSkip(txn.CommitLSN)
+			l.s.log.Warn("skipping a source transaction that failed (on_error = skip_transaction): none of its changes are applied; each is logged in parapply.conflicts", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String(), "error", l.skipReason)
+		}
+		txn.Failed = l.skipReason
+		return false
+	}
 	if !l.skipSeen {
 		l.skipSeen = true
-		l.s.skipped.Add(1)
+		l.s.countSkip(txn.CommitLSN)
 		l.s.log.Warn("skipping a source transaction, as parapply skip asked: none of its changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
 	}
 	return true

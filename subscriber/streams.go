@@ -204,7 +204,7 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 			f.abort()
 			return err
 		}
-		if l.applied(m.CommitLSN) || l.skipAsked(txn) {
+		if l.applied(m.CommitLSN) || l.skipAsked(&txn) || txn.Failed != "" {
 			// Applied before a restart, or to be skipped: the copy
 			// applied in flight goes.
 			f.abort()

@@ -79,7 +79,17 @@ type Config struct {
 	// insert that meets an existing row stops the run.
 	DetectConflicts bool
 	Conflicts       *conflict.Rules
+	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
+	// transaction that cannot be applied does to the run.
+	OnError string
 }
+
+// What a source transaction that cannot be applied does: stop parapply,
+// naming it, or be skipped, its changes written to parapply.conflicts.
+const (
+	OnErrorStop = "stop"
+	OnErrorSkip = "skip_transaction"
+)
 
 // Commit orders: with workers, a transaction commits after every earlier
 // one (preserve), or as soon as those it depends on have (dependency).
@@ -124,8 +134,10 @@ type Subscriber struct {
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
-	ready          chan struct{}
-	readyOnce      sync.Once
+	// lastSkip is the commit LSN on_error last asked to skip.
+	lastSkip  parapply.LSN
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	// Across runs: when the current run began streaming (Unix ns, 0 if it
 	// has not), faults ridden out by cause (the order of FaultCauses),
@@ -168,8 +180,12 @@ type Subscriber struct {
 	spilled                            atomic.Int64
 	inflight                           atomic.Int64
 	streamedInFlight, streamedAtCommit atomic.Int64
-	// skipped counts source transactions skipped at parapply skip's request.
-	skipped atomic.Int64
+	// skipped counts source transactions skipped (at parapply skip's
+	// request, or on_error's), each once however many runs meet it:
+	// skippedAt holds the last ones counted.
+	skipped   atomic.Int64
+	skippedMu sync.Mutex
+	skippedAt []parapply.LSN
 	// oneByOne, when not zero, is the commit LSN up to which runs apply one
 	// source transaction per target transaction, on the reader (see
 	// errOneByOneDone).
@@ -254,6 +270,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		}
 		cause := faultCause(err)
 		var ge *apply.GroupError
+		var te *apply.TxnError
+		if cause == "" && s.cfg.OnError == OnErrorSkip && !errors.As(err, &ge) && errors.As(err, &te) && !apply.ConflictFound(err) {
+			if serr := s.skipFailed(ctx, te); serr != nil {
+				return errors.Join(err, serr)
+			}
+			continue
+		}
 		if cause == "" && errors.As(err, &ge) && s.oneByOne.Load() == 0 {
 			s.oneByOne.Store(uint64(ge.Last.CommitLSN))
 			s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
@@ -423,7 +446,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	skipAt, passed, err := progress.ReadSkip(ctx, app.Conn(), s.cfg.Source.Slot, pos.CommitLSN)
+	skipAt, passed, skipReason, err := progress.ReadSkip(ctx, app.Conn(), s.cfg.Source.Slot, pos.CommitLSN)
 	if err != nil {
 		return err
 	}
@@ -431,7 +454,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", passed.String(), "applied_commit_lsn", pos.CommitLSN.String())
 	}
 	if skipAt != 0 {
-		s.log.Info("a source transaction is to be skipped (parapply skip)", "skip_lsn", skipAt.String())
+		s.log.Info("a source transaction is to be skipped", "skip_lsn", skipAt.String(), "error", skipReason)
 	}
 	if src.Created && resumed {
 		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
@@ -496,7 +519,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skipAt: skipAt, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skipAt: skipAt, skipReason: skipReason, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
@@ -580,4 +603,20 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 			}
 		}
 	}
+}
+
+// countSkip counts the skip of the source transaction that committed at
+// lsn, unless a run counted it before (a run that ends before the skip
+// commits meets it again).
+func (s *Subscriber) countSkip(lsn parapply.LSN) {
+	s.skippedMu.Lock()
+	defer s.skippedMu.Unlock()
+	if slices.Contains(s.skippedAt, lsn) {
+		return
+	}
+	if len(s.skippedAt) >= 64 {
+		s.skippedAt = s.skippedAt[1:]
+	}
+	s.skippedAt = append(s.skippedAt, lsn)
+	s.skipped.Add(1)
 }

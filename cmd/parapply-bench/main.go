@@ -152,7 +152,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		// parapply takes its settings from the environment too.
 		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
-	var pubs, catchups, rates, tps, busy, wcpu, tcpu, pcpu []float64
+	var pubs, catchups, rates, tps, busy, wcpu, tcpu, pcpu, confl, conflRate []float64
 	for i := 0; i < o.runs; i++ {
 		logf("%s / %s (workers %s): run %d of %d", w, e, workersText(workers), i+1, o.runs)
 		m, err := measure(ctx, o, workloads[w], e, workers)
@@ -169,6 +169,10 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 			rates = append(rates, float64(m.txns)/m.catchup)
 		}
 		busy, wcpu, tcpu, pcpu = append(busy, m.busy), append(wcpu, m.walsenderCPU), append(tcpu, m.targetCPU), append(pcpu, m.processCPU)
+		if m.conflicts > 0 && m.catchup > 0 {
+			confl, conflRate = append(confl, float64(m.conflicts)), append(conflRate, float64(m.conflicts)/m.catchup)
+			logf("%s / %s: run %d: %d conflicts, %.0f per second of catch-up", w, e, i+1, m.conflicts, float64(m.conflicts)/m.catchup)
+		}
 		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
 		res.Transactions = m.txns
 		if i == 0 {
@@ -181,6 +185,9 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		res.CatchupRate = median(rates)
 	}
 	res.BusyCores, res.WalsenderCPU, res.TargetCPU, res.ProcessCPU = median(busy), median(wcpu), median(tcpu), median(pcpu)
+	if len(confl) > 0 {
+		res.Conflicts, res.ConflictsPerSec = median(confl), median(conflRate)
+	}
 	return res
 }
 
@@ -230,15 +237,19 @@ type result struct {
 	// Catch-ups, medians over the runs: the machine's busy cores and the
 	// CPU seconds of the walsender, the target backends that applied and
 	// the parapply process.
-	BusyCores    float64     `json:"busy_cores,omitempty"`
-	WalsenderCPU float64     `json:"walsender_cpu_s,omitempty"`
-	TargetCPU    float64     `json:"target_cpu_s,omitempty"`
-	ProcessCPU   float64     `json:"parapply_cpu_s,omitempty"`
-	Verified     bool        `json:"verified"`
-	Error        string      `json:"error,omitempty"`
-	PGVersion    string      `json:"pg_version"`
-	Time         time.Time   `json:"time"`
-	Lag          []lagSample `json:"lag,omitempty"`
+	BusyCores    float64 `json:"busy_cores,omitempty"`
+	WalsenderCPU float64 `json:"walsender_cpu_s,omitempty"`
+	TargetCPU    float64 `json:"target_cpu_s,omitempty"`
+	ProcessCPU   float64 `json:"parapply_cpu_s,omitempty"`
+	// Conflicts (medians) for workloads with local changes on the
+	// subscriber: counted by the engine, and per second of catch-up.
+	Conflicts       float64     `json:"conflicts,omitempty"`
+	ConflictsPerSec float64     `json:"conflicts_per_s,omitempty"`
+	Verified        bool        `json:"verified"`
+	Error           string      `json:"error,omitempty"`
+	PGVersion       string      `json:"pg_version"`
+	Time            time.Time   `json:"time"`
+	Lag             []lagSample `json:"lag,omitempty"`
 }
 
 func appendJSON(path string, r result) error {
@@ -276,6 +287,9 @@ func printTable(rs []result) {
 		busy := "-"
 		if r.BusyCores > 0 {
 			busy = strconv.FormatFloat(r.BusyCores, 'f', 2, 64)
+		}
+		if r.Conflicts > 0 {
+			ver += fmt.Sprintf(" (%.0f conflicts, %.0f/s)", r.Conflicts, r.ConflictsPerSec)
 		}
 		fmt.Printf("%-17s %-9s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}

@@ -43,6 +43,16 @@ type workload struct {
 	// write generates the workload on the publisher and returns the number
 	// of transactions it committed.
 	write func(ctx context.Context, r *runEnv) (int64, error)
+	// local, for catch-ups, runs on the subscriber while it is stopped,
+	// before the publisher writes: changes the replicated ones will meet
+	// as conflicts.
+	local []string
+	// replicated, for catch-ups: the preloaded rows reach the subscriber
+	// through the engine (before the clock starts), not by a local
+	// session, so that they are the engine's own, as after an initial
+	// copy: with track_commit_timestamp on, a local session's rows are
+	// in conflict with every replicated change.
+	replicated bool
 }
 
 // runEnv is what a workload sees of one run.
@@ -62,8 +72,11 @@ type measurement struct {
 	// walsender, the target backends applying and the parapply process.
 	busy, walsenderCPU, targetCPU, processCPU float64
 	txns                                      int64
-	lag                                       []lagSample
-	pgVersion                                 string
+	// conflicts is how many conflicts the engine counted in the catch-up
+	// (parapply.conflicts, or pg_stat_subscription_stats).
+	conflicts int64
+	lag       []lagSample
+	pgVersion string
 }
 
 type lagSample struct {
@@ -125,7 +138,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		if _, err := c.Exec(ctx, schema); err != nil {
 			return m, fmt.Errorf("schema: %w", err)
 		}
-		if w.preload != nil && (i == 0 || w.method != methodInitial) {
+		if w.preload != nil && (i == 0 || w.method != methodInitial) && !w.replicated {
 			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
 			for _, q := range w.preload(o.scale) {
 				if _, err := c.Exec(ctx, q); err != nil {
@@ -210,9 +223,19 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	if err := r.prime(ctx); err != nil {
 		return err
 	}
+	if w.replicated && w.preload != nil {
+		if err := r.preloadReplicated(ctx, w); err != nil {
+			return err
+		}
+	}
 	r.eng.stop()
 	if err := r.waitSlot(ctx, false); err != nil {
 		return err
+	}
+	for _, q := range w.local {
+		if _, err := r.sub.Exec(ctx, q); err != nil {
+			return fmt.Errorf("local changes on the subscriber: %w", err)
+		}
 	}
 	t0 := time.Now()
 	txns, err := w.write(ctx, r)
@@ -245,8 +268,50 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 		desc, m.targetCPU, m.processCPU = r.applyCPU(ctx)
 		logf("catch-up: %s%s", c.since(machine), desc)
 	}
+	if err == nil && len(w.local) > 0 {
+		m.conflicts, err = r.conflicts(ctx)
+	}
 	m.rssMB = r.eng.stop()
 	return err
+}
+
+// preloadReplicated preloads the publisher while the engine runs, and
+// waits until the subscriber has it all (marker row 2).
+func (r *runEnv) preloadReplicated(ctx context.Context, w workload) error {
+	logf("preloading the publisher; the rows reach the subscriber through the engine")
+	for _, q := range w.preload(r.o.scale) {
+		if _, err := r.pub.Exec(ctx, q); err != nil {
+			return fmt.Errorf("preload: %w", err)
+		}
+	}
+	if _, err := r.pub.Exec(ctx, "INSERT INTO "+markerTable+" VALUES (2, now())"); err != nil {
+		return err
+	}
+	if err := r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable+" WHERE id = 2", markerWait); err != nil {
+		return fmt.Errorf("waiting for the preloaded rows on the subscriber: %w", err)
+	}
+	for _, c := range []*pgx.Conn{r.pub, r.sub} {
+		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// conflicts reads how many conflicts the engine met: parapply's log, or
+// the built-in's counters (every confl_ column of pg_stat_subscription_stats).
+func (r *runEnv) conflicts(ctx context.Context) (int64, error) {
+	q := `SELECT count(*) FROM parapply.conflicts`
+	if _, ok := r.eng.(*builtin); ok {
+		q = `SELECT coalesce(sum(v.value::bigint), 0)::int8 FROM pg_stat_subscription_stats AS s, jsonb_each_text(to_jsonb(s)) AS v WHERE v.key LIKE 'confl%'`
+	}
+	var n int64
+	if err := r.sub.QueryRow(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting conflicts: %w", err)
+	}
+	return n, nil
 }
 
 // applyCPU describes the CPU time of the processes that applied since the
@@ -459,7 +524,7 @@ const markerWait = 2 * time.Hour
 
 // waitMarker waits, polling every 5 ms, for the marker row.
 func (r *runEnv) waitMarker(ctx context.Context) error {
-	return r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable, markerWait)
+	return r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable+" WHERE id = 1", markerWait)
 }
 
 // waitFor polls a boolean query on the subscriber every 5 ms.

@@ -60,6 +60,11 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.Conflicts, err = conflict.Parse(c["conflict_resolution"]); err != nil {
 		return cfg, err
 	}
+	switch cfg.OnError = c["on_error"]; cfg.OnError {
+	case subscriber.OnErrorStop, subscriber.OnErrorSkip:
+	default:
+		return cfg, fmt.Errorf("invalid value for on_error: %q (stop or skip_transaction)", c["on_error"])
+	}
 	if !cfg.DetectConflicts && cfg.Conflicts.String() != "" {
 		return cfg, errors.New("conflict_resolution is set, but detect_conflicts is off: turn detect_conflicts on, or leave conflict_resolution empty")
 	}

@@ -40,7 +40,7 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
 	defer conn.Close(context.Background())
-	if err := progress.SetSkip(ctx, conn, c["slot"], lsn); err != nil {
+	if err := progress.SetSkip(ctx, conn, c["slot"], lsn, ""); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "slot %s: the source transaction committed at %s will be skipped, none of its changes applied, when parapply next starts (restart it if it runs); parapply.skip on the target holds the request until it is done\n", c["slot"], lsn)

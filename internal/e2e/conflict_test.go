@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // conflictCase is one table of TestConflicts: rows written on both sides
@@ -201,4 +202,64 @@ func TestConflictsKilled(t *testing.T) {
 	}
 	e.exec(e.sub, `DELETE FROM cx WHERE v = 'local'`)
 	e.verify("public.cx")
+}
+
+// TestOnErrorSkip: with on_error = skip_transaction, source transactions
+// that cannot be applied (a value the target's column refuses) are rolled
+// back and skipped, each of their changes written to parapply.conflicts
+// with the error, while the others are applied; a later start neither
+// applies nor logs them again; at workers 0 and 4.
+func TestOnErrorSkip(t *testing.T) {
+	for _, workers := range []int{0, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			e := newEnv(t, "")
+			ctx := context.Background()
+			e.exec(e.pub, `CREATE TABLE typed (id int PRIMARY KEY, v text); CREATE PUBLICATION pub FOR TABLE typed`)
+			e.exec(e.sub, `CREATE TABLE typed (id int PRIMARY KEY, v int)`)
+			cfg := e.config("onerr")
+			cfg.Workers, cfg.AutoWorkers, cfg.OnError = workers, false, subscriber.OnErrorSkip
+			r := e.start(cfg)
+			e.exec(e.pub, `INSERT INTO typed VALUES (1, '1')`)
+			e.exec(e.pub, `BEGIN; INSERT INTO typed VALUES (2, '2'); INSERT INTO typed VALUES (3, 'three'); UPDATE typed SET v = '11' WHERE id = 1; COMMIT`)
+			e.exec(e.pub, `INSERT INTO typed VALUES (4, '4')`)
+			e.exec(e.pub, `BEGIN; DELETE FROM typed WHERE id = 4; INSERT INTO typed VALUES (5, 'five'); COMMIT`)
+			e.exec(e.pub, `INSERT INTO typed VALUES (6, '6')`)
+			e.waitCaughtUp(r)
+			check := func(when string) {
+				t.Helper()
+				var rows, log string
+				if err := e.sub.QueryRow(ctx, `SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM typed`).Scan(&rows); err != nil {
+					t.Fatal(err)
+				}
+				if rows != "1:1,4:4,6:6" {
+					t.Errorf("%s: the target holds %s, want 1:1,4:4,6:6", when, rows)
+				}
+				err := e.sub.QueryRow(ctx, `SELECT string_agg(concat_ws('/', conflict_type, resolution, split_part(detail, ':', 1), key->>'id', remote_row->>'v'), ';' ORDER BY id)
+					FROM parapply.conflicts WHERE slot_name = 'onerr' AND detail LIKE '%invalid input syntax for type integer%'`).Scan(&log)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := "apply_error/skip_transaction/insert/2/2;apply_error/skip_transaction/insert/3/three;apply_error/skip_transaction/update/1/11;" +
+					"apply_error/skip_transaction/delete/4;apply_error/skip_transaction/insert/5/five"
+				if log != want {
+					t.Errorf("%s: parapply.conflicts holds\n\t%s\nwant\n\t%s", when, log, want)
+				}
+			}
+			check("after the skips")
+			if got := r.s.Status().Skipped; got != 2 {
+				t.Errorf("status counts %d skipped transactions, want 2", got)
+			}
+			r.stop()
+			e.exec(e.pub, `INSERT INTO typed VALUES (7, '7')`)
+			r = e.start(cfg)
+			e.waitCaughtUp(r)
+			r.stop()
+			e.exec(e.sub, `DELETE FROM typed WHERE id = 7`)
+			check("after another start")
+			var left int
+			if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM parapply.skip`).Scan(&left); err != nil || left != 0 {
+				t.Errorf("parapply.skip holds %d rows after the target passed them (%v)", left, err)
+			}
+		})
+	}
 }
