@@ -47,17 +47,6 @@ var workloads = map[string]workload{
 		subSettings: map[string]string{"track_commit_timestamp": "on"},
 		write:       rangeUpdates(1000),
 	},
-	"conflicts": {
-		doc:         "update-tct, with one row in ten changed on the subscriber by a local session before the publisher's updates reach it: update_origin_differs conflicts, resolved by applying the remote change (both engines' default)",
-		method:      methodCatchup,
-		schema:      "CREATE TABLE foo (id int PRIMARY KEY, value double precision)",
-		preload:     fooRows(1000),
-		replicated:  true,
-		tables:      []string{"foo"},
-		subSettings: map[string]string{"track_commit_timestamp": "on"},
-		local:       []string{"UPDATE foo SET value = -1 WHERE id % 10 = 0"},
-		write:       rangeUpdates(1000),
-	},
 	"update-full": {
 		doc:     "no key, REPLICA IDENTITY FULL: 40k rows, 200 transactions of 200 updates",
 		method:  methodCatchup,
@@ -265,8 +254,12 @@ func init() {
 		w.subSettings = map[string]string{"shared_buffers": "128MB"}
 		return w
 	}
+	w := workloads["update-tct"]
+	w.doc = "update-tct, with one row in ten changed on the subscriber by a local session before the publisher's updates reach it: update_origin_differs conflicts, resolved by applying the remote change (both engines' default)"
+	w.local = []string{"UPDATE foo SET value = -1 WHERE id % 10 = 0"}
+	workloads["conflicts"] = w
 	workloads["slow-read"] = slow("point-update", "point-update, 10 clients x 15,000 transactions (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, the slow-disk case)")
-	w := workloads["slow-read"]
+	w = workloads["slow-read"]
 	w.write = func(ctx context.Context, r *runEnv) (int64, error) {
 		rows := scaled(100000, r.o.scale)
 		return clientsFixed(ctx, r.pubDSN, 10, scaled(15000, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
