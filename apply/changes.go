@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -184,14 +185,25 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 	return nil
 }
 
-// queueRunStatement queues the statement of run r: with conflict detection
-// on, an update or delete run's fast statement, which resolves what
-// conflicts it meets (see resolve.go); else the run's own.
+// queueRunStatement queues the statement of run r: the run's own, or with
+// conflict detection on, for an update or delete run, the checked one
+// (which fails on a conflict, and the transaction is applied again
+// carefully), or soon after a conflict the fast one, which resolves what
+// conflicts it meets by itself (see resolve.go).
 func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) {
 	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
-		o := a.resolvingOp(r, a.statement(r, true), what)
-		o.careful = false // a replay makes it careful
-		a.queueOp(o)
+		if time.Now().UnixNano() < a.carefulUntil.Load() {
+			o := a.resolvingOp(r, a.statement(r, true), what)
+			o.careful = false // a replay makes it careful
+			a.queueOp(o)
+			return
+		}
+		o := a.queueRun(r, a.det.checkedSQL(r.sql), what, -1, args...)
+		n := new(int64)
+		o.scan, o.after = []any{n}, func() {
+			a.Stats.Statements.Add(1)
+			a.Stats.Executed.Add(*n)
+		}
 		return
 	}
 	a.queueRun(r, r.sql, what, expect, args...)

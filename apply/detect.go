@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/conflict"
@@ -166,6 +167,10 @@ func (a *Applier) resolvingOp(r *run, sql, what string) op {
 			for _, f := range found {
 				a.found = append(a.found, foundConflict{table, f})
 			}
+			if len(found) > 0 {
+				// Conflicts go on: keep resolving them in place.
+				a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
+			}
 			a.Stats.Statements.Add(1)
 			a.Stats.Executed.Add(n)
 		}}
@@ -190,8 +195,12 @@ func (a *Applier) reportConflicts() {
 		if len(p) < 4 {
 			continue
 		}
-		f.table.tally.Conflict(conflict.Type(p[0])).Add(1)
+		ty := conflict.Type(p[0])
+		f.table.tally.Conflict(ty).Add(1)
 		a.Stats.Conflicts.Add(1)
+		if ty == conflict.UpdateMissing || ty == conflict.DeleteMissing {
+			a.Stats.Missing.Add(1)
+		}
 		if i < maxConflictLines {
 			what := "kept the local row"
 			if p[2] == "true" {

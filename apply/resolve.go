@@ -8,27 +8,31 @@ import (
 	"github.com/parapply/parapply/conflict"
 )
 
-// Conflict detection has two kinds of statement per run.
+// Conflict detection has three kinds of statement per run.
 //
-// The fast statement: an insert run's is its ordinary one, which fails by
-// itself on a unique violation. An update or delete run's applies at once
-// the rows this subscription changed last (CTE w0: with
-// track_commit_timestamp on, rows another origin or a local session changed
-// last are left out; each costs one commit timestamp lookup), and examines
-// only the rest (rows not found, or left out), in the same statement: it
-// reads their local rows, classifies each conflict, resolves it by the
-// policy in force, writes parapply.conflicts and returns what it found.
-// Without conflicts that costs an anti-join of the run's row numbers.
+// The checked statement: an insert run's ordinary one, which fails by itself
+// on a unique violation; an update or delete run's ordinary one, made to
+// fail (SQLSTATE PC001, from parapply.conflict_check) when it changed fewer
+// rows than the run holds; with track_commit_timestamp on, rows another
+// origin or a local session changed last are left out, so they count as not
+// found (one commit timestamp lookup per row). Without a conflict that is
+// all detection costs.
 //
-// The careful statement examines every row of the run: by key, by every
-// unique index for inserts (insert_exists, multiple_unique_conflicts) and
-// for the columns an update sets (update_exists). When a fast statement
-// fails with a unique violation (or PC001, parapply.conflict_check's
-// error: a careful statement found fewer rows than it read, a local
-// session changing them meanwhile), the applier rolls its target
+// When a checked statement fails that way, the applier rolls its target
 // transaction back and applies it again with careful statements (see
-// Applier.exec). A policy of error raises PC002, naming the conflict and
-// the source transaction.
+// Applier.exec), which examine every row: by key, by every unique index for
+// inserts (insert_exists, multiple_unique_conflicts) and for the columns an
+// update sets (update_exists); each conflict is classified, resolved by the
+// policy in force, written to parapply.conflicts, and returned, all in the
+// one statement of the run.
+//
+// For a while after a conflict (carefulFor), update and delete runs use the
+// fast statement instead of the checked one, so that a stream with many
+// conflicts is not applied twice: the rows this subscription changed last
+// are changed at once (CTE w0), and only the rest (not found, or left out)
+// are examined as by the careful statement, in the same statement; unique
+// violations are still left to the indexes. A policy of error raises PC002,
+// naming the conflict and the source transaction.
 
 // Detection is what the statement builders need to know to find and
 // resolve conflicts; nil turns detection off.
@@ -56,6 +60,16 @@ const (
 // conflictColumns are the columns of parapply.conflicts a careful
 // statement fills.
 const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied"
+
+// checkedSQL wraps the statement of an update or delete run so that it
+// fails with PC001 when it changed fewer rows than the run holds, leaving
+// out, with commit timestamps, rows another origin changed last.
+func (d *Detection) checkedSQL(sql string) string {
+	if d.CommitTimestamps {
+		sql += " AND " + d.ours("t.xmin")
+	}
+	return "WITH w AS (" + sql + " RETURNING 1) SELECT CASE WHEN pg_catalog.count(*) < pg_catalog.cardinality($1::text[]) THEN parapply.conflict_check(pg_catalog.count(*), pg_catalog.cardinality($1::text[])) ELSE pg_catalog.count(*) END FROM w"
+}
 
 // ours is true when the row whose xmin is given was last changed by this
 // subscription, by a transaction whose commit timestamp is gone, or by the
