@@ -49,6 +49,9 @@ type Table struct {
 	// that row-by-row order would not, so such updates run under a savepoint
 	// and fall back to row order.
 	ExtraUnique bool
+	// KeyUnique is true when a unique index of the target holds exactly
+	// the key's columns: only then do two rows with one key collide.
+	KeyUnique bool
 	// Uniques are the unique indexes beyond the key whose values the
 	// published columns give: a change taking a value of one is keyed by
 	// it, so two transactions taking the same value apply in order.
@@ -290,6 +293,7 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 			return err
 		}
 		if !t.Full && !expr && !pred && strings.Join(slices.Sorted(slices.Values(names)), ",") == keySet {
+			t.KeyUnique = true
 			continue // the key's own index: the identity keys cover it
 		}
 		t.ExtraUnique = true

@@ -312,7 +312,7 @@ func positionsOf(cols, of []int) []int {
 func (c *careful) uniqueMatches(cols []int, names []string, withKey bool) []string {
 	var idx [][]int
 	var nullsEqual []bool
-	if withKey && len(c.t.Key) > 0 {
+	if withKey && len(c.t.Key) > 0 && c.t.KeyUnique {
 		idx, nullsEqual = append(idx, c.t.Key), append(nullsEqual, false)
 	}
 	for _, u := range c.t.Uniques {

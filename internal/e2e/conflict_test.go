@@ -69,6 +69,8 @@ func TestConflicts(t *testing.T) {
 			before: []string{`INSERT INTO ue_skip VALUES (1, 'a'), (2, 'b')`}, local: []string{`INSERT INTO ue_skip VALUES (3, 'taken')`},
 			pub: []string{`UPDATE ue_skip SET v = 'taken' WHERE id = 2`, `UPDATE ue_skip SET v = 'a!' WHERE id = 1`}, rules: "update_exists=skip",
 			want: "1:a!,2:b,3:taken", log: `update_exists/skip/false/{"id": "2"}/taken/taken`},
+		{name: "nk_dup", schema: `CREATE TABLE nk_dup (id int, v text); ALTER TABLE nk_dup REPLICA IDENTITY FULL`,
+			local: []string{`INSERT INTO nk_dup VALUES (1, 'x')`}, pub: []string{`INSERT INTO nk_dup VALUES (1, 'x')`}, want: "1:x,1:x", log: ""}, // no unique index: no conflict
 		{name: "mu_keep", schema: `CREATE TABLE mu_keep (id int PRIMARY KEY, v text UNIQUE)`,
 			local: []string{`INSERT INTO mu_keep VALUES (1, 'x'), (2, 'y')`}, pub: []string{`INSERT INTO mu_keep VALUES (1, 'y'), (3, 'z')`},
 			rules: "multiple_unique_conflicts=keep_local", want: "1:x,2:y,3:z", log: `multiple_unique_conflicts/keep_local/false/{"id": "1"}/[x y]/y`},
