@@ -238,9 +238,10 @@ func (a *Applier) conflictFound(err error) bool {
 
 // Bounds of conflict replays: a target transaction is applied again with
 // careful statements at most maxReplays times (a local session may change
-// rows between two tries); groups begun within carefulFor of a conflict
-// use careful statements from the start; a group is kept for a replay up to
-// keptGroupBytes of parameters.
+// rows between two tries); for carefulFor after a conflict, inserts use
+// careful statements from the start and updates and deletes the fast ones
+// (see resolve.go); a group is kept for a replay up to keptGroupBytes of
+// parameters.
 const (
 	maxReplays     = 3
 	carefulFor     = 2 * time.Second

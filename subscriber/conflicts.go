@@ -2,12 +2,14 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
@@ -81,4 +83,20 @@ func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
 	s.lastSkip = lsn
 	s.log.Warn("a source transaction could not be applied; skipping it (on_error = skip_transaction)", "xid", te.Txn.XID, "commit_lsn", lsn.String(), "error", te.Err)
 	return nil
+}
+
+// transient reports an error that says nothing about the transaction
+// itself (a deadlock, a serialization failure, a lock or resource limit,
+// an administrator's command, a system error): on_error never skips a
+// transaction for one of these; it stops, and a restart applies it.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true // not the server's refusal of a statement
+	}
+	switch pe.Code[:2] {
+	case "40", "53", "57", "58", "XX", "08":
+		return true
+	}
+	return pe.Code == "55P03" || pe.Code == "55006"
 }
