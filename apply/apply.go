@@ -197,7 +197,7 @@ type Applier struct {
 	keep         keptGroup
 	found        []foundConflict
 	carefulSQL   map[sqlKey]string // used by exec only
-	fastSQL      map[sqlKey]string // used by the builder only
+	builtSQL     map[sqlKey]string // checked and fast: by the builder only
 	inFallback   bool
 }
 

@@ -193,12 +193,12 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) {
 	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
 		if time.Now().UnixNano() < a.carefulUntil.Load() {
-			o := a.resolvingOp(r, a.statement(r, true), what)
+			o := a.resolvingOp(r, a.statement(r, fastStatement), what)
 			o.careful = false // a replay makes it careful
 			a.queueOp(o)
 			return
 		}
-		o := a.queueRun(r, a.det.checkedSQL(r.sql), what, -1, args...)
+		o := a.queueRun(r, a.statement(r, checkedStatement), what, -1, args...)
 		n := new(int64)
 		o.scan, o.after = []any{n}, func() {
 			a.Stats.Statements.Add(1)

@@ -107,38 +107,49 @@ func (a *Applier) carefulOps(ops []op, all bool) []op {
 // carefulOp is the careful statement of the run op o applies, or o when
 // the run's kind has none.
 func (a *Applier) carefulOp(o op) op {
-	if sql := a.statement(o.run, false); sql != "" {
+	if sql := a.statement(o.run, carefulStatement); sql != "" {
 		return a.resolvingOp(o.run, sql, o.what)
 	}
 	return o
 }
 
+// Kinds of statement of conflict detection (see resolve.go).
+const (
+	checkedStatement = iota
+	fastStatement
+	carefulStatement
+)
+
 // sqlKey names a statement of conflict detection: the table, the run's
-// kind and shape, and fast or careful.
+// kind and shape, and which statement.
 type sqlKey struct {
 	t     *Table
 	kind  byte
 	shape string
-	fast  bool
+	which int
 }
 
-// statement returns the fast or careful statement for run r, building it
-// once per table, kind and shape. Called by the session's sender only (see
-// exec) for careful ones, by the builder for fast ones: each has its map.
-func (a *Applier) statement(r *run, fast bool) string {
-	m := &a.carefulSQL
-	if fast {
-		m = &a.fastSQL
+// statement returns the checked, fast or careful statement for run r,
+// building it once per table, kind and shape. Careful ones are asked for by
+// the session's sender only (see exec), the others by the builder: each
+// side has its own map.
+func (a *Applier) statement(r *run, which int) string {
+	m := &a.builtSQL
+	if which == carefulStatement {
+		m = &a.carefulSQL
 	}
 	if *m == nil {
 		*m = map[sqlKey]string{}
 	}
-	k := sqlKey{r.table, r.kind, string(r.shape), fast}
+	k := sqlKey{r.table, r.kind, string(r.shape), which}
 	sql, ok := (*m)[k]
 	if !ok {
-		if fast {
+		switch which {
+		case checkedStatement:
+			sql = a.det.checkedSQL(r.sql)
+		case fastStatement:
 			sql = a.det.fastSQL(r, a.cfg.Slot)
-		} else {
+		default:
 			sql = a.det.carefulSQL(r, a.cfg.Slot)
 		}
 		if len(*m) > 1024 {

@@ -230,10 +230,7 @@ func ConflictFound(err error) bool {
 // conflict (see resolve.go) that careful statements resolve.
 func (a *Applier) conflictFound(err error) bool {
 	var pe *pgconn.PgError
-	if a.det == nil || !errors.As(err, &pe) {
-		return false
-	}
-	return pe.Code == codeConflictFound || (pe.Code == "23505" && !a.inFallback)
+	return a.det != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == "23505" && !a.inFallback)
 }
 
 // Bounds of conflict replays: a target transaction is applied again with

@@ -58,6 +58,19 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 	return d, nil
 }
 
+// skippable returns the source transaction on_error = skip_transaction is
+// to skip for err (nil: none): err is no fault (cause ""), names one
+// transaction, and is that transaction's own (not transient, not a
+// conflict too large to resolve).
+func (s *Subscriber) skippable(err error, cause string) *apply.TxnError {
+	var ge *apply.GroupError
+	var te *apply.TxnError
+	if cause != "" || s.cfg.OnError != OnErrorSkip || errors.As(err, &ge) || !errors.As(err, &te) || apply.ConflictFound(err) || transient(err) {
+		return nil
+	}
+	return te
+}
+
 // skipFailed records that the source transaction te names is to be skipped
 // (on_error = skip_transaction), for the next run: it is logged, change by
 // change, in parapply.conflicts, in the target transaction that records it

@@ -215,19 +215,18 @@ func (l *loop) skipAsked(txn *apply.Txn) bool {
 		l.skipAt = 0
 		return false
 	}
-	if l.skipReason != "" {
-		if !l.skipSeen {
-			l.skipSeen = true
-			l.s.countSkip(txn.CommitLSN)
-			l.s.log.Warn("skipping a source transaction that failed (on_error = skip_transaction): none of its changes are applied; each is logged in parapply.conflicts", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String(), "error", l.skipReason)
-		}
-		txn.Failed = l.skipReason
-		return false
-	}
 	if !l.skipSeen {
 		l.skipSeen = true
 		l.s.countSkip(txn.CommitLSN)
-		l.s.log.Warn("skipping a source transaction, as parapply skip asked: none of its changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
+		if l.skipReason != "" {
+			l.s.log.Warn("skipping a source transaction that failed (on_error = skip_transaction): none of its changes are applied; each is logged in parapply.conflicts", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String(), "error", l.skipReason)
+		} else {
+			l.s.log.Warn("skipping a source transaction, as parapply skip asked: none of its changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
+		}
+	}
+	if l.skipReason != "" {
+		txn.Failed = l.skipReason
+		return false
 	}
 	return true
 }

@@ -270,8 +270,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		}
 		cause := faultCause(err)
 		var ge *apply.GroupError
-		var te *apply.TxnError
-		if cause == "" && s.cfg.OnError == OnErrorSkip && !errors.As(err, &ge) && errors.As(err, &te) && !apply.ConflictFound(err) && !transient(err) {
+		if te := s.skippable(err, cause); te != nil {
 			if serr := s.skipFailed(ctx, te); serr != nil {
 				return errors.Join(err, serr)
 			}
