@@ -146,7 +146,7 @@ func (a *Applier) statement(r *run, which int) string {
 	if !ok {
 		switch which {
 		case checkedStatement:
-			sql = a.det.checkedSQL(r.sql)
+			sql = a.det.checkedSQL(r.sql, r.kind)
 		case fastStatement:
 			sql = a.det.fastSQL(r, a.cfg.Slot)
 		default:

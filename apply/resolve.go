@@ -49,6 +49,9 @@ type Detection struct {
 	// first_update_wins: both sides of a bidirectional pair must choose the
 	// same row (see DetectionFor).
 	RemoteWinsTies bool
+	// OldReturning: the target is PostgreSQL 18 or later, whose UPDATE
+	// can return the old row's system columns (RETURNING old.xmin).
+	OldReturning bool
 }
 
 // Conflict SQLSTATEs raised by the functions of parapply's schema.
@@ -61,14 +64,35 @@ const (
 // statement fills.
 const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied"
 
-// checkedSQL wraps the statement of an update or delete run so that it
-// fails with PC001 when it changed fewer rows than the run holds, leaving
-// out, with commit timestamps, rows another origin changed last.
-func (d *Detection) checkedSQL(sql string) string {
-	if d.CommitTimestamps {
+// checkedSQL wraps the statement of an update or delete run of kind so
+// that it fails with PC001 when it changed fewer rows than the run holds
+// or, with commit timestamps, changed a row another origin changed last.
+// Where the statement can return the changed rows' old xmin (deletes;
+// updates from PostgreSQL 18 on, RETURNING old.xmin), every row is changed
+// and the origins are looked up once per distinct xmin afterwards: rows
+// come in groups written by one transaction, so that is a few lookups per
+// run instead of one per row, and a conflict rolls the whole target
+// transaction back anyway. Otherwise rows another origin changed last are
+// left out and count as not found (one lookup per row).
+func (d *Detection) checkedSQL(sql string, kind byte) string {
+	const n = "pg_catalog.count(*) AS n FROM c"
+	ret, check, from := "1", "", n
+	switch {
+	case !d.CommitTimestamps:
+	case kind == 'D' || d.OldReturning:
+		ret = "old.xmin"
+		if kind == 'D' {
+			ret = "t.xmin" // the deleted row's, before PostgreSQL 18 too
+		}
+		// One pass over the changed rows, grouped by xmin; an origin
+		// lookup per group.
+		check = " WHEN w.other THEN parapply.conflict_other_origin(w.n)"
+		from = "coalesce(pg_catalog.sum(g.n), 0)::int8 AS n, coalesce(pg_catalog.bool_or(NOT " + d.ours("g.x") + "), false) AS other FROM (SELECT c.x, " + n + " GROUP BY c.x) AS g"
+	default:
 		sql += " AND " + d.ours("t.xmin")
 	}
-	return "WITH w AS (" + sql + " RETURNING 1) SELECT CASE WHEN pg_catalog.count(*) < pg_catalog.cardinality($1::text[]) THEN parapply.conflict_check(pg_catalog.count(*), pg_catalog.cardinality($1::text[])) ELSE pg_catalog.count(*) END FROM w"
+	return "WITH c AS (" + sql + " RETURNING " + ret + " AS x) SELECT CASE WHEN w.n < pg_catalog.cardinality($1::text[]) THEN parapply.conflict_check(w.n, pg_catalog.cardinality($1::text[]))" +
+		check + " ELSE w.n END FROM (SELECT " + from + ") AS w"
 }
 
 // ours is true when the row whose xmin is given was last changed by this

@@ -94,6 +94,14 @@ IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 		RETURN changed;
 	END $f$;
 END IF;
+IF to_regprocedure('parapply.conflict_other_origin(bigint)') IS NULL THEN
+	CREATE FUNCTION parapply.conflict_other_origin(changed bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
+	BEGIN
+		RAISE EXCEPTION USING ERRCODE = 'PC001',
+			MESSAGE = pg_catalog.format('a replicated change met a conflict (of %s rows changed, one or more were last changed by another origin or a local session)', changed),
+			HINT = 'parapply applies the transaction again, resolving the conflict';
+	END $f$;
+END IF;
 IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,jsonb,jsonb,text,text)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, remote jsonb, local jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
 	BEGIN

@@ -32,8 +32,8 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 			return nil, fmt.Errorf("conflict_resolution names table %s, which the publication does not publish to this target; fix the name (schema.table) or remove the entry", t)
 		}
 	}
-	var tct bool
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool").Scan(&tct); err != nil {
+	var tct, old bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool, pg_catalog.current_setting('server_version_num')::int >= 180000").Scan(&tct, &old); err != nil {
 		return nil, fmt.Errorf("reading track_commit_timestamp on the target: %w", err)
 	}
 	if !tct {
@@ -44,7 +44,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
 		}
 	}
-	d := &apply.Detection{Rules: rules, CommitTimestamps: tct,
+	d := &apply.Detection{Rules: rules, CommitTimestamps: tct, OldReturning: old,
 		OriginPattern: "^" + regexp.QuoteMeta(apply.OriginName(s.cfg.Source.Slot, "")) + "(_[wsc][0-9]+)?$"}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.

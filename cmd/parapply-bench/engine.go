@@ -64,12 +64,13 @@ type parapplyEngine struct {
 	p    *process
 }
 
-func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool) (*parapplyEngine, error) {
+func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool, flags []string) (*parapplyEngine, error) {
 	cp := "off"
 	if copyData {
 		cp = "on"
 	}
 	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", workersText(workers)}
+	args = append(args, flags...)
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,7 +62,7 @@ func splitList(s string) []string {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
 	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md)")
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off)")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
@@ -92,14 +93,14 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	for _, e := range o.engines {
-		if e != "builtin" && e != "parapply" && e != "drain" {
-			return fmt.Errorf("unknown engine %q (builtin, parapply or drain)", e)
+		if _, err := parapplySettings(e); err != nil {
+			return err
 		}
 	}
 	if o.runs < 1 || o.scale <= 0 {
 		return errors.New("--runs must be at least 1 and --scale above 0")
 	}
-	if o.binary == "" && contains(o.engines, "parapply") {
+	if o.binary == "" && slices.ContainsFunc(o.engines, isParapply) {
 		b, err := buildParapply()
 		if err != nil {
 			return err
@@ -111,7 +112,7 @@ func run(ctx context.Context, args []string) error {
 		var base *result
 		for _, e := range o.engines {
 			counts := []int{0}
-			if e == "parapply" {
+			if isParapply(e) {
 				counts = o.workers
 			}
 			for _, workers := range counts {
@@ -148,7 +149,7 @@ func run(ctx context.Context, args []string) error {
 // times, and summarises the runs by their medians.
 func runCell(ctx context.Context, o options, w, e string, workers int) result {
 	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method}
-	if e == "parapply" {
+	if isParapply(e) {
 		// parapply takes its settings from the environment too.
 		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
@@ -307,14 +308,6 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
-}
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
@@ -328,4 +321,31 @@ func workersText(n int) string {
 		return "auto"
 	}
 	return strconv.Itoa(n)
+}
+
+// isParapply tells parapply's engines (with or without settings) from the
+// others.
+func isParapply(e string) bool { return e == "parapply" || strings.HasPrefix(e, "parapply:") }
+
+// parapplySettings returns the settings an engine name gives parapply
+// (parapply:name=value:name=value), as command-line flags, so that one run
+// can compare parapply with itself under other settings; it refuses
+// unknown engines and malformed settings.
+func parapplySettings(e string) ([]string, error) {
+	if e == "builtin" || e == "drain" || e == "parapply" {
+		return nil, nil
+	}
+	rest, ok := strings.CutPrefix(e, "parapply:")
+	if !ok {
+		return nil, fmt.Errorf("unknown engine %q (builtin, parapply, parapply:name=value[:name=value] or drain)", e)
+	}
+	var flags []string
+	for _, kv := range strings.Split(rest, ":") {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || strings.ContainsFunc(name, func(r rune) bool { return !(r == '_' || r >= 'a' && r <= 'z') }) {
+			return nil, fmt.Errorf("engine %q: %q is not name=value (a parapply setting, e.g. detect_conflicts=off)", e, kv)
+		}
+		flags = append(flags, "--"+strings.ReplaceAll(name, "_", "-"), value)
+	}
+	return flags, nil
 }

@@ -167,12 +167,13 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	}
 
 	copyData := w.method == methodInitial
-	switch engineName {
-	case "builtin":
+	switch {
+	case engineName == "builtin":
 		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
-	case "parapply":
-		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData)
-	case "drain":
+	case isParapply(engineName):
+		flags, _ := parapplySettings(engineName) // checked with the options
+		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData, flags)
+	case engineName == "drain":
 		if w.method != methodCatchup {
 			return m, fmt.Errorf("the drain engine measures catch-up workloads only")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,8 @@ func TestConflicts(t *testing.T) {
 			pub: []string{`UPDATE um_apply SET v = v || '!'`}, rules: "update_missing=apply_remote", want: "1:a!,2:b!", log: `update_missing/apply_remote/true/{"id": "1"}//a!`},
 		{name: "dm_skip", before: []string{`INSERT INTO dm_skip VALUES (1, 'a'), (2, 'b')`}, local: []string{`DELETE FROM dm_skip WHERE id = 1`},
 			pub: []string{`DELETE FROM dm_skip`}, want: "", log: `delete_missing/skip/false/{"id": "1"}//1`},
+		{name: "dm_one", before: []string{`INSERT INTO dm_one VALUES (1, 'a')`}, local: []string{`DELETE FROM dm_one WHERE id = 1`},
+			pub: []string{`DELETE FROM dm_one`}, want: "", log: `delete_missing/skip/false/{"id": "1"}//1`}, // no row found at all
 		{name: "uo_apply", before: []string{`INSERT INTO uo_apply VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE uo_apply SET v = 'local' WHERE id = 1`},
 			pub: []string{`UPDATE uo_apply SET v = v || '!'`}, want: "1:a!,2:b!", log: `update_origin_differs/apply_remote/true/{"id": "1"}/local/a!`},
 		{name: "uo_keep", before: []string{`INSERT INTO uo_keep VALUES (1, 'a'), (2, 'b')`}, local: []string{`UPDATE uo_keep SET v = 'local' WHERE id = 1`},
@@ -77,6 +80,19 @@ func TestConflicts(t *testing.T) {
 	}
 	for _, workers := range []int{0, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) { testConflicts(t, workers, cases) })
+	}
+	// In one stream, every conflict after the first is met by statements
+	// that examine every row (for a while after a conflict, see
+	// apply/resolve.go): the first of a run is met by the ordinary
+	// statement, which must tell a conflict by itself, for each type an
+	// update or delete can meet (and with workers, where a worker's
+	// conflict goes back to the pool, for one).
+	for _, run := range []struct {
+		name    string
+		workers int
+	}{{"uo_keep", 0}, {"do_keep", 0}, {"um_skip", 0}, {"dm_one", 0}, {"uo_keep", 4}} {
+		i := slices.IndexFunc(cases, func(c conflictCase) bool { return c.name == run.name })
+		t.Run(fmt.Sprintf("%s/workers=%d", run.name, run.workers), func(t *testing.T) { testConflicts(t, run.workers, cases[i:i+1]) })
 	}
 }
 

@@ -175,6 +175,7 @@ func (e *env) waitCaughtUp(r *running) {
 	e.t.Helper()
 	target := e.publisherLSN()
 	deadline := time.Now().Add(waitCaughtUpFor)
+	nudge := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-r.done:
@@ -185,8 +186,23 @@ func (e *env) waitCaughtUp(r *running) {
 		if r.s.Status().Durable >= target {
 			return
 		}
+		e.nudge(&nudge)
 	}
 	e.t.Fatalf("subscriber did not reach %s within 3 minutes (status %+v); target sessions: %s", target, r.s.Status(), e.targetSessions())
+}
+
+// nudge writes a WAL record on the publisher, once a second (next): an
+// idle walsender tells where it is once WAL follows the last record it
+// sent, else when the server next logs its running transactions (every
+// 15 s).
+func (e *env) nudge(next *time.Time) {
+	if time.Now().Before(*next) {
+		return
+	}
+	*next = time.Now().Add(time.Second)
+	if _, err := e.pub.Exec(context.Background(), "SELECT pg_catalog.pg_logical_emit_message(false, 'parapply-test', 'nudge')"); err != nil {
+		e.t.Logf("writing WAL on the publisher: %v", err)
+	}
 }
 
 // waitSlotConfirmed waits until the publisher's slot confirms the
@@ -195,10 +211,12 @@ func (e *env) waitSlotConfirmed(slot string, timeout time.Duration, alive func()
 	e.t.Helper()
 	target := e.publisherLSN()
 	deadline := time.Now().Add(timeout)
+	nudge := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		if err := alive(); err != nil {
 			e.t.Fatal(err)
 		}
+		e.nudge(&nudge)
 		var s *string
 		if err := e.pub.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s); err == nil && s != nil {
 			if l, _ := parapply.ParseLSN(*s); l >= target {
