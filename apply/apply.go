@@ -249,7 +249,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		}
 		a.ra, a.ownRA = &readAheads{cc: cc, conns: n, warn: func(m string) { a.Warn(m) }}, true
 	}
-	registerTextArray(conn)
+	registerRawArrays(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	set := []struct{ name, value, hint string }{
 		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},

@@ -152,7 +152,7 @@ func queued(t *testing.T, a *Applier) []string {
 		f := strings.Fields(o.sql)
 		desc := f[0] + " " + o.table.Rel.Name
 		for _, arg := range o.args {
-			desc += " " + arrayText(t, arg.(textArray))
+			desc += " " + arrayText(t, arg.(rawArray))
 		}
 		out = append(out, desc)
 	}

@@ -20,6 +20,10 @@ type Table struct {
 	// Types holds, per published column, the target type to cast the text
 	// value to; "" marks a column the target does not take (generated).
 	Types []string
+	// binary holds, per published column, the OID of its type when that
+	// type is the publisher's too and one of binaryTypes (its values then
+	// travel in binary, see textarray.go); 0 otherwise.
+	binary []uint32
 	// AlwaysIdentity lists the published columns that are GENERATED
 	// ALWAYS AS IDENTITY on the target: inserts give their values with
 	// OVERRIDING SYSTEM VALUE (as the built-in apply does, which bypasses
@@ -133,7 +137,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
 	}
 	t.Partitioned = kind == "p"
-	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a'
+	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a', atttypid
 		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("reading columns of %s on the target: %w", t.Name, err)
@@ -141,20 +145,23 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	type col struct {
 		typ               string
 		generated, always bool
+		oid               uint32
 	}
 	cols := map[string]col{}
 	for rows.Next() {
 		var name, typ string
 		var gen, always bool
-		if err := rows.Scan(&name, &typ, &gen, &always); err != nil {
+		var oid uint32
+		if err := rows.Scan(&name, &typ, &gen, &always, &oid); err != nil {
 			return nil, err
 		}
-		cols[name] = col{typ, gen, always}
+		cols[name] = col{typ, gen, always, oid}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	t.Types = make([]string, len(rel.Columns))
+	t.binary = make([]uint32, len(rel.Columns))
 	for i, c := range rel.Columns {
 		tc, ok := cols[c.Name]
 		if !ok {
@@ -162,6 +169,9 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		}
 		if !tc.generated {
 			t.Types[i] = tc.typ
+			if _, ok := binaryTypes[tc.oid]; ok && tc.oid == c.TypeOID {
+				t.binary[i] = tc.oid
+			}
 		}
 		if tc.always {
 			t.AlwaysIdentity = append(t.AlwaysIdentity, i)

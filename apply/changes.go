@@ -170,9 +170,9 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = encodeCopyText(r.params, r.rows, r.bytes)
 		return nil
 	}
-	args := make([]any, len(r.params))
-	for i, p := range r.params {
-		args[i] = encodeTextArray(p)
+	args, err := r.encode()
+	if err != nil {
+		return err
 	}
 	expect := r.rows
 	if r.kind == 'I' {
@@ -181,8 +181,7 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 	if r.fallback {
 		return a.withFallback(ctx, r, args, what, expect)
 	}
-	a.queueRunStatement(r, what, expect, args)
-	return nil
+	return a.queueRunStatement(r, what, expect, args)
 }
 
 // queueRunStatement queues the statement of run r: the run's own, or with
@@ -190,13 +189,16 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 // (which fails on a conflict, and the transaction is applied again
 // carefully), or soon after a conflict the fast one, which resolves what
 // conflicts it meets by itself (see resolve.go).
-func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) {
+func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) error {
 	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
 		if time.Now().UnixNano() < a.carefulUntil.Load() {
-			o := a.resolvingOp(r, a.statement(r, fastStatement), what)
+			o, err := a.resolvingOp(r, a.statement(r, fastStatement), what)
+			if err != nil {
+				return err
+			}
 			o.careful = false // a replay makes it careful
 			a.queueOp(o)
-			return
+			return nil
 		}
 		o := a.queueRun(r, a.statement(r, checkedStatement), what, -1, args...)
 		n := new(int64)
@@ -204,9 +206,10 @@ func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any)
 			a.Stats.Statements.Add(1)
 			a.Stats.Executed.Add(*n)
 		}
-		return
+		return nil
 	}
 	a.queueRun(r, r.sql, what, expect, args...)
+	return nil
 }
 
 // queueRun queues a statement built from run r and returns its op, which
@@ -223,7 +226,9 @@ func (a *Applier) queueRun(r *run, sql, what string, expect int, args ...any) *o
 // row order would have avoided, it is rolled back and replayed row by row.
 func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what string, expect int) error {
 	a.queue("SAVEPOINT parapply_run", "savepoint", -1)
-	a.queueRunStatement(r, what, expect, args)
+	if err := a.queueRunStatement(r, what, expect, args); err != nil {
+		return err
+	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	// A violation of one row is no transient duplicate: a conflict.
 	a.inFallback = r.rows > 1
@@ -247,11 +252,13 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	}
 	for i := 0; i < r.rows; i++ {
 		one := r.row(i)
-		args := make([]any, len(one.params))
-		for j, p := range one.params {
-			args[j] = encodeTextArray(p)
+		args, err := one.encode()
+		if err != nil {
+			return err
 		}
-		a.queueRunStatement(one, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, args)
+		if err := a.queueRunStatement(one, fmt.Sprintf("%s of 1 row in %s", kindNames[r.kind], r.table.Name), 1, args); err != nil {
+			return err
+		}
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	return a.send(ctx)

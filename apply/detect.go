@@ -67,6 +67,19 @@ func (r *run) row(i int) *run {
 	return one
 }
 
+// encode returns the run's parameters (see Table.encodeParam).
+func (r *run) encode() ([]any, error) {
+	args := make([]any, len(r.params), len(r.params)+4)
+	for i, p := range r.params {
+		a, err := r.table.encodeParam(r.cols[i], p)
+		if err != nil {
+			return nil, err
+		}
+		args[i] = a
+	}
+	return args, nil
+}
+
 // txnColumns returns, per source transaction of the run in row order, the
 // last row number it holds (1-based), its xid, commit LSN and commit time
 // as text (NULL where unknown).
@@ -93,24 +106,20 @@ func (r *run) hasCareful() bool {
 
 // carefulOps returns ops with the statement of every insert run (every
 // run, with all) replaced by its careful one (see resolve.go).
-func (a *Applier) carefulOps(ops []op, all bool) []op {
+func (a *Applier) carefulOps(ops []op, all bool) ([]op, error) {
 	out := make([]op, len(ops))
 	for i, o := range ops {
 		out[i] = o
 		if o.run != nil && !o.careful && (all || o.run.kind == 'I') {
-			out[i] = a.carefulOp(o)
+			if sql := a.statement(o.run, carefulStatement); sql != "" {
+				var err error
+				if out[i], err = a.resolvingOp(o.run, sql, o.what); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
-	return out
-}
-
-// carefulOp is the careful statement of the run op o applies, or o when
-// the run's kind has none.
-func (a *Applier) carefulOp(o op) op {
-	if sql := a.statement(o.run, carefulStatement); sql != "" {
-		return a.resolvingOp(o.run, sql, o.what)
-	}
-	return o
+	return out, nil
 }
 
 // Kinds of statement of conflict detection (see resolve.go).
@@ -163,10 +172,10 @@ func (a *Applier) statement(r *run, which int) string {
 // resolvingOp is a statement of run r that returns the rows it changed and
 // the conflicts it resolved (see Detection.finish): its parameters are the
 // run's, then its rows' source transactions.
-func (a *Applier) resolvingOp(r *run, sql, what string) op {
-	args := make([]any, 0, len(r.params)+4)
-	for _, p := range r.params {
-		args = append(args, encodeTextArray(p))
+func (a *Applier) resolvingOp(r *run, sql, what string) (op, error) {
+	args, err := r.encode()
+	if err != nil {
+		return op{}, err
 	}
 	u, x, l, t := r.txnColumns()
 	args = append(args, encodeTextArray(u), encodeTextArray(x), encodeTextArray(l), encodeTextArray(t))
@@ -184,7 +193,7 @@ func (a *Applier) resolvingOp(r *run, sql, what string) op {
 			}
 			a.Stats.Statements.Add(1)
 			a.Stats.Executed.Add(n)
-		}}
+		}}, nil
 }
 
 // foundConflict is a conflict a careful statement resolved and logged:

@@ -108,7 +108,7 @@ func (p *prefetcher) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	registerTextArray(conn)
+	registerRawArrays(conn)
 	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)"); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -336,27 +336,27 @@ func (p *prefetcher) close(ctx context.Context) {
 }
 
 // PrefetchSQL reads the rows of t whose key values the parameters give
-// (one text array per key column), through the same index lookups as the
+// (one array per key column), through the same index lookups as the
 // UPDATE or DELETE that will change them. It asks for the ctid so that no
 // index-only scan can skip the heap page.
 func PrefetchSQL(t *Table) string {
 	var b strings.Builder
 	k := aliases("k", len(t.Key))
 	b.WriteString("SELECT count(t.ctid) FROM " + t.Target() + " AS t, ")
-	unnest(&b, k, false)
+	unnest(&b, t, t.Key, k, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", t.Key, k)
 	return b.String()
 }
 
 // InsertProbeSQL looks up, in the index that column c leads, the values
-// the parameter gives (a text array): the lookup reads the leaf pages
+// the parameter gives (an array): the lookup reads the leaf pages
 // where inserts of those values will go, so that the insert finds them in
 // the buffer cache. What it finds does not matter.
 func InsertProbeSQL(t *Table, c int) string {
 	var b strings.Builder
 	b.WriteString("SELECT count(*) FROM " + t.Target() + " AS t, ")
-	unnest(&b, []string{"k1"}, false)
+	unnest(&b, t, []int{c}, []string{"k1"}, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", []int{c}, []string{"k1"})
 	return b.String()
@@ -466,7 +466,11 @@ func (a *Applier) readAhead(r *run, final bool) {
 		}
 		args := make([]any, r.split)
 		for i := range args {
-			args[i] = encodeTextArray(r.params[i][from:to])
+			v, err := r.table.encodeParam(r.cols[i], r.params[i][from:to])
+			if err != nil {
+				return // the statement will say so
+			}
+			args[i] = v
 		}
 		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied})
 	}
@@ -489,6 +493,10 @@ func (a *Applier) probe(pf *prefetcher, r *run, from, to int) {
 			sql = InsertProbeSQL(r.table, c)
 			r.table.probeSQL[c] = sql
 		}
-		pf.offer(prefetchJob{sql: sql, args: []any{encodeTextArray(r.params[i][from:to])}, rows: to - from, stale: &r.applied})
+		v, err := r.table.encodeParam(c, r.params[i][from:to])
+		if err != nil {
+			return // the statement will say so
+		}
+		pf.offer(prefetchJob{sql: sql, args: []any{v}, rows: to - from, stale: &r.applied})
 	}
 }

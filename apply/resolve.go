@@ -91,7 +91,7 @@ func (d *Detection) checkedSQL(sql string, kind byte) string {
 	default:
 		sql += " AND " + d.ours("t.xmin")
 	}
-	return "WITH c AS (" + sql + " RETURNING " + ret + " AS x) SELECT CASE WHEN w.n < pg_catalog.cardinality($1::text[]) THEN parapply.conflict_check(w.n, pg_catalog.cardinality($1::text[]))" +
+	return "WITH c AS (" + sql + " RETURNING " + ret + " AS x) SELECT CASE WHEN w.n < pg_catalog.cardinality($1) THEN parapply.conflict_check(w.n, pg_catalog.cardinality($1))" +
 		check + " ELSE w.n END FROM (SELECT " + from + ") AS w"
 }
 
@@ -187,16 +187,16 @@ func lit(s string) string { return parapply.QuoteLiteral(s) }
 // n), and tx, its source transactions: the last row number of each, its
 // xid, commit LSN and commit time (the four parameters after the run's;
 // see run.txnColumns), looked up for the rows examined only.
-func (c *careful) src(names []string) {
+func (c *careful) src(cols []int, names []string) {
 	c.w("WITH src AS MATERIALIZED (SELECT * FROM ")
-	unnest(&c.b, names, true)
+	unnest(&c.b, c.t, cols, names, true)
 	p := len(names)
 	c.w("), tx AS MATERIALIZED (SELECT x.upto::int8 AS upto, x.rx, x.rl, x.rt FROM unnest(")
 	for i := 1; i <= 4; i++ {
 		if i > 1 {
 			c.w(", ")
 		}
-		param(&c.b, p+i)
+		param(&c.b, p+i, "text")
 	}
 	c.w(") AS x(upto, rx, rl, rt))")
 }
@@ -273,7 +273,7 @@ func (c *careful) jsonObject(cols []int, names []string) string {
 	var k, v []string
 	for i, col := range cols {
 		k = append(k, lit(c.t.Rel.Columns[col].Name))
-		v = append(v, "u."+names[i])
+		v = append(v, c.t.textOf("u."+names[i], col))
 	}
 	return "pg_catalog.jsonb_object(ARRAY[" + strings.Join(k, ", ") + "]::text[], ARRAY[" + strings.Join(v, ", ") + "]::text[])"
 }
@@ -382,7 +382,7 @@ func (c *careful) hits(matches []string) {
 
 func (c *careful) insert(cols []int) string {
 	v := aliases("v", len(cols))
-	c.src(v)
+	c.src(cols, v)
 	c.hits(c.uniqueMatches(cols, v, true))
 	c.decide([][2]string{
 		{"l.hits > 1", string(conflict.MultipleUniqueConflicts)},
@@ -458,7 +458,7 @@ func insertFrom(t *Table, cols []int, names []string, from string) string {
 
 func (c *careful) update(key, set []int) string {
 	k, v := aliases("k", len(key)), aliases("v", len(set))
-	c.src(append(k, v...))
+	c.src(append(slices.Clone(key), set...), append(k, v...))
 	var up strings.Builder
 	up.WriteString("UPDATE " + c.t.Target() + " AS t SET ")
 	setList(&up, c.t, set, v, "u")
@@ -547,7 +547,7 @@ func (c *careful) remoteCols(key, set []int, k, v []string) ([]int, []string) {
 
 func (c *careful) delete(key []int) string {
 	k := aliases("k", len(key))
-	c.src(k)
+	c.src(key, k)
 	var del strings.Builder
 	del.WriteString("DELETE FROM " + c.t.Target() + " AS t USING src AS u WHERE ")
 	keyMatch(&del, c.t, "t", key, k)

@@ -188,7 +188,10 @@ func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 	if a.careful.Load() {
 		// After a replay, every run; soon after one, inserts (the fast
 		// statements of updates and deletes resolve by themselves).
-		ops = a.carefulOps(ops, a.replayed)
+		var err error
+		if ops, err = a.carefulOps(ops, a.replayed); err != nil {
+			return err
+		}
 	}
 	err := a.send1(ctx, ops, desc)
 	for try := 1; err != nil && a.conflictFound(err); try++ {
@@ -205,7 +208,10 @@ func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
 		a.careful.Store(true)
 		a.replayed = true
 		a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
-		all := a.carefulOps(append(a.keep.ops, ops...), true)
+		all, cerr := a.carefulOps(append(a.keep.ops, ops...), true)
+		if cerr != nil {
+			return cerr
+		}
 		a.keep, a.found = keptGroup{}, nil
 		ops = all
 		err = a.send1(ctx, ops, desc)
@@ -602,7 +608,7 @@ func (a *Applier) explain(ctx context.Context, o op, err error, desc txns) error
 			if pe.ColumnName != "" || i >= len(o.args) || c < 0 {
 				break
 			}
-			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::text[]) AS u(v)"
+			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::" + o.table.paramType(c) + "[]) AS u(v)"
 			if _, cerr := a.conn.Exec(ctx, q, o.args[i]); cerr != nil {
 				col = fmt.Sprintf(" column %s (%s on the target):", parapply.QuoteIdent(o.table.Rel.Columns[c].Name), o.table.Types[c])
 				break

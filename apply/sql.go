@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,21 +16,23 @@ import (
 // depends only on the table and the shape, so it is prepared once and reused
 // for every batch size.
 
-func param(b *strings.Builder, n int) {
+// param writes parameter n, an array of typ.
+func param(b *strings.Builder, n int, typ string) {
 	b.WriteString("$")
 	b.WriteString(strconv.Itoa(n))
-	b.WriteString("::text[]")
+	b.WriteString("::" + typ + "[]")
 }
 
-// unnest writes "unnest($first::text[], ...) [WITH ORDINALITY] AS u(prefix1, ...)"
-// for the named aliases.
-func unnest(b *strings.Builder, aliases []string, ordinality bool) {
+// unnest writes "unnest($1::text[], ...) [WITH ORDINALITY] AS u(prefix1, ...)"
+// for the named aliases, the values of t's columns cols (see
+// Table.paramType).
+func unnest(b *strings.Builder, t *Table, cols []int, aliases []string, ordinality bool) {
 	b.WriteString("unnest(")
 	for i := range aliases {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		param(b, i+1)
+		param(b, i+1, t.paramType(cols[i]))
 	}
 	b.WriteString(")")
 	if ordinality {
@@ -53,7 +56,7 @@ func cast(alias, typ string) string { return "u." + alias + "::" + typ }
 
 func colName(t *Table, i int) string { return parapply.QuoteIdent(t.Rel.Columns[i].Name) }
 
-// InsertSQL inserts rows given as one text array per column in cols. With
+// InsertSQL inserts rows given as one array per column in cols. With
 // no columns (every published column generated on the target), the one
 // parameter only counts the rows, which take their defaults.
 func InsertSQL(t *Table, cols []int) string {
@@ -62,7 +65,7 @@ func InsertSQL(t *Table, cols []int) string {
 	}
 	v := aliases("v", len(cols))
 	var from strings.Builder
-	unnest(&from, v, false)
+	unnest(&from, t, cols, v, false)
 	return insertFrom(t, cols, v, from.String())
 }
 
@@ -92,7 +95,7 @@ func UpdateSQL(t *Table, key, set []int) string {
 	b.WriteString("UPDATE " + t.Target() + " AS t SET ")
 	setList(&b, t, set, v, "u")
 	b.WriteString(" FROM ")
-	unnest(&b, append(k, v...), false)
+	unnest(&b, t, append(slices.Clone(key), set...), append(k, v...), false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", key, k)
 	return b.String()
@@ -103,7 +106,7 @@ func DeleteSQL(t *Table, key []int) string {
 	var b strings.Builder
 	k := aliases("k", len(key))
 	b.WriteString("DELETE FROM " + t.Target() + " AS t USING ")
-	unnest(&b, k, false)
+	unnest(&b, t, key, k, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", key, k)
 	return b.String()
@@ -118,14 +121,14 @@ func DeleteSQL(t *Table, key []int) string {
 // same old image in one batch. A ctid is unique only within one physical
 // table, so rows are matched by (tableoid, ctid): a partitioned target has
 // many.
-func fullMatch(b *strings.Builder, t *Table, old []int, extra []string) {
+func fullMatch(b *strings.Builder, t *Table, old []int, extra []string, extraCols []int) {
 	o := aliases("o", len(old))
 	b.WriteString("(SELECT DISTINCT ON (u.n) c.tableoid AS toid, c.ctid AS tid")
 	for _, e := range extra {
 		b.WriteString(", u." + e)
 	}
 	b.WriteString(" FROM ")
-	unnest(b, append(o, extra...), true)
+	unnest(b, t, append(slices.Clone(old), extraCols...), append(o, extra...), true)
 	if len(old) == 1 && old[0] < 0 {
 		// No columns (emptyRow): any row matches.
 		b.WriteString(" JOIN " + t.Target() + " AS c ON true ORDER BY u.n) AS m")
@@ -157,7 +160,7 @@ func UpdateFullSQL(t *Table, old, set []int) string {
 	b.WriteString("UPDATE " + t.Target() + " AS t SET ")
 	setList(&b, t, set, v, "m")
 	b.WriteString(" FROM ")
-	fullMatch(&b, t, old, v)
+	fullMatch(&b, t, old, v, set)
 	b.WriteString(" WHERE t.tableoid = m.toid AND t.ctid = m.tid")
 	return b.String()
 }
@@ -166,7 +169,7 @@ func UpdateFullSQL(t *Table, old, set []int) string {
 func DeleteFullSQL(t *Table, old []int) string {
 	var b strings.Builder
 	b.WriteString("DELETE FROM " + t.Target() + " AS t USING ")
-	fullMatch(&b, t, old, nil)
+	fullMatch(&b, t, old, nil, nil)
 	b.WriteString(" WHERE t.tableoid = m.toid AND t.ctid = m.tid")
 	return b.String()
 }

@@ -2,32 +2,151 @@ package apply
 
 import (
 	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/parapply/parapply"
 )
 
-// textArray is a text[] parameter already in PostgreSQL's binary array
-// format. Statements carry every column of a run as one text array; encoding
-// them here in one tight pass, instead of through pgx's reflective array
-// encoder, was the applier's largest CPU cost for wide rows.
-type textArray []byte
+// A run's values travel as one array parameter per column, already in
+// PostgreSQL's binary array format (encoding them here in one tight pass,
+// instead of through pgx's reflective array encoder, was the applier's
+// largest CPU cost for wide rows). Most are text arrays of the publisher's
+// text form, cast to the column's type on the target, so that every type
+// with a text input function (enums, domains, composites, ranges, arrays)
+// works the same way. A column whose type is one of a few fixed-size
+// built-in types, the same on both sides, travels as an array of that type
+// instead: the target then reads each value as it is, where a cast from
+// text copies and parses it (for an update of an integer key and a float,
+// a tenth of the statement's time).
 
-// encodeTextArray encodes vals (nil for NULL) as a one-dimensional text[].
-func encodeTextArray(vals [][]byte) textArray {
-	size, hasNull := 20, uint32(0)
+// rawArray is an array parameter already in PostgreSQL's binary format.
+type rawArray []byte
+
+// binaryTypes are the types whose columns travel as arrays of their own
+// type, by OID, with their names and sizes in binary.
+var binaryTypes = map[uint32]struct {
+	name  string
+	size  int
+	array uint32
+}{
+	pgtype.BoolOID:   {"bool", 1, pgtype.BoolArrayOID},
+	pgtype.Int2OID:   {"int2", 2, pgtype.Int2ArrayOID},
+	pgtype.Int4OID:   {"int4", 4, pgtype.Int4ArrayOID},
+	pgtype.Int8OID:   {"int8", 8, pgtype.Int8ArrayOID},
+	pgtype.Float4OID: {"float4", 4, pgtype.Float4ArrayOID},
+	pgtype.Float8OID: {"float8", 8, pgtype.Float8ArrayOID},
+}
+
+// paramType is the element type of the array parameter of published column
+// c: "text", or the column's own type (see binaryTypes).
+func (t *Table) paramType(c int) string {
+	if c >= 0 && c < len(t.binary) && t.binary[c] != 0 {
+		return binaryTypes[t.binary[c]].name
+	}
+	return "text"
+}
+
+// textOf is the SQL for the publisher's text form of x, a value of column c
+// as its parameter holds it.
+func (t *Table) textOf(x string, c int) string {
+	switch t.paramType(c) {
+	case "text":
+		return x
+	case "bool":
+		return "CASE " + x + " WHEN true THEN 't' WHEN false THEN 'f' END" // not true/false
+	}
+	return x + "::text"
+}
+
+// encodeParam encodes the values of published column c (text form, nil for
+// NULL) as the array parameter paramType names.
+func (t *Table) encodeParam(c int, vals [][]byte) (rawArray, error) {
+	if c < 0 || c >= len(t.binary) || t.binary[c] == 0 {
+		return encodeTextArray(vals), nil
+	}
+	oid := t.binary[c]
+	size := binaryTypes[oid].size
+	b := arrayHeader(vals, oid, 20+len(vals)*(4+size))
 	for _, v := range vals {
-		size += 4 + len(v)
+		if v == nil {
+			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+			continue
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(size))
+		var err error
+		if b, err = appendBinary(b, oid, v); err != nil {
+			// The publisher's column has the target's type: its text
+			// form is always valid.
+			return nil, fmt.Errorf("column %s of %s: %q is not a valid %s value: %w", parapply.QuoteIdent(t.Rel.Columns[c].Name), t.Name, v, binaryTypes[oid].name, err)
+		}
+	}
+	return b, nil
+}
+
+// appendBinary appends the binary form of v, the text form of a value of
+// type oid.
+func appendBinary(b []byte, oid uint32, v []byte) ([]byte, error) {
+	s := string(v)
+	switch oid {
+	case pgtype.BoolOID:
+		switch s {
+		case "t":
+			return append(b, 1), nil
+		case "f":
+			return append(b, 0), nil
+		}
+		return b, strconv.ErrSyntax
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		bits := binaryTypes[oid].size * 8
+		n, err := strconv.ParseInt(s, 10, bits)
+		switch bits {
+		case 16:
+			return binary.BigEndian.AppendUint16(b, uint16(n)), err
+		case 32:
+			return binary.BigEndian.AppendUint32(b, uint32(n)), err
+		}
+		return binary.BigEndian.AppendUint64(b, uint64(n)), err
+	case pgtype.Float4OID:
+		// PostgreSQL writes the shortest text that reads back as the
+		// same value; Go reads Infinity, -Infinity and NaN too.
+		f, err := strconv.ParseFloat(s, 32)
+		return binary.BigEndian.AppendUint32(b, math.Float32bits(float32(f))), err
+	case pgtype.Float8OID:
+		f, err := strconv.ParseFloat(s, 64)
+		return binary.BigEndian.AppendUint64(b, math.Float64bits(f)), err
+	}
+	return b, fmt.Errorf("no binary form for type %d", oid)
+}
+
+// arrayHeader starts a one-dimensional array of vals' length with elements
+// of type elem, with room for size bytes.
+func arrayHeader(vals [][]byte, elem uint32, size int) []byte {
+	hasNull := uint32(0)
+	for _, v := range vals {
 		if v == nil {
 			hasNull = 1
+			break
 		}
 	}
 	b := make([]byte, 0, size)
 	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
 	b = binary.BigEndian.AppendUint32(b, hasNull)
-	b = binary.BigEndian.AppendUint32(b, pgtype.TextOID)
+	b = binary.BigEndian.AppendUint32(b, elem)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
-	b = binary.BigEndian.AppendUint32(b, 1) // lower bound
+	return binary.BigEndian.AppendUint32(b, 1) // lower bound
+}
+
+// encodeTextArray encodes vals (nil for NULL) as a one-dimensional text[].
+func encodeTextArray(vals [][]byte) rawArray {
+	size := 20
+	for _, v := range vals {
+		size += 4 + len(v)
+	}
+	b := arrayHeader(vals, pgtype.TextOID, size)
 	for _, v := range vals {
 		if v == nil {
 			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
@@ -39,11 +158,12 @@ func encodeTextArray(vals [][]byte) textArray {
 	return b
 }
 
-// textArrayCodec is pgx's text[] codec, taught to send a textArray as it is.
-type textArrayCodec struct{ pgtype.Codec }
+// rawArrayCodec is pgx's codec of an array type, taught to send a rawArray
+// as it is.
+type rawArrayCodec struct{ pgtype.Codec }
 
-func (c textArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.(textArray); ok && format == pgtype.BinaryFormatCode {
+func (c rawArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if _, ok := value.(rawArray); ok && format == pgtype.BinaryFormatCode {
 		return rawPlan{}
 	}
 	return c.Codec.PlanEncode(m, oid, format, value)
@@ -52,13 +172,20 @@ func (c textArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, valu
 type rawPlan struct{}
 
 func (rawPlan) Encode(value any, buf []byte) ([]byte, error) {
-	return append(buf, value.(textArray)...), nil
+	return append(buf, value.(rawArray)...), nil
 }
 
-// registerTextArray makes conn send textArray parameters unchanged.
-func registerTextArray(conn *pgx.Conn) {
+// registerRawArrays makes conn send rawArray parameters unchanged, as text
+// arrays and as arrays of binaryTypes.
+func registerRawArrays(conn *pgx.Conn) {
 	m := conn.TypeMap()
-	if t, ok := m.TypeForOID(pgtype.TextArrayOID); ok {
-		m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: textArrayCodec{t.Codec}})
+	oids := []uint32{pgtype.TextArrayOID}
+	for _, b := range binaryTypes {
+		oids = append(oids, b.array)
+	}
+	for _, oid := range oids {
+		if t, ok := m.TypeForOID(oid); ok {
+			m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: rawArrayCodec{t.Codec}})
+		}
 	}
 }

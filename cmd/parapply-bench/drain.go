@@ -38,6 +38,7 @@ func (d *drain) start(ctx context.Context) error {
 		return err
 	}
 	d.src, d.done = src, make(chan error, 1)
+	d.marked.Store(false)
 	ctx, d.cancel = context.WithCancel(context.Background())
 	frames := make(chan []source.Frame, 16)
 	go func() { d.done <- src.Stream(ctx, 0, frames, d) }()
