@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/tombstones"
 )
 
 // Table maps a publisher relation onto its target table: which target type
@@ -17,6 +18,8 @@ import (
 type Table struct {
 	Rel  *parapply.Relation
 	Name string // quoted, schema-qualified target name
+	// OID is the target table's.
+	OID uint32
 	// Types holds, per published column, the target type to cast the text
 	// value to; "" marks a column the target does not take (generated).
 	Types []string
@@ -77,6 +80,7 @@ type Table struct {
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
+	// parapply's own (package tombstones) does nothing in its sessions.
 	Triggers bool
 	// Probes are the published columns leading the table's large B-tree
 	// indexes (each larger than a quarter of shared_buffers, on a table
@@ -136,7 +140,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if kind != "r" && kind != "p" {
 		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
 	}
-	t.Partitioned = kind == "p"
+	t.Partitioned, t.OID = kind == "p", oid
 	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a', atttypid
 		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
@@ -188,7 +192,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if err := loadUniques(ctx, conn, oid, t); err != nil {
 		return nil, err
 	}
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R')
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+tombstones.TriggerName+`'
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
 			FROM pg_catalog.pg_partition_tree($1::oid::regclass))

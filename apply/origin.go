@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/tombstones"
 )
 
 // Replication origins: every target session that commits replicated
@@ -61,6 +62,10 @@ func SetupOrigin(ctx context.Context, conn *pgx.Conn, name string) error {
 	_, err := conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_create($1) WHERE pg_catalog.pg_replication_origin_oid($1) IS NULL", name)
 	if err == nil {
 		_, err = conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_session_setup($1)", name)
+	}
+	if err == nil {
+		// Marks the session as parapply's for its tombstone trigger.
+		_, err = conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", tombstones.SessionSetting, name)
 	}
 	return OriginError(name, err)
 }

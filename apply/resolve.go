@@ -2,6 +2,7 @@ package apply
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/parapply/parapply"
@@ -49,6 +50,11 @@ type Detection struct {
 	// first_update_wins: both sides of a bidirectional pair must choose the
 	// same row (see DetectionFor).
 	RemoteWinsTies bool
+	// Tombstones: deletes of other sessions on the target are recorded in
+	// parapply.tombstones (detect_update_deleted, package tombstones): an
+	// update whose row is missing looks its key up there, and a record
+	// makes it update_deleted rather than update_missing.
+	Tombstones bool
 	// OldReturning: the target is PostgreSQL 18 or later, whose UPDATE
 	// can return the old row's system columns (RETURNING old.xmin).
 	OldReturning bool
@@ -144,6 +150,9 @@ type careful struct {
 	slot string
 	b    strings.Builder
 	join string // more joins for decide's rows
+	// tomb: the rows examined look their key up among the tombstones
+	// when missing (CTE d's join tb; see Detection.Tombstones).
+	tomb bool
 	// fast: the run's rows are first applied as by the fast statement
 	// (CTE w0, leaving out rows another origin changed last), and only
 	// the rest (CTE rest: not found, or left out) are examined.
@@ -256,7 +265,12 @@ func (c *careful) decide(cases [][2]string, app string, apps map[conflict.Type]s
 		ty := conflict.Type(cs[1])
 		c.w(" WHEN ", lit(cs[1]), " THEN ", c.resolve(ty, apps[ty]))
 	}
-	c.w(" ELSE ", lit(app), " END AS res FROM (SELECT u.*, l.toid, l.tid, l.lo, l.lt, l.lname, l.hits, CASE")
+	local := "l.lo, l.lt, l.lname"
+	if c.tomb {
+		// A missing row's deleter stands for the local row.
+		local = "coalesce(l.lo, tb.lo) AS lo, coalesce(l.lt, tb.lt) AS lt, coalesce(l.lname, tb.lname) AS lname"
+	}
+	c.w(" ELSE ", lit(app), " END AS res FROM (SELECT u.*, l.toid, l.tid, ", local, ", l.hits, CASE")
 	for _, cs := range cases {
 		c.w(" WHEN ", cs[0], " THEN ", lit(cs[1]))
 	}
@@ -495,11 +509,17 @@ func (c *careful) update(key, set []int) string {
 	// Inserting the remote row for an update whose row is missing needs
 	// every column the target takes.
 	all, names := c.wholeRow(key, set, k, v)
-	apps := map[conflict.Type]string{conflict.UpdateOriginDiffers: "apply", conflict.UpdateMissing: "skip"}
+	apps := map[conflict.Type]string{conflict.UpdateOriginDiffers: "apply", conflict.UpdateMissing: "skip", conflict.UpdateDeleted: "skip"}
 	if all != nil {
-		apps[conflict.UpdateMissing] = "insert"
+		apps[conflict.UpdateMissing], apps[conflict.UpdateDeleted] = "insert", "insert"
+	}
+	deleted := "false"
+	if c.d.Tombstones && !c.t.Full && len(key) > 0 {
+		c.tomb, deleted = true, "l.hits IS NULL AND tb.lt IS NOT NULL"
+		c.join += c.tombstone(key, k)
 	}
 	c.decide([][2]string{
+		{deleted, string(conflict.UpdateDeleted)},
 		{"l.hits IS NULL", string(conflict.UpdateMissing)},
 		{ex("> 1"), string(conflict.MultipleUniqueConflicts)},
 		{ex("= 1"), string(conflict.UpdateExists)},
@@ -518,6 +538,23 @@ func (c *careful) update(key, set []int) string {
 	rc, rn := c.remoteCols(key, set, k, v)
 	c.finish(c.jsonObject(key, k), c.jsonObject(rc, rn), local, changed)
 	return c.b.String()
+}
+
+// tombstone is the join of CTE d's rows with the latest record of their
+// key's delete (tb: its deleter's origin lo and name lname, and its commit
+// time lt), for the rows not found only.
+func (c *careful) tombstone(key []int, k []string) string {
+	kv := make([]string, 0, 2*len(key))
+	for i, col := range key {
+		kv = append(kv, lit(c.t.Rel.Columns[col].Name), cast(k[i], c.t.Types[col]))
+	}
+	cols, join := "NULL::oid AS lo, b.deleted_at AS lt, NULL::text AS lname", ""
+	if c.d.CommitTimestamps {
+		cols = "x.roident AS lo, coalesce(x.\"timestamp\", b.deleted_at) AS lt, ro.roname AS lname"
+		join = " LEFT JOIN LATERAL pg_catalog.pg_xact_commit_timestamp_origin(pg_catalog.xid(b.xid)) AS x ON true LEFT JOIN pg_catalog.pg_replication_origin AS ro ON ro.roident = x.roident"
+	}
+	return " LEFT JOIN LATERAL (SELECT " + cols + " FROM parapply.tombstones AS b" + join + " WHERE l.m IS NULL AND b.relid = " + strconv.FormatUint(uint64(c.t.OID), 10) +
+		"::oid AND b.key = pg_catalog.jsonb_build_object(" + strings.Join(kv, ", ") + ") ORDER BY b.deleted_at DESC LIMIT 1) AS tb ON true"
 }
 
 // wholeRow returns the columns (and their aliases) of the new row of an

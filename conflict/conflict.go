@@ -13,7 +13,7 @@ import (
 // Type is a kind of conflict, named as PostgreSQL's subscriptions name them.
 type Type string
 
-// The conflict types (PostgreSQL 18's).
+// The conflict types (PostgreSQL 18's and 19's).
 const (
 	// InsertExists: an insert meets a row with the same value in a unique
 	// index.
@@ -23,6 +23,11 @@ const (
 	UpdateExists Type = "update_exists"
 	// UpdateMissing: the row an update names is not on the target.
 	UpdateMissing Type = "update_missing"
+	// UpdateDeleted: the row an update names was deleted on the target by
+	// someone else than this subscription (a local session, another
+	// origin), recently enough that the delete may not have seen the
+	// update (see detect_update_deleted).
+	UpdateDeleted Type = "update_deleted"
 	// UpdateOriginDiffers: the row an update names was last changed by
 	// someone else than this subscription (a local session, another
 	// origin); needs track_commit_timestamp on the target.
@@ -37,7 +42,7 @@ const (
 )
 
 // Types lists every type, in the order documentation and metrics use.
-var Types = []Type{InsertExists, UpdateExists, UpdateMissing, UpdateOriginDiffers, DeleteMissing, DeleteOriginDiffers, MultipleUniqueConflicts}
+var Types = []Type{InsertExists, UpdateExists, UpdateMissing, UpdateDeleted, UpdateOriginDiffers, DeleteMissing, DeleteOriginDiffers, MultipleUniqueConflicts}
 
 // Policy is what is done when a conflict is met.
 type Policy string
@@ -72,6 +77,7 @@ var allowed = map[Type][]Policy{
 	InsertExists:            {Error, ApplyRemote, KeepLocal, Skip, LastUpdateWins, FirstUpdateWins},
 	UpdateExists:            {Error, KeepLocal, Skip},
 	UpdateMissing:           {Skip, ApplyRemote, Error},
+	UpdateDeleted:           {Skip, ApplyRemote, KeepLocal, LastUpdateWins, FirstUpdateWins, Error},
 	UpdateOriginDiffers:     {ApplyRemote, KeepLocal, Skip, LastUpdateWins, FirstUpdateWins, Error},
 	DeleteMissing:           {Skip, Error},
 	DeleteOriginDiffers:     {ApplyRemote, KeepLocal, Skip, LastUpdateWins, FirstUpdateWins, Error},

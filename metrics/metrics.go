@@ -65,6 +65,7 @@ var (
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
 	skippedDesc    = desc("skipped_transactions_total", "Source transactions skipped at parapply skip's request, none of their changes applied.")
+	tombDesc       = desc("tombstones_removed_total", "Records of deletes on the target (detect_update_deleted) removed, by reason: pruned (no remote update can be concurrent with the delete any more), expired (max_retention_duration; a later update of the row is reported as update_missing).", "reason")
 	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation, conflict (met while earlier transactions were in flight).", "cause")
 	seqAtDesc      = desc("sequence_sync_timestamp_seconds", "When the publisher's sequences were last synced to the target (Unix time; 0: not yet).")
 	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them).", "result")
@@ -94,7 +95,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -168,6 +169,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
 	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
 	counter(skippedDesc, float64(st.Skipped))
+	counter(tombDesc, float64(st.TombstonesPruned), "pruned")
+	counter(tombDesc, float64(st.TombstonesExpired), "expired")
 	gauge(activeDesc, float64(st.ActiveWorkers))
 	if st.AutoWorkers {
 		counter(switchesDesc, float64(st.WorkerSwitches))

@@ -5,6 +5,7 @@ package source
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -521,6 +522,11 @@ type PublishedTable struct {
 	Schema, Name string
 	Columns      []string
 	RowFilter    string
+	// Key lists the columns of the table's replica identity on the
+	// publisher (its primary key, or the index REPLICA IDENTITY USING
+	// INDEX names), in the index's order; empty under REPLICA IDENTITY
+	// FULL or NOTHING, or without a primary key.
+	Key []string
 }
 
 // publishedTables lists what the publications send, computed as PostgreSQL
@@ -565,7 +571,10 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 		cols, filter = "array_to_string(t.attnames, ',')", "t.rowfilter"
 	}
 	res, err := conn.Exec(ctx, `SELECT t.schemaname, t.tablename, `+cols+`, `+filter+`, p.pubviaroot, c.oid,
-			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid)
+			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid),
+			(SELECT pg_catalog.json_agg(a.attname ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum))
+				FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+				WHERE i.indrelid = c.oid AND ((c.relreplident = 'i' AND i.indisreplident) OR (c.relreplident = 'd' AND i.indisprimary)))::text
 		FROM pg_catalog.pg_publication_tables t
 		JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname
 		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
@@ -583,8 +592,9 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 
 // combinePublished applies publishedTables' rules to its rows: schema,
 // table, column names (comma separated; empty or NULL for all), row filter
-// (NULL for none), pubviaroot, oid and the oids of its ancestors, one row
-// per table and publication, ordered by table.
+// (NULL for none), pubviaroot, oid, the oids of its ancestors and its
+// replica identity's columns (a JSON array, NULL for none), one row per
+// table and publication, ordered by table.
 func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, error) {
 	viaRoot := false
 	listed := map[string]bool{}
@@ -604,6 +614,11 @@ func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, err
 		first := i < 0 || out[i].Schema != schema || out[i].Name != name
 		if first {
 			out = append(out, PublishedTable{Schema: schema, Name: name})
+			if len(r) > 7 && r[7] != nil {
+				if err := json.Unmarshal(r[7], &out[len(out)-1].Key); err != nil {
+					return nil, fmt.Errorf("reading the replica identity of %s.%s: %w", schema, name, err)
+				}
+			}
 			colSets = append(colSets, "")
 			i++
 		}

@@ -95,6 +95,7 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 		quiet, err := l.quiet()
 		if quiet {
 			l.tracker.Reached(f.WALStart)
+			l.s.quiet.Store(&quietMark{f.WALStart, f.ServerTime})
 		}
 		return err
 	}

@@ -85,6 +85,12 @@ type Status struct {
 	// Skipped counts source transactions skipped at parapply skip's
 	// request, none of their changes applied.
 	Skipped int64
+	// TombstonesPruned counts the records of deletes on the target
+	// (detect_update_deleted) pruned once no remote update could be
+	// concurrent with them; TombstonesExpired those dropped earlier, at
+	// max_retention_duration (an update of such a row is then reported
+	// as update_missing).
+	TombstonesPruned, TombstonesExpired int64
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
@@ -132,7 +138,7 @@ func (s *Subscriber) Status() Status {
 	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
 		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load(),
 		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load(),
-		Skipped: s.skipped.Load()}
+		Skipped: s.skipped.Load(), TombstonesPruned: s.tombPruned.Load(), TombstonesExpired: s.tombExpired.Load()}
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}

@@ -82,6 +82,15 @@ type Config struct {
 	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
 	// transaction that cannot be applied does to the run.
 	OnError string
+	// DetectUpdateDeleted records the target's own deletes from published
+	// tables (package tombstones), so that an update whose row they
+	// deleted is update_deleted; off, the records and triggers are
+	// removed. A record is kept until the source commit times applied
+	// pass its delete's by MaxClockSkew, and with MaxRetention above 0 no
+	// longer than that.
+	DetectUpdateDeleted bool
+	MaxRetention        time.Duration
+	MaxClockSkew        time.Duration
 }
 
 // What a source transaction that cannot be applied does: stop parapply,
@@ -183,9 +192,14 @@ type Subscriber struct {
 	// skipped counts source transactions skipped (at parapply skip's
 	// request, or on_error's), each once however many runs meet it:
 	// skippedAt holds the last ones counted.
-	skipped   atomic.Int64
-	skippedMu sync.Mutex
-	skippedAt []parapply.LSN
+	skipped atomic.Int64
+	// quiet is the last keepalive received with nothing in flight, and
+	// tombPruned and tombExpired count the records of deletes pruned and
+	// dropped at max_retention_duration (see keepTombstones).
+	quiet                   atomic.Pointer[quietMark]
+	tombPruned, tombExpired atomic.Int64
+	skippedMu               sync.Mutex
+	skippedAt               []parapply.LSN
 	// oneByOne, when not zero, is the commit LSN up to which runs apply one
 	// source transaction per target transaction, on the reader (see
 	// errOneByOneDone).
@@ -428,11 +442,17 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		return err
 	}
 	s.det.Store(nil)
+	tombs, err := s.setupTombstones(ctx, app.Conn(), published)
+	if err != nil {
+		return err
+	}
+	commitTS := false
 	if s.cfg.DetectConflicts {
 		det, err := s.detection(ctx, app.Conn(), src.SourceID(), published)
 		if err != nil {
 			return err
 		}
+		det.Tombstones, commitTS = tombs, det.CommitTimestamps
 		s.det.Store(det)
 		app.SetDetection(det)
 	}
@@ -513,6 +533,9 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
 	go s.watchSyncStandby(sctx)
 	go s.keepSequences(sctx, published)
+	if tombs {
+		go s.keepTombstones(sctx, tracker, commitTS)
+	}
 	s.state.Store(StateStreaming)
 	s.streamedSince.Store(time.Now().UnixNano())
 	s.everStreamed.Store(true)

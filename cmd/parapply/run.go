@@ -65,6 +65,18 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	default:
 		return cfg, fmt.Errorf("invalid value for on_error: %q (stop or skip_transaction)", c["on_error"])
 	}
+	if cfg.DetectUpdateDeleted, err = c.bool("detect_update_deleted"); err != nil {
+		return cfg, err
+	}
+	if cfg.DetectUpdateDeleted && !cfg.DetectConflicts {
+		return cfg, errors.New("detect_update_deleted is on, but detect_conflicts is off: turn detect_conflicts on, or detect_update_deleted off")
+	}
+	if cfg.MaxRetention, err = c.durationOrOff("max_retention_duration"); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxClockSkew, err = c.durationOrOff("max_clock_skew"); err != nil {
+		return cfg, err
+	}
 	if !cfg.DetectConflicts && cfg.Conflicts.String() != "" {
 		return cfg, errors.New("conflict_resolution is set, but detect_conflicts is off: turn detect_conflicts on, or leave conflict_resolution empty")
 	}

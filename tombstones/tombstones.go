@@ -1,0 +1,224 @@
+// Package tombstones keeps, on the target, a record of the rows deleted
+// there by anyone but parapply, so that a replicated update that finds no
+// row can tell a row deleted on the target (update_deleted) from one that
+// never was there (update_missing) without holding back vacuum, as
+// PostgreSQL 19's retain_dead_tuples does. The record is paid for by
+// deletes on published tables only: a statement-level AFTER DELETE
+// trigger with a transition table, one row per deleted row. Records are
+// pruned once parapply has applied every remote transaction that could
+// have been concurrent with the delete (see Prune).
+package tombstones
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+)
+
+// TriggerName is the trigger parapply installs on each published target
+// table (ENABLE ALWAYS, so that another subscription's apply worker, which
+// runs with session_replication_role = replica, fires it too).
+const TriggerName = "parapply_tombstones"
+
+// SessionSetting is set, in every target session of parapply's that
+// applies changes, to the session's replication origin: the trigger
+// records nothing for those sessions (parapply's own deletes are no
+// conflict, and cost no record).
+const SessionSetting = "parapply.origin"
+
+// schemaSQL creates the table and the trigger function. The function runs
+// as its owner (SECURITY DEFINER), so that any session allowed to delete
+// from a published table can record the delete; the key is kept as jsonb
+// of the typed key values (to_jsonb), which a lookup builds the same way
+// from the remote key.
+const schemaSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
+CREATE TABLE IF NOT EXISTS parapply.tombstones (
+	relid      oid NOT NULL,
+	key        jsonb NOT NULL,
+	xid        xid8 NOT NULL,
+	deleted_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
+);
+CREATE INDEX IF NOT EXISTS tombstones_key ON parapply.tombstones (relid, key);
+CREATE INDEX IF NOT EXISTS tombstones_deleted_at ON parapply.tombstones (deleted_at);
+COMMENT ON TABLE parapply.tombstones IS 'parapply: rows deleted on the target by other sessions than parapply''s (detect_update_deleted), by table and key, pruned once no replicated update can be concurrent with the delete; do not edit';
+CREATE OR REPLACE FUNCTION parapply.tombstone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $f$
+BEGIN
+	IF coalesce(current_setting('` + SessionSetting + `', true), '') <> '' THEN
+		RETURN NULL; -- parapply's own session
+	END IF;
+	INSERT INTO parapply.tombstones (relid, key, xid)
+		SELECT TG_RELID, (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(TG_ARGV) AS k), pg_current_xact_id()
+		FROM (SELECT to_jsonb(d) AS j FROM parapply_deleted AS d) AS r;
+	RETURN NULL;
+END $f$;`
+
+// Table is a published target table to record deletes of.
+type Table struct {
+	Name string   // quoted, schema-qualified
+	Key  []string // the columns of its replica identity, unquoted
+}
+
+// lockTimeout bounds the wait for a table's lock when a trigger is
+// created or dropped: the target's own sessions queue behind a waiting
+// ALTER TABLE.
+const lockTimeout = "2s"
+
+// ErrLocked is returned when a table's lock could not be had within
+// lockTimeout: a long transaction on the target holds it. Trying again
+// later is the cure.
+var ErrLocked = errors.New("lock not available")
+
+// Install creates the table and function if missing, and the trigger on
+// each of tables where it is missing or names other key columns. Tables
+// whose kind takes no such trigger (a partition of a partitioned table)
+// are returned in skipped with the reason.
+func Install(ctx context.Context, conn *pgx.Conn, tables []Table) (installed int, skipped map[string]string, err error) {
+	if err := inTxn(ctx, conn, schemaSQL); err != nil {
+		return 0, nil, privilege(err, "parapply.tombstones", "it needs CREATE on the target database (for the schema parapply) or on schema parapply")
+	}
+	for _, t := range tables {
+		var args []byte
+		var enabled string
+		err := conn.QueryRow(ctx, "SELECT tgargs, tgenabled::text FROM pg_catalog.pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2", t.Name, TriggerName).Scan(&args, &enabled)
+		if err == nil && enabled == "A" && string(args) == triggerArgs(t.Key) {
+			continue
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return installed, skipped, fmt.Errorf("reading the triggers of %s on the target: %w", t.Name, err)
+		}
+		lits := make([]string, len(t.Key))
+		for i, k := range t.Key {
+			lits[i] = parapply.QuoteLiteral(k)
+		}
+		sql := "CREATE OR REPLACE TRIGGER " + TriggerName + " AFTER DELETE ON " + t.Name +
+			" REFERENCING OLD TABLE AS parapply_deleted FOR EACH STATEMENT EXECUTE FUNCTION parapply.tombstone(" + strings.Join(lits, ", ") + ");" +
+			"ALTER TABLE " + t.Name + " ENABLE ALWAYS TRIGGER " + TriggerName
+		err = inTxn(ctx, conn, sql)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "0A000" {
+			if skipped == nil {
+				skipped = map[string]string{}
+			}
+			skipped[t.Name] = pe.Message
+			continue
+		}
+		if err != nil {
+			return installed, skipped, privilege(err, t.Name, "the target role must own the table (CREATE TRIGGER and ALTER TABLE ... ENABLE ALWAYS TRIGGER need it): ALTER TABLE "+t.Name+" OWNER TO <role>")
+		}
+		installed++
+	}
+	return installed, skipped, nil
+}
+
+// triggerArgs is pg_trigger.tgargs for the given arguments.
+func triggerArgs(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString(a)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// Remove drops every trigger of parapply.tombstone's, then the function
+// and the table; removed counts the triggers. Nothing to remove is no
+// error.
+func Remove(ctx context.Context, conn *pgx.Conn) (removed int, err error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('parapply.tombstone()') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	rows, err := conn.Query(ctx, `SELECT t.tgrelid::regclass::text FROM pg_catalog.pg_trigger AS t
+		WHERE t.tgname = $1 AND t.tgfoid = 'parapply.tombstone()'::regprocedure AND NOT t.tgisinternal AND t.tgparentid = 0`, TriggerName)
+	if err != nil {
+		return 0, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		if err := inTxn(ctx, conn, "DROP TRIGGER IF EXISTS "+TriggerName+" ON "+n); err != nil {
+			return removed, privilege(err, n, "the target role must own the table to drop the trigger "+TriggerName+": drop it as its owner")
+		}
+		removed++
+	}
+	return removed, inTxn(ctx, conn, "DROP FUNCTION IF EXISTS parapply.tombstone(); DROP TABLE IF EXISTS parapply.tombstones")
+}
+
+// inTxn runs sql in a transaction whose lock waits are bounded.
+func inTxn(ctx context.Context, conn *pgx.Conn, sql string) error {
+	_, err := conn.Exec(ctx, "BEGIN; SET LOCAL lock_timeout = '"+lockTimeout+"'; "+sql+"; COMMIT")
+	if err != nil {
+		_, _ = conn.Exec(context.Background(), "ROLLBACK")
+	}
+	return err
+}
+
+// privilege names the fix of a failure to change object what.
+func privilege(err error, what, fix string) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "42501":
+			return fmt.Errorf("detect_update_deleted: cannot set up tombstones for %s on the target: %s; %s, or turn detect_update_deleted off", what, pe.Message, fix)
+		case "55P03":
+			return fmt.Errorf("%w: detect_update_deleted: %s is locked on the target by a transaction that runs longer than %s: %s (parapply tries again)", ErrLocked, what, lockTimeout, pe.Message)
+		}
+	}
+	return fmt.Errorf("detect_update_deleted: setting up tombstones for %s on the target: %w", what, err)
+}
+
+// pruneBatch is how many records one prune statement deletes at most:
+// small statements, so that pruning never holds many row locks nor
+// writes much WAL at once.
+const pruneBatch = 1000
+
+// Prune deletes, in batches, the records of deletes that committed before
+// horizon (the source commit time up to which every remote transaction is
+// applied, less the clock skew allowed: no remote update still to come
+// can have been concurrent with them), and with retention above 0 those
+// older than retention whatever the horizon (expired: a later miss of
+// their keys is reported as update_missing). The commit time of a delete
+// is its transaction's where track_commit_timestamp tells it, else the
+// delete statement's start.
+func Prune(ctx context.Context, conn *pgx.Conn, horizon time.Time, retention time.Duration, commitTimestamps bool) (pruned, expired int64, err error) {
+	// A delete's statement starts before its transaction commits: the
+	// index on deleted_at narrows the rows, commit times decide.
+	cond := "b.deleted_at < $1"
+	if commitTimestamps {
+		cond += " AND coalesce(pg_catalog.pg_xact_commit_timestamp(pg_catalog.xid(b.xid)), b.deleted_at) < $1"
+	}
+	// (A delete still running is not visible here: its record commits
+	// with it.)
+	del := func(cond string, args ...any) (int64, error) {
+		var total int64
+		for {
+			tag, err := conn.Exec(ctx, `DELETE FROM parapply.tombstones WHERE ctid = ANY (ARRAY(SELECT b.ctid FROM parapply.tombstones AS b
+				WHERE `+cond+` LIMIT `+fmt.Sprint(pruneBatch)+` FOR UPDATE SKIP LOCKED))`, args...)
+			if err != nil {
+				return total, err
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < pruneBatch {
+				return total, nil
+			}
+		}
+	}
+	if !horizon.IsZero() {
+		if pruned, err = del(cond, horizon); err != nil {
+			return pruned, 0, err
+		}
+	}
+	if retention > 0 {
+		expired, err = del("b.deleted_at < pg_catalog.now() - $1::interval", fmt.Sprintf("%d microseconds", retention.Microseconds()))
+	}
+	return pruned, expired, err
+}
