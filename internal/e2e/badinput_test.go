@@ -38,6 +38,21 @@ func TestBadInput(t *testing.T) {
 	e.exec(e.sub, `CREATE ROLE noorigin LOGIN; GRANT ALL ON SCHEMA public TO noorigin; GRANT SET ON PARAMETER session_replication_role TO noorigin`)
 	e.exec(e.pub, `CREATE PUBLICATION pub_origin FOR TABLE items`)
 	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	// A target database of its own, where a role that may apply does not
+	// own the published table (created by a superuser).
+	e.exec(e.pub, `CREATE TABLE owned (id int PRIMARY KEY); CREATE PUBLICATION pub_owned FOR TABLE owned`)
+	e.exec(e.sub, `CREATE ROLE notowner LOGIN; GRANT SET ON PARAMETER session_replication_role TO notowner`)
+	e.exec(e.sub, `CREATE DATABASE notowner OWNER notowner`)
+	other, err := pgx.Connect(context.Background(), e.pair.Subscriber.DSN("notowner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(other, `CREATE TABLE owned (id int PRIMARY KEY); GRANT ALL ON owned TO notowner;
+		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup(text),
+			pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_replication_origin_drop(text),
+			pg_replication_origin_session_reset(), pg_replication_origin_progress(text, boolean) TO notowner`)
+	other.Close(context.Background())
+	notOwner := strings.Replace(e.pair.Subscriber.DSN("notowner"), "user=postgres", "user=notowner", 1)
 
 	replica, err := pgtest.Start(context.Background(), pgtest.Options{Name: "replica-level", Settings: map[string]string{"wal_level": "replica"}})
 	if err != nil {
@@ -80,6 +95,10 @@ func TestBadInput(t *testing.T) {
 			[]string{"conflict_resolution names table public.typed", "does not publish"}},
 		{"policies with detection off", []string{"--source", src, "--target", dst, "--publication", "pub", "--detect-conflicts", "off", "--conflict-resolution", "insert_exists=skip"},
 			[]string{"conflict_resolution is set, but detect_conflicts is off"}},
+		{"update_deleted with detection off", []string{"--source", src, "--target", dst, "--publication", "pub", "--detect-conflicts", "off", "--detect-update-deleted", "on"},
+			[]string{"detect_update_deleted is on, but detect_conflicts is off"}},
+		{"update_deleted on a table the target role does not own", []string{"--source", src, "--target", notOwner, "--publication", "pub_owned", "--slot", "s_owned", "--detect-update-deleted", "on"},
+			[]string{"detect_update_deleted", `"public"."owned"`, "must own the table", "OWNER TO"}},
 		{"wal_level not logical", []string{"--source", replica.DSN("postgres"), "--target", dst, "--publication", "pub"},
 			[]string{"wal_level", "logical"}},
 		{"no publication flag", []string{"--source", src, "--target", dst},

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -153,4 +155,43 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestUpdateDeletedKilled: rows the target deleted (recorded) are updated
+// on the publisher while parapply is killed with SIGKILL several times:
+// each is logged once as update_deleted and stays deleted (skip), and
+// every other row equals the publisher's.
+func TestUpdateDeletedKilled(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE ux (id bigint PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	const rows = 300000
+	for _, c := range []*pgx.Conn{e.pub, e.sub} {
+		e.exec(c, `INSERT INTO ux SELECT g, 'both' FROM generate_series(1, $1::int) g`, rows)
+	}
+	extra := []string{"--detect-update-deleted", "on", "--max-clock-skew", "1h"}
+	// A first run installs the trigger; the target then deletes rows.
+	p := e.runProcess(t, append([]string{"--publication", "pub", "--slot", "udk", "--copy-data", "off"}, extra...)...)
+	e.waitSlotExists(t, "udk", p)
+	p.signal(syscall.SIGTERM)
+	e.exec(e.sub, `DELETE FROM ux WHERE id % 5 = 0`)
+	txns := e.killWhileWriting(t, "udk", extra, 5, 200*time.Millisecond, func(n int64) (*pgx.Batch, int) {
+		b := &pgx.Batch{}
+		b.Queue("UPDATE ux SET v = $2 WHERE id = $1", n, fmt.Sprintf("pub %d", n))
+		return b, 1
+	})
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM ux WHERE v <> 'both'`).Scan(&txns); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("publisher updated %d rows", txns)
+	var logged, keys, wrong int
+	if err := e.sub.QueryRow(ctx, `SELECT count(*), count(DISTINCT key), count(*) FILTER (WHERE conflict_type <> 'update_deleted' OR resolution <> 'skip'
+			OR remote_applied OR (key->>'id')::bigint % 5 <> 0 OR (key->>'id')::bigint > $1 OR local_commit_time IS NULL)
+		FROM parapply.conflicts WHERE table_name = 'public.ux'`, txns).Scan(&logged, &keys, &wrong); err != nil {
+		t.Fatal(err)
+	}
+	if logged != txns/5 || keys != logged || wrong != 0 {
+		t.Errorf("parapply.conflicts holds %d rows for %d keys (%d wrong); want one update_deleted per deleted row the publisher updated: %d", logged, keys, wrong, txns/5)
+	}
+	e.exec(e.pub, `DELETE FROM ux WHERE id % 5 = 0`)
+	e.verify("public.ux")
 }
