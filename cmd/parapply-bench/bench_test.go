@@ -15,7 +15,7 @@ func TestVerificationCatchesCorruption(t *testing.T) {
 	o := options{scale: 0.01, runs: 1, workers: []int{0}}
 	ctx := context.Background()
 
-	ok := runCell(ctx, o, "update", "builtin", 0)
+	ok := runCell(ctx, o, "update", "builtin", 0, "")
 	if !ok.Verified || ok.CatchupS <= 0 {
 		t.Fatalf("clean run: verified %v, catch-up %.2fs, error %q", ok.Verified, ok.CatchupS, ok.Error)
 	}
@@ -25,7 +25,7 @@ func TestVerificationCatchesCorruption(t *testing.T) {
 		return err
 	}
 	defer func() { beforeVerify = nil }()
-	bad := runCell(ctx, o, "update", "builtin", 0)
+	bad := runCell(ctx, o, "update", "builtin", 0, "")
 	if bad.Verified {
 		t.Fatal("a corrupted subscriber row was reported as verified")
 	}
@@ -43,11 +43,11 @@ func TestVerificationCatchesCorruption(t *testing.T) {
 func TestDrainWaitsForTheMarker(t *testing.T) {
 	o := options{scale: 0.01, runs: 1, workers: []int{0}}
 	ctx := context.Background()
-	r := runCell(ctx, o, "update", "drain", 0)
+	r := runCell(ctx, o, "update", "drain", 0, "")
 	if !r.Verified || r.CatchupS <= 0 || r.Transactions != 10 {
 		t.Fatalf("drain run: completed %v, catch-up %.2fs, %d transactions, error %q", r.Verified, r.CatchupS, r.Transactions, r.Error)
 	}
-	if r := runCell(ctx, o, "tpcb", "drain", 0); r.Verified || !strings.Contains(r.Error, "catch-up workloads only") {
+	if r := runCell(ctx, o, "tpcb", "drain", 0, ""); r.Verified || !strings.Contains(r.Error, "catch-up workloads only") {
 		t.Fatalf("drain on a live workload: completed %v, error %q", r.Verified, r.Error)
 	}
 }

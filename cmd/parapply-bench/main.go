@@ -116,16 +116,30 @@ func run(ctx context.Context, args []string) error {
 				counts = o.workers
 			}
 			for _, workers := range counts {
-				res := runCell(ctx, o, w, e, workers)
-				if e == "builtin" && res.Verified {
-					b := res
-					base = &b
+				modes := []string{""}
+				if workloads[w].method == methodLocal {
+					modes = localModes(e)
 				}
-				res.Speedup = speedup(workloads[w].method, base, &res)
-				results = append(results, res)
-				if o.json != "" {
-					if err := appendJSON(o.json, res); err != nil {
-						return err
+				var off *result
+				for _, mode := range modes {
+					res := runCell(ctx, o, w, e, workers, mode)
+					if e == "builtin" && res.Verified && mode == "" {
+						b := res
+						base = &b
+					}
+					res.Speedup = speedup(workloads[w].method, base, &res)
+					if mode == "off" && res.Verified {
+						b := res
+						off = &b
+					}
+					if off != nil && off.LocalTPS > 0 && res.Verified {
+						res.LocalTPSVsOff = res.LocalTPS / off.LocalTPS
+					}
+					results = append(results, res)
+					if o.json != "" {
+						if err := appendJSON(o.json, res); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -147,16 +161,16 @@ func run(ctx context.Context, args []string) error {
 
 // runCell measures one workload for one engine and worker count, o.runs
 // times, and summarises the runs by their medians.
-func runCell(ctx context.Context, o options, w, e string, workers int) result {
-	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method}
+func runCell(ctx context.Context, o options, w, e string, workers int, detection string) result {
+	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method, Detection: detection}
 	if isParapply(e) {
 		// parapply takes its settings from the environment too.
 		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
-	var pubs, catchups, rates, tps, busy, wcpu, tcpu, pcpu, confl, conflRate []float64
+	var pubs, catchups, rates, tps, busy, wcpu, tcpu, pcpu, confl, conflRate, local []float64
 	for i := 0; i < o.runs; i++ {
 		logf("%s / %s (workers %s): run %d of %d", w, e, workersText(workers), i+1, o.runs)
-		m, err := measure(ctx, o, workloads[w], e, workers)
+		m, err := measure(ctx, o, workloads[w], e, workers, detection)
 		res.PGVersion = m.pgVersion
 		if err != nil {
 			res.Verified = false
@@ -174,6 +188,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 			confl, conflRate = append(confl, float64(m.conflicts)), append(conflRate, float64(m.conflicts)/m.catchup)
 			logf("%s / %s: run %d: %d conflicts, %.0f per second of catch-up", w, e, i+1, m.conflicts, float64(m.conflicts)/m.catchup)
 		}
+		local = append(local, m.localTPS)
 		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
 		res.Transactions = m.txns
 		if i == 0 {
@@ -186,6 +201,7 @@ func runCell(ctx context.Context, o options, w, e string, workers int) result {
 		res.CatchupRate = median(rates)
 	}
 	res.BusyCores, res.WalsenderCPU, res.TargetCPU, res.ProcessCPU = median(busy), median(wcpu), median(tcpu), median(pcpu)
+	res.LocalTPS = median(local)
 	if len(confl) > 0 {
 		res.Conflicts, res.ConflictsPerSec = median(confl), median(conflRate)
 	}
@@ -244,6 +260,12 @@ type result struct {
 	ProcessCPU   float64 `json:"parapply_cpu_s,omitempty"`
 	// Conflicts (medians) for workloads with local changes on the
 	// subscriber: counted by the engine, and per second of catch-up.
+	// Detection and LocalTPS, for the conflict-overhead workloads: the
+	// detection mode (off, tombstones, retention-10s, retention-100s)
+	// and the median TPS of the target's own load.
+	Detection       string      `json:"detection,omitempty"`
+	LocalTPS        float64     `json:"local_tps,omitempty"`
+	LocalTPSVsOff   float64     `json:"local_tps_vs_off,omitempty"`
 	Conflicts       float64     `json:"conflicts,omitempty"`
 	ConflictsPerSec float64     `json:"conflicts_per_s,omitempty"`
 	Verified        bool        `json:"verified"`
@@ -292,6 +314,14 @@ func printTable(rs []result) {
 		if r.Conflicts > 0 {
 			ver += fmt.Sprintf(" (%.0f conflicts, %.0f/s)", r.Conflicts, r.ConflictsPerSec)
 		}
+		if r.Detection != "" {
+			tps = strconv.FormatFloat(r.LocalTPS, 'f', 0, 64)
+			speed = "-"
+			if r.LocalTPSVsOff > 0 {
+				speed = strconv.FormatFloat(r.LocalTPSVsOff, 'f', 2, 64) + "x"
+			}
+			ver += " (detection " + r.Detection + "; tps: the target's local load; speedup: vs detection off)"
+		}
 		fmt.Printf("%-17s %-9s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}
 }
@@ -320,6 +350,15 @@ func workersText(n int) string {
 		return "auto"
 	}
 	return strconv.Itoa(n)
+}
+
+// localModes are the detection modes a conflict-overhead workload runs
+// an engine in: tombstones are parapply's only.
+func localModes(e string) []string {
+	if isParapply(e) {
+		return detectionModes
+	}
+	return slices.DeleteFunc(slices.Clone(detectionModes), func(m string) bool { return m == "tombstones" })
 }
 
 // isParapply tells parapply's engines (with or without settings) from the

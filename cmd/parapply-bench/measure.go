@@ -22,6 +22,7 @@ const (
 	methodLive    = "live"     // subscriber running while the publisher writes; sustained TPS and lag
 	methodBigTxn  = "big-txn"  // commit-to-visible delay of one big transaction; TPS under synchronous replication
 	methodInitial = "initial"  // publisher holds data, subscriber starts empty: time until in sync
+	methodLocal   = "local"    // the target's own load while the engine applies a stream: its TPS by detection mode (local.go)
 )
 
 // workload is one benchmark scenario.
@@ -53,6 +54,9 @@ type workload struct {
 	// copy: with track_commit_timestamp on, a local session's rows are
 	// in conflict with every replicated change.
 	replicated bool
+	// localDeletes, for the local method: the target's load deletes (and
+	// inserts back) rows of a published table too.
+	localDeletes bool
 }
 
 // runEnv is what a workload sees of one run.
@@ -75,6 +79,8 @@ type measurement struct {
 	// conflicts is how many conflicts the engine counted in the catch-up
 	// (parapply.conflicts, or pg_stat_subscription_stats).
 	conflicts int64
+	// localTPS: the local method's load on the target.
+	localTPS  float64
 	lag       []lagSample
 	pgVersion string
 }
@@ -94,7 +100,7 @@ const (
 var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
-func measure(ctx context.Context, o options, w workload, engineName string, workers int) (m measurement, err error) {
+func measure(ctx context.Context, o options, w workload, engineName string, workers int, detection string) (m measurement, err error) {
 	sub := pgtest.Options{Settings: maps.Clone(w.subSettings)}
 	// Developer aid: PARAPPLY_BENCH_SUB_SETTINGS="name=value,..." adds
 	// subscriber server settings (for example io_workers=16), to find out
@@ -172,6 +178,9 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
 	case isParapply(engineName):
 		flags, _ := parapplySettings(engineName) // checked with the options
+		if detection == "tombstones" {
+			flags = append(flags, "--detect-update-deleted", "on")
+		}
 		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData, flags)
 	case engineName == "drain":
 		if w.method != methodCatchup {
@@ -193,6 +202,8 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		err = r.bigTxn(ctx, w, &m)
 	case methodInitial:
 		err = r.initial(ctx, &m, tables)
+	case methodLocal:
+		err = r.localLoad(ctx, w, &m, detection)
 	}
 	if err != nil {
 		return m, err

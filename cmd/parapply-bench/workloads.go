@@ -99,6 +99,8 @@ var workloads = map[string]workload{
 			})
 		},
 	},
+	"conflict-overhead":        conflictOverhead(false),
+	"conflict-overhead-delete": conflictOverhead(true),
 	"big-transaction": {
 		doc:    "one transaction of 1M inserted rows: delay from its commit to its visibility on the subscriber; then publisher TPS with the subscriber as synchronous standby under ~36 kB-WAL transactions (physical-unflushed-wal.txt's wal_test.sql), 8 clients x 20 s",
 		method: methodBigTxn,
