@@ -14,10 +14,10 @@ import (
 // The checked statement: an insert run's ordinary one, which fails by itself
 // on a unique violation; an update or delete run's ordinary one, made to
 // fail (SQLSTATE PC001, from parapply.conflict_check) when it changed fewer
-// rows than the run holds; with track_commit_timestamp on, rows another
-// origin or a local session changed last are left out, so they count as not
-// found (one commit timestamp lookup per row). Without a conflict that is
-// all detection costs.
+// rows than the run holds, or, with track_commit_timestamp on, when it
+// changed a row another origin or a local session changed last (one commit
+// timestamp lookup per distinct old xmin; see checkedSQL). Without a
+// conflict that is all detection costs.
 //
 // When a checked statement fails that way, the applier rolls its target
 // transaction back and applies it again with careful statements (see

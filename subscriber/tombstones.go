@@ -19,12 +19,15 @@ import (
 // an earlier run left. It reports whether records are kept.
 func (s *Subscriber) setupTombstones(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) (bool, error) {
 	if !s.cfg.DetectConflicts || !s.cfg.DetectUpdateDeleted {
-		n, err := tombstones.Remove(ctx, conn)
-		if err != nil {
+		n, others, err := tombstones.Remove(ctx, conn, s.cfg.Source.Slot)
+		switch {
+		case err != nil:
 			// Left in place, they cost deletes a little and decide
 			// nothing: not worth stopping for.
 			s.log.Warn("detect_update_deleted is off, but the tombstone triggers could not be removed from the target", "error", err)
-		} else if n > 0 {
+		case len(others) > 0:
+			s.log.Info("detect_update_deleted is off for this slot; the tombstone triggers stay for other slots that keep them", "slots", others)
+		case n > 0:
 			s.log.Info("detect_update_deleted is off: removed the tombstone triggers and parapply.tombstones from the target", "tables", n)
 		}
 		return false, nil
@@ -36,7 +39,7 @@ func (s *Subscriber) setupTombstones(ctx context.Context, conn *pgx.Conn, publis
 		}
 		tables = append(tables, tombstones.Table{Name: parapply.QuoteIdent(pt.Schema) + "." + parapply.QuoteIdent(pt.Name), Key: pt.Key})
 	}
-	n, skipped, err := tombstones.Install(ctx, conn, tables)
+	n, skipped, err := tombstones.Install(ctx, conn, s.cfg.Source.Slot, tables)
 	if errors.Is(err, tombstones.ErrLocked) {
 		return false, errLockStall{err}
 	}

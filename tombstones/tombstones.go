@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS parapply.tombstones (
 );
 CREATE INDEX IF NOT EXISTS tombstones_key ON parapply.tombstones (relid, key);
 CREATE INDEX IF NOT EXISTS tombstones_deleted_at ON parapply.tombstones (deleted_at);
+CREATE TABLE IF NOT EXISTS parapply.tombstone_slots (slot_name text PRIMARY KEY);
+COMMENT ON TABLE parapply.tombstone_slots IS 'parapply: the slots that keep parapply.tombstones (detect_update_deleted = on); the last to turn it off removes the triggers; do not edit';
 COMMENT ON TABLE parapply.tombstones IS 'parapply: rows deleted on the target by other sessions than parapply''s (detect_update_deleted), by table and key, pruned once no replicated update can be concurrent with the delete; do not edit';
 CREATE OR REPLACE FUNCTION parapply.tombstone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $f$
@@ -79,8 +81,8 @@ var ErrLocked = errors.New("lock not available")
 // each of tables where it is missing or names other key columns. Tables
 // whose kind takes no such trigger (a partition of a partitioned table)
 // are returned in skipped with the reason.
-func Install(ctx context.Context, conn *pgx.Conn, tables []Table) (installed int, skipped map[string]string, err error) {
-	if err := inTxn(ctx, conn, schemaSQL); err != nil {
+func Install(ctx context.Context, conn *pgx.Conn, slot string, tables []Table) (installed int, skipped map[string]string, err error) {
+	if err := inTxn(ctx, conn, schemaSQL+"; INSERT INTO parapply.tombstone_slots VALUES ("+parapply.QuoteLiteral(slot)+") ON CONFLICT DO NOTHING"); err != nil {
 		return 0, nil, privilege(err, "parapply.tombstones", "it needs CREATE on the target database (for the schema parapply) or on schema parapply")
 	}
 	for _, t := range tables {
@@ -127,30 +129,39 @@ func triggerArgs(args []string) string {
 	return b.String()
 }
 
-// Remove drops every trigger of parapply.tombstone's, then the function
-// and the table; removed counts the triggers. Nothing to remove is no
-// error.
-func Remove(ctx context.Context, conn *pgx.Conn) (removed int, err error) {
+// Remove takes slot off the slots that keep the records and, when no
+// other slot keeps them, drops every trigger of parapply.tombstone's, then
+// the function and the tables; removed counts the triggers, others names
+// the slots that still keep them (then nothing is dropped). Nothing to
+// remove is no error.
+func Remove(ctx context.Context, conn *pgx.Conn, slot string) (removed int, others []string, err error) {
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('parapply.tombstone()') IS NOT NULL").Scan(&exists); err != nil || !exists {
-		return 0, err
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('parapply.tombstone()') IS NOT NULL AND pg_catalog.to_regclass('parapply.tombstone_slots') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return 0, nil, err
 	}
-	rows, err := conn.Query(ctx, `SELECT t.tgrelid::regclass::text FROM pg_catalog.pg_trigger AS t
+	rows, err := conn.Query(ctx, "WITH d AS (DELETE FROM parapply.tombstone_slots WHERE slot_name = $1) SELECT slot_name FROM parapply.tombstone_slots WHERE slot_name <> $1 ORDER BY 1", slot)
+	if err != nil {
+		return 0, nil, err
+	}
+	if others, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(others) > 0 {
+		return 0, others, err
+	}
+	rows, err = conn.Query(ctx, `SELECT t.tgrelid::regclass::text FROM pg_catalog.pg_trigger AS t
 		WHERE t.tgname = $1 AND t.tgfoid = 'parapply.tombstone()'::regprocedure AND NOT t.tgisinternal AND t.tgparentid = 0`, TriggerName)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for _, n := range names {
 		if err := inTxn(ctx, conn, "DROP TRIGGER IF EXISTS "+TriggerName+" ON "+n); err != nil {
-			return removed, privilege(err, n, "the target role must own the table to drop the trigger "+TriggerName+": drop it as its owner")
+			return removed, nil, privilege(err, n, "the target role must own the table to drop the trigger "+TriggerName+": drop it as its owner")
 		}
 		removed++
 	}
-	return removed, inTxn(ctx, conn, "DROP FUNCTION IF EXISTS parapply.tombstone(); DROP TABLE IF EXISTS parapply.tombstones")
+	return removed, nil, inTxn(ctx, conn, "DROP FUNCTION IF EXISTS parapply.tombstone(); DROP TABLE IF EXISTS parapply.tombstones, parapply.tombstone_slots")
 }
 
 // inTxn runs sql in a transaction whose lock waits are bounded.

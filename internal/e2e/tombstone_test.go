@@ -45,12 +45,14 @@ func TestUpdateDeleted(t *testing.T) {
 }
 
 // TestTombstones: the trigger is installed on published tables with a key
-// (not on one with REPLICA IDENTITY FULL), a table's own triggers are
+// (not on one with REPLICA IDENTITY FULL; on one published since, at the
+// next start), a table's own triggers are
 // left alone, parapply's own deletes leave no record; records are pruned
 // once a remote transaction that committed after the delete is applied
 // (max_clock_skew 0), and at max_retention_duration whatever the horizon
 // (counted; a later update of the row is then update_missing); turning
-// detect_update_deleted off removes the triggers and the table.
+// detect_update_deleted off removes the triggers and the table, once no
+// other slot keeps them.
 func TestTombstones(t *testing.T) {
 	sub := maps.Clone(fast)
 	sub["track_commit_timestamp"] = "on"
@@ -105,9 +107,16 @@ func TestTombstones(t *testing.T) {
 	// max_retention_duration: the horizon never passes (skew of an hour),
 	// the record goes anyway, and the update that follows is
 	// update_missing.
+	// A table published since gets the trigger at the next start.
+	for _, c := range []*pgx.Conn{e.pub, e.sub} {
+		e.exec(c, `CREATE TABLE added (id int PRIMARY KEY)`)
+	}
 	cfg.MaxClockSkew, cfg.MaxRetention = time.Hour, time.Second
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
+	if n := count(`SELECT count(*) FROM pg_trigger WHERE tgname = 'parapply_tombstones' AND tgrelid = 'added'::regclass`); n != 1 {
+		t.Fatalf("no tombstone trigger on a table published since the last start")
+	}
 	e.exec(e.sub, `DELETE FROM kept WHERE id = 4`)
 	waitFor(t, 10*time.Second, "the record to expire", func() bool { return count(`SELECT count(*) FROM parapply.tombstones`) == 0 })
 	if st := r.s.Status(); st.TombstonesExpired != 1 {
@@ -121,8 +130,17 @@ func TestTombstones(t *testing.T) {
 	}
 	r.stop()
 
-	// Off: triggers and table removed, the table's own trigger kept.
+	// Off for a slot while another keeps them: they stay. Off for the
+	// last: triggers and table removed, the table's own trigger kept.
+	e.exec(e.sub, `INSERT INTO parapply.tombstone_slots VALUES ('other')`)
 	cfg.DetectUpdateDeleted = false
+	r = e.start(cfg)
+	e.waitCaughtUp(r)
+	r.stop()
+	if n := count(`SELECT count(*) FROM pg_trigger WHERE tgname = 'parapply_tombstones'`); n != 2 {
+		t.Fatalf("%d tombstone triggers with another slot keeping them, want 2", n)
+	}
+	e.exec(e.sub, `DELETE FROM parapply.tombstone_slots WHERE slot_name = 'other'`)
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
 	r.stop()
