@@ -124,6 +124,9 @@ type Txn struct {
 	XID        parapply.XID
 	CommitLSN  parapply.LSN
 	CommitTime time.Time
+	// Origin is the replication origin the publisher received the
+	// transaction from ("" when it was made there), for the conflict log.
+	Origin string
 	// Failed, when set, is the error an earlier run met applying this
 	// transaction (on_error = skip_transaction): none of its changes is
 	// applied; each is written to parapply.conflicts instead, in the

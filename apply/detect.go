@@ -81,11 +81,15 @@ func (r *run) encode() ([]any, error) {
 }
 
 // txnColumns returns, per source transaction of the run in row order, the
-// last row number it holds (1-based), its xid, commit LSN and commit time
-// as text (NULL where unknown).
-func (r *run) txnColumns() (upto, xid, lsn, at [][]byte) {
+// last row number it holds (1-based), its xid, commit LSN, commit time and
+// origin as text (NULL where unknown, or made on the publisher).
+func (r *run) txnColumns() (upto, xid, lsn, at, origin [][]byte) {
 	for _, rt := range r.txns {
-		var l, t []byte
+		var l, t, o []byte
+		if rt.txn.Origin != "" {
+			o = []byte(rt.txn.Origin)
+		}
+		origin = append(origin, o)
 		if rt.txn.CommitLSN != 0 {
 			l = []byte(rt.txn.CommitLSN.String())
 		}
@@ -95,7 +99,7 @@ func (r *run) txnColumns() (upto, xid, lsn, at [][]byte) {
 		upto = append(upto, []byte(fmt.Sprint(min(rt.upto, r.rows))))
 		xid, lsn, at = append(xid, []byte(fmt.Sprint(rt.txn.XID))), append(lsn, l), append(at, t)
 	}
-	return upto, xid, lsn, at
+	return upto, xid, lsn, at, origin
 }
 
 // hasCareful reports whether the run has a careful statement (see
@@ -177,8 +181,8 @@ func (a *Applier) resolvingOp(r *run, sql, what string) (op, error) {
 	if err != nil {
 		return op{}, err
 	}
-	u, x, l, t := r.txnColumns()
-	args = append(args, encodeTextArray(u), encodeTextArray(x), encodeTextArray(l), encodeTextArray(t))
+	u, x, l, t, o := r.txnColumns()
+	args = append(args, encodeTextArray(u), encodeTextArray(x), encodeTextArray(l), encodeTextArray(t), encodeTextArray(o))
 	var n int64
 	var found []string
 	table := r.table
@@ -248,10 +252,10 @@ func (a *Applier) logFailed(t *Table, what string, tups ...parapply.Tuple) {
 			row = key // the other columns of a key image are not the row's
 		}
 	}
-	a.queue(`INSERT INTO parapply.conflicts (slot_name, conflict_type, table_name, key, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied, detail)
-		VALUES ($1, 'apply_error', $2, $3::text::jsonb, $4::text::jsonb, $5, $6::text::pg_lsn, $7, 'skip_transaction', false, $8)`,
+	a.queue(`INSERT INTO parapply.conflicts (slot_name, conflict_type, table_name, key, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied, detail)
+		VALUES ($1, 'apply_error', $2, $3::text::jsonb, $4::text::jsonb, $5, $6::text::pg_lsn, $7, $9, 'skip_transaction', false, $8)`,
 		"logging a change of a skipped transaction", -1,
-		a.cfg.Slot, t.Rel.Namespace+"."+t.Rel.Name, nullText(key), nullText(row), int64(a.txn.XID), a.txn.CommitLSN.String(), a.txn.CommitTime, what+": "+a.txn.Failed)
+		a.cfg.Slot, t.Rel.Namespace+"."+t.Rel.Name, nullText(key), nullText(row), int64(a.txn.XID), a.txn.CommitLSN.String(), a.txn.CommitTime, what+": "+a.txn.Failed, nullText([]byte(a.txn.Origin)))
 	a.grp.changes++
 }
 

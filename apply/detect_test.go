@@ -48,7 +48,7 @@ func TestRunTxns(t *testing.T) {
 }
 
 func txnText(r *run) string {
-	u, x, l, at := r.txnColumns()
+	u, x, l, at, _ := r.txnColumns()
 	var parts []string
 	for i := range u {
 		f := []string{string(u[i]), string(x[i]), orDash(l[i]), orDash(at[i])}

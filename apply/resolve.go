@@ -68,7 +68,7 @@ const (
 
 // conflictColumns are the columns of parapply.conflicts a careful
 // statement fills.
-const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, resolution, remote_applied"
+const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied"
 
 // checkedSQL wraps the statement of an update or delete run of kind so
 // that it fails with PC001 when it changed fewer rows than the run holds
@@ -194,20 +194,20 @@ func lit(s string) string { return parapply.QuoteLiteral(s) }
 
 // src writes the CTE holding the run's rows (its parameters, numbered by
 // n), and tx, its source transactions: the last row number of each, its
-// xid, commit LSN and commit time (the four parameters after the run's;
+// xid, commit LSN, commit time and origin (the five parameters after the run's;
 // see run.txnColumns), looked up for the rows examined only.
 func (c *careful) src(cols []int, names []string) {
 	c.w("WITH src AS MATERIALIZED (SELECT * FROM ")
 	unnest(&c.b, c.t, cols, names, true)
 	p := len(names)
-	c.w("), tx AS MATERIALIZED (SELECT x.upto::int8 AS upto, x.rx, x.rl, x.rt FROM unnest(")
-	for i := 1; i <= 4; i++ {
+	c.w("), tx AS MATERIALIZED (SELECT x.upto::int8 AS upto, x.rx, x.rl, x.rt, x.ro FROM unnest(")
+	for i := 1; i <= 5; i++ {
 		if i > 1 {
 			c.w(", ")
 		}
 		param(&c.b, p+i, "text")
 	}
-	c.w(") AS x(upto, rx, rl, rt))")
+	c.w(") AS x(upto, rx, rl, rt, ro))")
 }
 
 // origin writes the columns lo (origin id), lt (commit time) and lname
@@ -274,8 +274,8 @@ func (c *careful) decide(cases [][2]string, app string, apps map[conflict.Type]s
 	for _, cs := range cases {
 		c.w(" WHEN ", cs[0], " THEN ", lit(cs[1]))
 	}
-	c.w(" END AS ct, tx.rx, tx.rl, tx.rt FROM ", c.rows(), " AS u LEFT JOIN loc AS l ON l.m = u.n", c.join,
-		" LEFT JOIN LATERAL (SELECT x.rx, x.rl, x.rt FROM tx AS x WHERE x.upto >= u.n ORDER BY x.upto LIMIT 1) AS tx ON true) AS q)")
+	c.w(" END AS ct, tx.rx, tx.rl, tx.rt, tx.ro FROM ", c.rows(), " AS u LEFT JOIN loc AS l ON l.m = u.n", c.join,
+		" LEFT JOIN LATERAL (SELECT x.rx, x.rl, x.rt, x.ro FROM tx AS x WHERE x.upto >= u.n ORDER BY x.upto LIMIT 1) AS tx ON true) AS q)")
 }
 
 // jsonObject writes a jsonb object of the given columns' text values,
@@ -314,7 +314,7 @@ func (c *careful) finish(key, remote, local string, changed []string) {
 	c.w(", e AS (SELECT parapply.conflict_error(", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key, ", ", remote, ", ", local, ", u.rx, u.rl) FROM d AS u WHERE u.res = 'error' LIMIT 1)")
 	c.w(", g AS (INSERT INTO parapply.conflicts (", conflictColumns, ") SELECT ", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key,
 		", ", local,
-		", u.lname, u.lt, ", remote, ", u.rx::int8, u.rl::pg_lsn, u.rt::timestamptz, ")
+		", u.lname, u.lt, ", remote, ", u.rx::int8, u.rl::pg_lsn, u.rt::timestamptz, u.ro, ")
 	c.w("CASE u.ct")
 	for _, ty := range conflict.Types {
 		c.w(" WHEN ", lit(string(ty)), " THEN ", lit(string(c.d.Rules.For(c.name(), ty))))

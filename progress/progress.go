@@ -82,6 +82,7 @@ CREATE TABLE IF NOT EXISTS parapply.conflicts (
 	detail             text
 );
 ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
+ALTER TABLE parapply.conflicts ADD COLUMN IF NOT EXISTS remote_origin text;
 DO $do$ BEGIN
 IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$

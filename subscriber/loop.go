@@ -40,6 +40,9 @@ type loop struct {
 	streamXID parapply.XID
 	inStream  bool
 	inTxn     bool
+	// begun is a transaction whose BEGIN arrived, held until the next
+	// message: an Origin message there names where the publisher got it.
+	begun *apply.Txn
 	spillDir  string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
@@ -89,6 +92,9 @@ func (l *loop) checkFlush(ctx context.Context) error {
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if f.Data == nil {
+		if err := l.beginHeld(nil); err != nil {
+			return err
+		}
 		if l.inStream {
 			return nil
 		}
@@ -117,9 +123,16 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 }
 
 func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
+	if o, ok := m.(*pgoutput.Origin); ok && l.begun != nil {
+		return l.beginHeld(o)
+	}
+	if err := l.beginHeld(nil); err != nil {
+		return err
+	}
 	switch m := m.(type) {
 	case *pgoutput.Begin:
-		return l.begin(apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime})
+		l.begun = &apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
+		return nil
 	case *pgoutput.Commit:
 		return l.commit(ctx, m.EndLSN)
 	case *pgoutput.RelationMessage:
@@ -190,6 +203,20 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 		l.ahead = l.ahead[1:]
 	}
 	return len(l.ahead) > 0 && l.ahead[0].First <= commitLSN
+}
+
+// beginHeld begins the transaction whose BEGIN is held, if any, with the
+// origin o names (nil: made on the publisher).
+func (l *loop) beginHeld(o *pgoutput.Origin) error {
+	if l.begun == nil {
+		return nil
+	}
+	txn := *l.begun
+	l.begun = nil
+	if o != nil {
+		txn.Origin = o.Name
+	}
+	return l.begin(txn)
 }
 
 func (l *loop) begin(txn apply.Txn) error {

@@ -25,6 +25,9 @@ type conflictCase struct {
 	rules               string // conflict_resolution entries, for this table
 	want                string // the target's rows: "id:v,id:v"
 	log                 string // parapply.conflicts: "type/resolution/applied/key/local v/remote v;..."
+	// origin: the publisher makes pub's changes under this replication
+	// origin (as if it had them from elsewhere): the log names it.
+	origin string
 }
 
 // TestConflicts: every conflict type parapply detects, under every policy
@@ -36,6 +39,8 @@ func TestConflicts(t *testing.T) {
 	cases := []conflictCase{
 		{name: "ie_apply", local: []string{`INSERT INTO ie_apply VALUES (1, 'local')`}, pub: []string{`INSERT INTO ie_apply VALUES (1, 'remote'), (2, 'r2')`},
 			rules: "insert_exists=apply_remote", want: "1:remote,2:r2", log: `insert_exists/apply_remote/true/{"id": "1"}/local/remote`},
+		{name: "ie_upstream", local: []string{`INSERT INTO ie_upstream VALUES (1, 'local')`}, pub: []string{`INSERT INTO ie_upstream VALUES (1, 'remote')`},
+			origin: "upstream", rules: "insert_exists=apply_remote", want: "1:remote", log: `insert_exists/apply_remote/true/{"id": "1"}/local/remote`},
 		{name: "ie_keep", local: []string{`INSERT INTO ie_keep VALUES (1, 'local')`}, pub: []string{`INSERT INTO ie_keep VALUES (1, 'remote'), (2, 'r2')`},
 			rules: "insert_exists=keep_local", want: "1:local,2:r2", log: `insert_exists/keep_local/false/{"id": "1"}/local/remote`},
 		{name: "ie_lww", local: []string{`INSERT INTO ie_lww VALUES (1, 'older')`}, pub: []string{`INSERT INTO ie_lww VALUES (1, 'remote1'), (2, 'remote2')`},
@@ -142,8 +147,15 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 		}
 	}
 	for _, c := range cases {
+		if c.origin != "" {
+			e.exec(e.pub, `SELECT pg_replication_origin_create($1) WHERE pg_replication_origin_oid($1) IS NULL`, c.origin)
+			e.exec(e.pub, `SELECT pg_replication_origin_session_setup($1)`, c.origin)
+		}
 		for _, q := range c.pub {
 			e.exec(e.pub, q)
+		}
+		if c.origin != "" {
+			e.exec(e.pub, `SELECT pg_replication_origin_session_reset()`)
 		}
 	}
 	for _, c := range cases {
@@ -178,6 +190,11 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 		}
 		if log != c.log {
 			t.Errorf("%s: parapply.conflicts holds\n\t%s\nwant\n\t%s", c.name, log, c.log)
+		}
+		var wrongOrigin int
+		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM parapply.conflicts WHERE table_name = $1 AND slot_name = 'conflicts' AND remote_origin IS DISTINCT FROM nullif($2, '')`,
+			"public."+c.name, c.origin).Scan(&wrongOrigin); err != nil || wrongOrigin != 0 {
+			t.Errorf("%s: %d log rows with a remote_origin other than %q (%v)", c.name, wrongOrigin, c.origin, err)
 		}
 	}
 	var bad int
