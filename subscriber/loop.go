@@ -42,8 +42,8 @@ type loop struct {
 	inTxn     bool
 	// begun is a transaction whose BEGIN arrived, held until the next
 	// message: an Origin message there names where the publisher got it.
-	begun *apply.Txn
-	spillDir  string
+	begun    *apply.Txn
+	spillDir string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
 	rels map[uint32]*parapply.Relation
