@@ -69,7 +69,7 @@ func (r *run) row(i int) *run {
 
 // encode returns the run's parameters (see Table.encodeParam).
 func (r *run) encode() ([]any, error) {
-	args := make([]any, len(r.params), len(r.params)+4)
+	args := make([]any, len(r.params), len(r.params)+5) // room for resolvingOp's five
 	for i, p := range r.params {
 		a, err := r.table.encodeParam(r.cols[i], p)
 		if err != nil {

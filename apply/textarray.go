@@ -78,7 +78,7 @@ func (t *Table) encodeParam(c int, vals [][]byte) (rawArray, error) {
 		}
 		b = binary.BigEndian.AppendUint32(b, uint32(size))
 		var err error
-		if b, err = appendBinary(b, oid, v); err != nil {
+		if b, err = appendBinary(b, oid, size, v); err != nil {
 			// The publisher's column has the target's type: its text
 			// form is always valid.
 			return nil, fmt.Errorf("column %s of %s: %q is not a valid %s value: %w", parapply.QuoteIdent(t.Rel.Columns[c].Name), t.Name, v, binaryTypes[oid].name, err)
@@ -87,39 +87,71 @@ func (t *Table) encodeParam(c int, vals [][]byte) (rawArray, error) {
 	return b, nil
 }
 
-// appendBinary appends the binary form of v, the text form of a value of
-// type oid.
-func appendBinary(b []byte, oid uint32, v []byte) ([]byte, error) {
-	s := string(v)
+// appendBinary appends the binary form (size bytes) of v, the text form
+// of a value of type oid. Integers and booleans are read in place, with no
+// copy of the text: this runs for every value of such a column.
+func appendBinary(b []byte, oid uint32, size int, v []byte) ([]byte, error) {
 	switch oid {
 	case pgtype.BoolOID:
-		switch s {
-		case "t":
+		switch {
+		case len(v) == 1 && v[0] == 't':
 			return append(b, 1), nil
-		case "f":
+		case len(v) == 1 && v[0] == 'f':
 			return append(b, 0), nil
 		}
 		return b, strconv.ErrSyntax
 	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
-		bits := binaryTypes[oid].size * 8
-		n, err := strconv.ParseInt(s, 10, bits)
-		switch bits {
-		case 16:
+		n, err := parseInt(v, size*8)
+		switch size {
+		case 2:
 			return binary.BigEndian.AppendUint16(b, uint16(n)), err
-		case 32:
+		case 4:
 			return binary.BigEndian.AppendUint32(b, uint32(n)), err
 		}
 		return binary.BigEndian.AppendUint64(b, uint64(n)), err
 	case pgtype.Float4OID:
 		// PostgreSQL writes the shortest text that reads back as the
 		// same value; Go reads Infinity, -Infinity and NaN too.
-		f, err := strconv.ParseFloat(s, 32)
+		f, err := strconv.ParseFloat(string(v), 32)
 		return binary.BigEndian.AppendUint32(b, math.Float32bits(float32(f))), err
 	case pgtype.Float8OID:
-		f, err := strconv.ParseFloat(s, 64)
+		f, err := strconv.ParseFloat(string(v), 64)
 		return binary.BigEndian.AppendUint64(b, math.Float64bits(f)), err
 	}
 	return b, fmt.Errorf("no binary form for type %d", oid)
+}
+
+// parseInt reads a decimal integer of the given bit size, as
+// strconv.ParseInt does, from bytes.
+func parseInt(v []byte, bits int) (int64, error) {
+	i, neg := 0, false
+	if len(v) > 0 && (v[0] == '-' || v[0] == '+') {
+		i, neg = 1, v[0] == '-'
+	}
+	if i == len(v) {
+		return 0, strconv.ErrSyntax
+	}
+	limit := uint64(1) << (bits - 1) // the magnitude of the smallest value
+	var u uint64
+	for ; i < len(v); i++ {
+		d := v[i] - '0'
+		if d > 9 {
+			return 0, strconv.ErrSyntax
+		}
+		if u > limit/10 {
+			return 0, strconv.ErrRange
+		}
+		if u = u*10 + uint64(d); u > limit {
+			return 0, strconv.ErrRange
+		}
+	}
+	if neg {
+		return -int64(u), nil
+	}
+	if u == limit {
+		return 0, strconv.ErrRange
+	}
+	return int64(u), nil
 }
 
 // arrayHeader starts a one-dimensional array of vals' length with elements

@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -100,6 +101,25 @@ func TestEncodeParam(t *testing.T) {
 		}
 		if s := "[" + strings.Join(shown, " ") + "]"; s != tt.want {
 			t.Errorf("%s %q: decoded %s, want %s", tab.paramType(tt.col), tt.vals, s, tt.want)
+		}
+	}
+}
+
+// TestParseInt: parseInt agrees with strconv.ParseInt, value and error
+// kind, at every size, on the edges and on malformed text.
+func TestParseInt(t *testing.T) {
+	inputs := []string{"0", "-0", "+7", "-1", "32767", "32768", "-32768", "-32769", "2147483647", "2147483648", "-2147483648", "-2147483649",
+		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "99999999999999999999", "", "-", "+", "1a", " 1", "1.0"}
+	for _, bits := range []int{16, 32, 64} {
+		for _, in := range inputs {
+			want, werr := strconv.ParseInt(in, 10, bits)
+			got, err := parseInt([]byte(in), bits)
+			if (werr == nil) != (err == nil) || werr == nil && got != want {
+				t.Errorf("parseInt(%q, %d) = %d, %v; strconv says %d, %v", in, bits, got, err, want, werr)
+			}
+			if werr != nil && err != nil && !errors.Is(werr, err) {
+				t.Errorf("parseInt(%q, %d): error %v, strconv's %v", in, bits, err, werr)
+			}
 		}
 	}
 }

@@ -41,11 +41,6 @@ func retentionEvery(mode string) time.Duration {
 	return 0
 }
 
-const tpcbLocalSchema = `CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
-	CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
-	CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84)) WITH (fillfactor = 100);
-	CREATE TABLE pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))`
-
 func conflictOverhead(deletes bool) workload {
 	doc := "the target's own TPC-B-like load (scale 10, 8 clients x 30 s, on tables it does not replicate) while the engine applies 200 transactions/s of 10-row updates: local TPS by detection mode (off, tombstones, retention-10s, retention-100s) and the apply's catch-up after the load"
 	if deletes {
@@ -68,15 +63,10 @@ func conflictOverhead(deletes bool) workload {
 // the stream runs, then the catch-up once the publisher stops.
 func (r *runEnv) localLoad(ctx context.Context, w workload, m *measurement, mode string) error {
 	s := tpcbScale(r.o.scale)
-	if _, err := r.sub.Exec(ctx, tpcbLocalSchema); err != nil {
+	if _, err := r.sub.Exec(ctx, tpcbSchema); err != nil {
 		return fmt.Errorf("local schema: %w", err)
 	}
-	for _, q := range []string{
-		fmt.Sprintf("INSERT INTO pgbench_branches SELECT g, 0 FROM generate_series(1, %d) g", s),
-		fmt.Sprintf("INSERT INTO pgbench_tellers SELECT g, (g - 1) / 10 + 1, 0 FROM generate_series(1, %d) g", 10*s),
-		fmt.Sprintf("INSERT INTO pgbench_accounts SELECT g, (g - 1) / 100000 + 1, 0, '' FROM generate_series(1, %d) g", 100000*s),
-		"VACUUM ANALYZE", "CHECKPOINT",
-	} {
+	for _, q := range append(tpcbPreload(s), "VACUUM ANALYZE", "CHECKPOINT") {
 		if _, err := r.sub.Exec(ctx, q); err != nil {
 			return fmt.Errorf("local preload: %w", err)
 		}
@@ -100,14 +90,9 @@ func (r *runEnv) localLoad(ctx context.Context, w workload, m *measurement, mode
 	machine := cpuSnapshot(0) // the machine's counters only
 	t0 := time.Now()
 	txns, err := clients(ctx, r.subDSN, 8, d, func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
-		aid, bid, tid, delta := 1+rnd.IntN(100000*s), 1+rnd.IntN(s), 1+rnd.IntN(10*s), rnd.IntN(10001)-5000
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", delta, aid)
-		b.Queue("SELECT abalance FROM pgbench_accounts WHERE aid = $1", aid)
-		b.Queue("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", delta, tid)
-		b.Queue("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", delta, bid)
-		b.Queue("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)", tid, bid, aid, delta)
+		tpcbTxn(b, rnd, s)
 		if w.localDeletes {
 			// The same row back: the target ends equal to the publisher.
 			id := 1 + rnd.IntN(rows)

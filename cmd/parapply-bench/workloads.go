@@ -70,30 +70,15 @@ var workloads = map[string]workload{
 		doc:         "pgbench's TPC-B-like transaction, scale 10, 16 clients x 30 s, publisher synchronous_commit = off, subscriber live (bdr-3.7-parallel-writers.txt)",
 		method:      methodLive,
 		pubSettings: map[string]string{"synchronous_commit": "off"},
-		schema: `CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
-			CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
-			CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84)) WITH (fillfactor = 100);
-			CREATE TABLE pgbench_history (hid bigserial PRIMARY KEY, tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))`,
-		preload: func(scale float64) []string {
-			s := tpcbScale(scale)
-			return []string{
-				fmt.Sprintf("INSERT INTO pgbench_branches SELECT g, 0 FROM generate_series(1, %d) g", s),
-				fmt.Sprintf("INSERT INTO pgbench_tellers SELECT g, (g - 1) / 10 + 1, 0 FROM generate_series(1, %d) g", 10*s),
-				fmt.Sprintf("INSERT INTO pgbench_accounts SELECT g, (g - 1) / 100000 + 1, 0, '' FROM generate_series(1, %d) g", 100000*s),
-			}
-		},
-		tables: []string{"pgbench_branches", "pgbench_tellers", "pgbench_accounts", "pgbench_history"},
+		schema:      tpcbSchema,
+		preload:     func(scale float64) []string { return tpcbPreload(tpcbScale(scale)) },
+		tables:      []string{"pgbench_branches", "pgbench_tellers", "pgbench_accounts", "pgbench_history"},
 		write: func(ctx context.Context, r *runEnv) (int64, error) {
 			s := tpcbScale(r.o.scale)
 			return clients(ctx, r.pubDSN, 16, seconds(30, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
-				aid, bid, tid, delta := 1+rnd.IntN(100000*s), 1+rnd.IntN(s), 1+rnd.IntN(10*s), rnd.IntN(10001)-5000
 				b := &pgx.Batch{}
 				b.Queue("BEGIN")
-				b.Queue("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", delta, aid)
-				b.Queue("SELECT abalance FROM pgbench_accounts WHERE aid = $1", aid)
-				b.Queue("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", delta, tid)
-				b.Queue("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", delta, bid)
-				b.Queue("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)", tid, bid, aid, delta)
+				tpcbTxn(b, rnd, s)
 				b.Queue("COMMIT")
 				return c.SendBatch(ctx, b).Close()
 			})
@@ -162,6 +147,33 @@ func rangeUpdates(n int) func(context.Context, *runEnv) (int64, error) {
 }
 
 func tpcbScale(scale float64) int { return scaled(10, scale) }
+
+// tpcbSchema is pgbench's tables (pgbench_history with a key, which a
+// publication needs for its rows to be told apart).
+const tpcbSchema = `CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
+	CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
+	CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84)) WITH (fillfactor = 100);
+	CREATE TABLE pgbench_history (hid bigserial PRIMARY KEY, tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))`
+
+// tpcbPreload fills pgbench's tables at scale s.
+func tpcbPreload(s int) []string {
+	return []string{
+		fmt.Sprintf("INSERT INTO pgbench_branches SELECT g, 0 FROM generate_series(1, %d) g", s),
+		fmt.Sprintf("INSERT INTO pgbench_tellers SELECT g, (g - 1) / 10 + 1, 0 FROM generate_series(1, %d) g", 10*s),
+		fmt.Sprintf("INSERT INTO pgbench_accounts SELECT g, (g - 1) / 100000 + 1, 0, '' FROM generate_series(1, %d) g", 100000*s),
+	}
+}
+
+// tpcbTxn queues the statements of pgbench's TPC-B-like transaction at
+// scale s (the caller begins and commits it).
+func tpcbTxn(b *pgx.Batch, rnd *rand.Rand, s int) {
+	aid, bid, tid, delta := 1+rnd.IntN(100000*s), 1+rnd.IntN(s), 1+rnd.IntN(10*s), rnd.IntN(10001)-5000
+	b.Queue("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2", delta, aid)
+	b.Queue("SELECT abalance FROM pgbench_accounts WHERE aid = $1", aid)
+	b.Queue("UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2", delta, tid)
+	b.Queue("UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2", delta, bid)
+	b.Queue("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)", tid, bid, aid, delta)
+}
 
 func scaled(n int, scale float64) int {
 	v := int(float64(n)*scale + 0.5)
