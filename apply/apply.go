@@ -406,6 +406,13 @@ func (a *Applier) Begin(txn Txn) {
 func (a *Applier) Retitle(txn Txn) {
 	if a.det != nil {
 		a.wait()
+		if len(a.found) > 0 && a.txn.XID == txn.XID && a.txn.CommitLSN != txn.CommitLSN {
+			// Conflicts already logged name the stand-in commit.
+			a.queue(`UPDATE parapply.conflicts SET commit_lsn = $1::text::pg_lsn, remote_commit_time = $2
+				WHERE source_xid = $3 AND slot_name = $4 AND commit_lsn = $5::text::pg_lsn`,
+				"naming the commit of a streamed transaction's logged conflicts", -1,
+				txn.CommitLSN.String(), txn.CommitTime, int64(txn.XID), a.cfg.Slot, a.txn.CommitLSN.String())
+		}
 		a.b.retitle(txn)
 		for _, o := range a.keep.ops {
 			if o.run != nil {

@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS parapply.conflicts (
 );
 ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
 ALTER TABLE parapply.conflicts ADD COLUMN IF NOT EXISTS remote_origin text;
+CREATE INDEX IF NOT EXISTS conflicts_source_xid ON parapply.conflicts (source_xid);
 DO $do$ BEGIN
 IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$

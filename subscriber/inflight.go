@@ -214,21 +214,21 @@ func (sc *streamConn) refresh(ctx context.Context, current map[uint32]*parapply.
 	return nil
 }
 
-// startInflight takes a target connection for a streamed transaction whose
-// first change is at first, and starts applying its chunks as they come.
-func (l *loop) startInflight(ctx context.Context, xid parapply.XID, log *spill.Log, first parapply.LSN) (*inflight, error) {
+// startInflight takes a target connection for streamed transaction xid,
+// and starts applying its chunks as they come.
+func (l *loop) startInflight(ctx context.Context, xid parapply.XID, st *stream) (*inflight, error) {
 	sc, err := l.streamConnFor(ctx, xid)
 	if err != nil {
 		return nil, err
 	}
 	app := sc.app
 	gctx, cancel := context.WithCancel(context.Background())
-	f := &inflight{xid: xid, spill: log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: sc.rels, cancel: cancel, done: make(chan struct{})}
+	f := &inflight{xid: xid, spill: st.log, log: l.s.log, app: app, proto: l.dec.ProtoVersion, rels: sc.rels, cancel: cancel, done: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
 	// The commit LSN is not known yet; the first change's position stands
 	// in for it (the commit comes after it), so tables copied at a sync
 	// position before it are applied (see loop.inflightAllowed).
-	app.Begin(apply.Txn{XID: xid, CommitLSN: first})
+	app.Begin(apply.Txn{XID: xid, CommitLSN: st.firstLSN, Origin: st.origin})
 	l.s.inflight.Add(1)
 	go func() {
 		defer close(f.done)

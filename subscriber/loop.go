@@ -42,8 +42,10 @@ type loop struct {
 	inTxn     bool
 	// begun is a transaction whose BEGIN arrived, held until the next
 	// message: an Origin message there names where the publisher got it.
-	begun    *apply.Txn
-	spillDir string
+	begun *apply.Txn
+	// begunPrepare says the held BEGIN is a BEGIN PREPARE.
+	begunPrepare bool
+	spillDir     string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
 	rels map[uint32]*parapply.Relation
@@ -92,7 +94,7 @@ func (l *loop) checkFlush(ctx context.Context) error {
 
 func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if f.Data == nil {
-		if err := l.beginHeld(nil); err != nil {
+		if err := l.beginHeld(ctx, nil); err != nil {
 			return err
 		}
 		if l.inStream {
@@ -124,9 +126,9 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 
 func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	if o, ok := m.(*pgoutput.Origin); ok && l.begun != nil {
-		return l.beginHeld(o)
+		return l.beginHeld(ctx, o)
 	}
-	if err := l.beginHeld(nil); err != nil {
+	if err := l.beginHeld(ctx, nil); err != nil {
 		return err
 	}
 	switch m := m.(type) {
@@ -178,7 +180,9 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	case *pgoutput.StreamStop:
 		return nil
 	case *pgoutput.BeginPrepare:
-		return l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime})
+		l.begun = &apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}
+		l.begunPrepare = true
+		return nil
 	case *pgoutput.Prepare:
 		return l.prepare(ctx, m.XID, m.EndLSN)
 	case *pgoutput.StreamPrepare:
@@ -207,14 +211,17 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 
 // beginHeld begins the transaction whose BEGIN is held, if any, with the
 // origin o names (nil: made on the publisher).
-func (l *loop) beginHeld(o *pgoutput.Origin) error {
+func (l *loop) beginHeld(ctx context.Context, o *pgoutput.Origin) error {
 	if l.begun == nil {
 		return nil
 	}
-	txn := *l.begun
-	l.begun = nil
+	txn, prepared := *l.begun, l.begunPrepare
+	l.begun, l.begunPrepare = nil, false
 	if o != nil {
 		txn.Origin = o.Name
+	}
+	if prepared {
+		return l.beginPrepare(ctx, txn)
 	}
 	return l.begin(txn)
 }

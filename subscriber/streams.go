@@ -29,6 +29,9 @@ type stream struct {
 	// block is committed (see handOver).
 	settled bool
 	counted int64 // live bytes, as counted in Subscriber.streamBytes
+	// origin names where the publisher got the transaction (the Origin
+	// message of its first block); "" when made there.
+	origin string
 }
 
 // streamed handles a message between StreamStart and StreamStop: changes go
@@ -49,7 +52,10 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 		// Later transactions' changes to it come without one.
 		l.sink.relation(&rel, nil)
 		return l.spillChange(ctx, st, m.XID, f)
-	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage, *pgoutput.Origin:
+	case *pgoutput.Origin:
+		st.origin = m.Name
+		return nil
+	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
 		return nil
 	}
 	return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)
@@ -99,7 +105,7 @@ func (l *loop) handOver(ctx context.Context, st *stream) error {
 			st.atCommit = true
 			return nil
 		}
-		f, err := l.startInflight(ctx, l.streamXID, st.log, st.firstLSN)
+		f, err := l.startInflight(ctx, l.streamXID, st)
 		if err != nil {
 			l.s.log.Warn("cannot open a connection to apply a streamed transaction in flight; it will be applied at its commit", "xid", l.streamXID, "error", err)
 			st.atCommit = true
@@ -189,6 +195,9 @@ func (l *loop) closeStreams() {
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
 	st := l.streams[m.XID]
 	txn := apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}
+	if st != nil {
+		txn.Origin = st.origin
+	}
 	if st == nil {
 		// Nothing of it was published (empty, or only unpublished
 		// tables).

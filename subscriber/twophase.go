@@ -64,7 +64,11 @@ func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) 
 // spill file (what was applied in flight is rolled back) and prepared.
 func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
 	st := l.streams[m.XID]
-	if err := l.beginPrepare(ctx, apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}); err != nil {
+	txn := apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}
+	if st != nil {
+		txn.Origin = st.origin
+	}
+	if err := l.beginPrepare(ctx, txn); err != nil {
 		return err
 	}
 	if st != nil {

@@ -101,6 +101,33 @@ func TestConflicts(t *testing.T) {
 	}
 }
 
+// TestConflictOrigins: the log names the remote origin of a transaction the
+// publisher streams (its Origin message comes inside the first stream
+// block), of one it prepares (after BEGIN PREPARE), and of one both.
+func TestConflictOrigins(t *testing.T) {
+	pad := func(name string) string {
+		return fmt.Sprintf("INSERT INTO %s_pad SELECT g, repeat('s', 100) FROM generate_series(1, 3000) g", name)
+	}
+	schema := func(name string) string {
+		return fmt.Sprintf("CREATE TABLE %[1]s (id int PRIMARY KEY, v text); CREATE TABLE %[1]s_pad (id int PRIMARY KEY, v text)", name)
+	}
+	cases := []conflictCase{
+		{name: "ie_streamed", schema: schema("ie_streamed"), local: []string{`INSERT INTO ie_streamed VALUES (1, 'local')`},
+			pub: []string{`BEGIN; ` + pad("ie_streamed") + `; INSERT INTO ie_streamed VALUES (1, 'remote'); COMMIT`}},
+		{name: "ie_prepared", local: []string{`INSERT INTO ie_prepared VALUES (1, 'local')`},
+			pub: []string{`BEGIN; INSERT INTO ie_prepared VALUES (1, 'remote'); PREPARE TRANSACTION 'ie_prepared'`, `COMMIT PREPARED 'ie_prepared'`}},
+		{name: "ie_both", schema: schema("ie_both"), local: []string{`INSERT INTO ie_both VALUES (1, 'local')`},
+			pub: []string{`BEGIN; ` + pad("ie_both") + `; INSERT INTO ie_both VALUES (1, 'remote'); PREPARE TRANSACTION 'ie_both'`, `COMMIT PREPARED 'ie_both'`}},
+	}
+	for i := range cases {
+		cases[i].origin, cases[i].rules, cases[i].want = "upstream", "insert_exists=apply_remote", "1:remote"
+		cases[i].log = `insert_exists/apply_remote/true/{"id": "1"}/local/remote`
+	}
+	testConflicts(t, 4, cases, func(c *subscriber.Config) {
+		c.Source.Streaming, c.Source.TwoPhase, c.Source.DecodingWorkMem = true, true, "64kB"
+	})
+}
+
 func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func(*subscriber.Config)) {
 	var schema []string
 	var rules []string
@@ -116,9 +143,11 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 			}
 		}
 	}
-	sub := maps.Clone(fast)
+	pub := maps.Clone(fast)
+	pub["max_prepared_transactions"] = "4"
+	sub := maps.Clone(pub)
 	sub["track_commit_timestamp"] = "on"
-	e := newEnvSettings(t, strings.Join(schema, "; "), fast, sub)
+	e := newEnvSettings(t, strings.Join(schema, "; "), pub, sub)
 	ctx := context.Background()
 	// The rows both sides hold come from the initial copy, as in a real
 	// setup (rows a local session wrote are in conflict when replicated
@@ -202,6 +231,17 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 		OR (conflict_type NOT LIKE '%missing' AND local_row IS NOT NULL AND local_commit_time IS NULL)
 		OR (conflict_type = 'update_deleted' AND local_commit_time IS NULL)`).Scan(&bad); err != nil || bad != 0 {
 		t.Errorf("%d rows of parapply.conflicts lack the source transaction or a commit time (%v)", bad, err)
+		rows, err := e.sub.Query(ctx, `SELECT to_jsonb(c)::text FROM parapply.conflicts c ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				t.Fatal(err)
+			}
+			t.Log(r)
+		}
 	}
 }
 
