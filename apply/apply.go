@@ -102,6 +102,9 @@ type Stats struct {
 	// groups come in lumps (workers = auto compares it before and after
 	// a move to the workers).
 	Executed atomic.Int64
+	// PrefetchWait is the time (ns) statements waited for their rows to
+	// be read ahead (see awaitReadAhead).
+	PrefetchWait atomic.Int64
 }
 
 // Absorb adds o's totals to s: the totals of a run's appliers carry on into
@@ -110,7 +113,7 @@ func (s *Stats) Absorb(o *Stats) {
 	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
 		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
 		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}, {&s.Executed, &o.Executed},
-		{&s.ConflictReplays, &o.ConflictReplays}, {&s.Conflicts, &o.Conflicts}} {
+		{&s.ConflictReplays, &o.ConflictReplays}, {&s.Conflicts, &o.Conflicts}, {&s.PrefetchWait, &o.PrefetchWait}} {
 		p[0].Add(p[1].Load())
 	}
 }
@@ -161,12 +164,16 @@ type Applier struct {
 	// or one shared with other appliers (ShareReadAhead); ownRA says
 	// whether this applier reports and closes it. cc is the target's
 	// configuration.
-	ra       *readAheads
-	ownRA    bool
-	cc       *pgx.ConnConfig
-	qbytes   int
-	inflight *inflight // round trip started by sendAsync
-	failed   error     // a failed round trip's error, until rollback
+	ra     *readAheads
+	ownRA  bool
+	cc     *pgx.ConnConfig
+	qbytes int
+	qrows  int // rows of the statements in ops
+	// roundRows caps qrows while statements wait for their rows to be
+	// read ahead (see readAheadRows): the least of its large tables'.
+	roundRows int
+	inflight  *inflight // round trip started by sendAsync
+	failed    error     // a failed round trip's error, until rollback
 	// b turns the open group's changes into statements.
 	b          *batcher
 	keybuf     []byte // RowKeys' buffer
@@ -333,6 +340,11 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	}
 	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
 	a.tables[rel.ID] = t
+	if t.Large {
+		if n := readAheadRows(t.BufferPages); a.roundRows == 0 || n < a.roundRows {
+			a.roundRows = n
+		}
+	}
 	return nil
 }
 

@@ -57,6 +57,9 @@ type run struct {
 	// applied is set once the run's statement has run: key sets of it
 	// still waiting for the prefetcher are not worth reading any more.
 	applied atomic.Bool
+	// reading counts its key sets offered to the prefetcher and not read
+	// yet.
+	reading atomic.Int32
 }
 
 // sqlFor returns the statement for a run of one table, kind and column
@@ -200,14 +203,19 @@ func (b *batcher) reset() {
 
 // bytes is the parameter bytes held in runs not taken yet.
 func (b *batcher) bytes() int {
-	n := 0
-	for _, r := range b.runs {
-		n += r.bytes
-	}
-	for _, r := range b.ready {
-		n += r.bytes
-	}
+	_, n := b.held()
 	return n
+}
+
+// held is the rows and parameter bytes held in runs not taken yet.
+func (b *batcher) held() (rows, bytes int) {
+	for _, rs := range [][]*run{b.runs, b.ready} {
+		for _, r := range rs {
+			rows += r.rows
+			bytes += r.bytes
+		}
+	}
+	return rows, bytes
 }
 
 // touch records keys the run now touches, none of them collapsible.

@@ -77,6 +77,10 @@ type Table struct {
 	// from outside the buffer cache, which prefetching takes off the
 	// applier's connection.
 	Large bool
+	// BufferPages is the target's shared_buffers in pages, when it was
+	// loaded: how much may be read ahead of a statement (see
+	// readAheadRows).
+	BufferPages int
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
@@ -196,7 +200,8 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
 			FROM pg_catalog.pg_partition_tree($1::oid::regclass))
-			> pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers'))`, oid).Scan(&t.Triggers, &t.Large)
+			> pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')),
+		(pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')) / pg_catalog.current_setting('block_size')::int)::int`, oid).Scan(&t.Triggers, &t.Large, &t.BufferPages)
 	if err != nil {
 		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}

@@ -132,7 +132,8 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 	if err := a.queueReady(ctx); err != nil {
 		return err
 	}
-	if a.qbytes+a.b.bytes() >= a.cfg.PipelineBytes {
+	rows, bytes := a.b.held()
+	if a.qbytes+bytes >= a.cfg.PipelineBytes || (a.roundRows > 0 && a.readAheadSlow() && a.qrows+rows >= a.roundRows) {
 		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}
@@ -166,6 +167,7 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
 	a.grp.bytes += r.bytes
 	a.qbytes += r.bytes
+	a.qrows += r.rows
 	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.NoCopy {
 		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = encodeCopyText(r.params, r.rows, r.bytes)
 		return nil

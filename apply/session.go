@@ -130,7 +130,7 @@ func (a *Applier) takeOps() ([]op, error) {
 		return nil, err
 	}
 	ops := a.ops
-	a.ops, a.qbytes = a.ops[:0:0], 0
+	a.ops, a.qbytes, a.qrows = a.ops[:0:0], 0, 0
 	return ops, nil
 }
 
@@ -181,6 +181,7 @@ func (a *Applier) wait() error {
 // resolve.go), the target transaction is rolled back and applied again from
 // its start with careful statements, which resolve and log conflicts.
 func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
+	a.awaitReadAhead(ctx, ops)
 	if len(ops) > 0 && ops[0].sql == "BEGIN" {
 		a.keep, a.found, a.replayed = keptGroup{}, nil, false
 		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load() && a.alone())
@@ -580,7 +581,7 @@ func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN,
 func (a *Applier) rollback(ctx context.Context) {
 	a.wait()
 	a.failed = nil
-	a.ops, a.qbytes = nil, 0
+	a.ops, a.qbytes, a.qrows = nil, 0, 0
 	a.b.reset()
 	a.takeCounts()
 	a.found = nil

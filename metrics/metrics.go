@@ -59,6 +59,7 @@ var (
 	prefetchDesc   = desc("prefetched_rows_total", "Rows of coming updates and deletes read ahead on the prefetch connections, and values of coming inserts looked up in large indexes.")
 	pfConnsDesc    = desc("prefetch_connections", "Prefetch connections open: one, and more while key sets wait for one and the prefetch sessions wait on reads, up to prefetch_connections.")
 	pfDroppedDesc  = desc("prefetch_dropped_rows_total", "Rows not read ahead: offered while the prefetch queue was full, or applied before a prefetch connection took them.")
+	pfWaitDesc     = desc("prefetch_wait_seconds_total", "Time statements waited, before they were sent, for their rows to be read ahead (only while the prefetch sessions' reads wait on a disk).")
 	queueDesc      = desc("queue_bytes", "Bytes of transactions handed to workers and not yet committed.")
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
@@ -93,7 +94,7 @@ var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscri
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
-		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, queueDesc,
+		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
@@ -162,6 +163,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(prefetchDesc, float64(st.Prefetched))
 	counter(pfDroppedDesc, float64(st.PrefetchDropped))
 	gauge(pfConnsDesc, float64(st.PrefetchConns))
+	counter(pfWaitDesc, st.PrefetchWait.Seconds())
 	gauge(queueDesc, float64(st.QueueBytes))
 	gauge(streamDesc, float64(st.StreamBytes))
 	counter(spillDesc, float64(st.SpillBytes))

@@ -50,6 +50,9 @@ type Status struct {
 	Prefetched, PrefetchDropped int64
 	// PrefetchConns counts the prefetch connections open.
 	PrefetchConns int
+	// PrefetchWait is how long statements waited, before they were sent,
+	// for their rows to be read ahead (reads that wait on a disk).
+	PrefetchWait time.Duration
 	// QueueBytes holds the bytes of transactions handed to workers and not
 	// yet committed; StreamBytes those of streamed transactions received
 	// before their commit.
@@ -205,6 +208,7 @@ func (s *Subscriber) Status() Status {
 		st.Prefetched += rows
 		st.PrefetchDropped += dropped
 		st.PrefetchConns += a.PrefetchConns()
+		st.PrefetchWait += time.Duration(a.Stats.PrefetchWait.Load())
 	}
 	for _, name := range s.tallies.Names() {
 		t := s.tallies.For(name)

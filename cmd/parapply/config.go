@@ -45,7 +45,7 @@ var settings = []setting{
 	{"max_workers", "8", "with workers = auto, the workers it applies on while reads wait"},
 	{"commit_order", "preserve", "with workers: preserve commits in the publisher's commit order (a reader only sees states the publisher had); dependency commits each transaction as soon as those it conflicts with have (faster, but a reader may see later transactions before unrelated earlier ones)"},
 	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory"},
-	{"prefetch_connections", "8", "the most connections that read ahead at once (one, and more while key sets wait for one and the prefetch sessions wait on reads; each reads one row after another): the reads in flight on a slow disk"},
+	{"prefetch_connections", "16", "the most connections that read ahead at once (one, and more while key sets wait for one and the prefetch sessions wait on reads; each reads one row after another): the reads in flight on a slow disk"},
 	{"batch_rows", "10000", "most rows in one set-based statement"},
 	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},

@@ -67,7 +67,9 @@ func TestPrefetchInsertProbes(t *testing.T) {
 // file read of the target) or not: the prefetcher, which starts with one
 // connection, opens more while key sets wait for one and its sessions are
 // seen waiting on reads, and keeps one when reads come from the operating
-// system's cache. The target ends equal to the publisher.
+// system's cache; under slow reads, statements wait for their rows to be
+// read ahead (and never for cached ones). The target ends equal to the
+// publisher.
 func TestPrefetchGrows(t *testing.T) {
 	for _, delay := range []time.Duration{2 * time.Millisecond, 0} {
 		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) {
@@ -91,7 +93,13 @@ func TestPrefetchGrows(t *testing.T) {
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d prefetch connections open; %d rows read ahead, %d dropped", conns, st.Prefetched, st.PrefetchDropped)
+			t.Logf("%d prefetch connections open; %d rows read ahead, %d dropped; statements waited %s for them", conns, st.Prefetched, st.PrefetchDropped, st.PrefetchWait)
+			if delay > 0 && st.PrefetchWait == 0 {
+				t.Errorf("no statement waited for its rows to be read ahead under slow reads")
+			}
+			if delay == 0 && st.PrefetchWait > 0 && !raceDetector {
+				t.Errorf("statements waited %s for rows read from the operating system's cache", st.PrefetchWait)
+			}
 			if st.Prefetched == 0 {
 				t.Errorf("no row was read ahead (%d dropped)", st.PrefetchDropped)
 			}
