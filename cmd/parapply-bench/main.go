@@ -109,38 +109,36 @@ func run(ctx context.Context, args []string) error {
 	}
 	var results []result
 	for _, w := range o.workloads {
-		var base *result
-		for _, e := range o.engines {
-			counts := []int{0}
-			if isParapply(e) {
-				counts = o.workers
+		cells := cellsOf(o, w)
+		// Run i of every cell before run i+1 of any: the machine's pace
+		// drifts over minutes, and each engine then meets the same drift.
+		for i := 0; i < o.runs; i++ {
+			for _, c := range cells {
+				c.measureRun(ctx, o, i)
 			}
-			for _, workers := range counts {
-				modes := []string{""}
-				if workloads[w].method == methodLocal {
-					modes = localModes(e)
-				}
-				var off *result
-				for _, mode := range modes {
-					res := runCell(ctx, o, w, e, workers, mode)
-					if e == "builtin" && res.Verified && mode == "" {
-						b := res
-						base = &b
-					}
-					res.Speedup = speedup(workloads[w].method, base, &res)
-					if mode == "off" && res.Verified {
-						b := res
-						off = &b
-					}
-					if off != nil && off.LocalTPS > 0 && res.Verified {
-						res.LocalTPSVsOff = res.LocalTPS / off.LocalTPS
-					}
-					results = append(results, res)
-					if o.json != "" {
-						if err := appendJSON(o.json, res); err != nil {
-							return err
-						}
-					}
+		}
+		var base, off *result
+		for _, c := range cells {
+			res := c.summary()
+			if c.engine == "builtin" && res.Verified && c.mode == "" {
+				b := res
+				base = &b
+			}
+			res.Speedup = speedup(workloads[w].method, base, &res)
+			if c.mode == "off" || c.mode == "" {
+				off = nil // each engine's other modes compare with its own off
+			}
+			if c.mode == "off" && res.Verified {
+				b := res
+				off = &b
+			}
+			if off != nil && off.LocalTPS > 0 && res.Verified {
+				res.LocalTPSVsOff = res.LocalTPS / off.LocalTPS
+			}
+			results = append(results, res)
+			if o.json != "" {
+				if err := appendJSON(o.json, res); err != nil {
+					return err
 				}
 			}
 		}
@@ -159,26 +157,88 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runCell measures one workload for one engine and worker count, o.runs
-// times, and summarises the runs by their medians.
-func runCell(ctx context.Context, o options, w, e string, workers int, detection string) result {
-	res := result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method, Detection: detection}
+// cell is one workload for one engine, worker count and local mode, with
+// the runs measured so far.
+type cell struct {
+	workload, engine string
+	workers          int
+	mode             string
+	res              result
+	runs             []measurement
+	failed           bool
+}
+
+func newCell(o options, w, e string, workers int, mode string) *cell {
+	c := &cell{workload: w, engine: e, workers: workers, mode: mode}
+	c.res = result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method, Detection: mode}
 	if isParapply(e) {
 		// parapply takes its settings from the environment too.
-		res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
+		c.res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
+	}
+	return c
+}
+
+// cellsOf lists workload w's cells, in the order of o.engines (the
+// built-in first when it is first: the others' speedups are against it).
+func cellsOf(o options, w string) []*cell {
+	var cells []*cell
+	for _, e := range o.engines {
+		counts := []int{0}
+		if isParapply(e) {
+			counts = o.workers
+		}
+		for _, workers := range counts {
+			modes := []string{""}
+			if workloads[w].method == methodLocal {
+				modes = localModes(e)
+			}
+			for _, mode := range modes {
+				cells = append(cells, newCell(o, w, e, workers, mode))
+			}
+		}
+	}
+	return cells
+}
+
+// runCell measures one cell alone, o.runs times.
+func runCell(ctx context.Context, o options, w, e string, workers int, mode string) result {
+	c := newCell(o, w, e, workers, mode)
+	for i := 0; i < o.runs; i++ {
+		c.measureRun(ctx, o, i)
+	}
+	return c.summary()
+}
+
+// measureRun measures run i of the cell, unless an earlier run failed.
+func (c *cell) measureRun(ctx context.Context, o options, i int) {
+	if c.failed {
+		return
+	}
+	w, e := c.workload, c.engine
+	logf("%s / %s (workers %s): run %d of %d", w, e, workersText(c.workers), i+1, o.runs)
+	m, err := measure(ctx, o, workloads[w], e, c.workers, c.mode)
+	c.res.PGVersion = m.pgVersion
+	if err != nil {
+		c.failed, c.res.Verified = true, false
+		c.res.Error = oneLine(err.Error())
+		logf("%s / %s: run %d FAILED: %v", w, e, i+1, err)
+		return
+	}
+	logf("%s / %s: run %d: publisher %.2fs, %d transactions, catch-up %.2fs, sustained %.1f TPS, peak RSS %.0f MB", w, e, i+1, m.publisher, m.txns, m.catchup, m.sustainedTPS, m.rssMB)
+	if m.conflicts > 0 && m.catchup > 0 {
+		logf("%s / %s: run %d: %d conflicts, %.0f per second of catch-up", w, e, i+1, m.conflicts, float64(m.conflicts)/m.catchup)
+	}
+	c.runs = append(c.runs, m)
+}
+
+// summary summarises the cell's runs by their medians.
+func (c *cell) summary() result {
+	res := c.res
+	if c.failed {
+		return res
 	}
 	var pubs, catchups, rates, tps, busy, wcpu, tcpu, pcpu, confl, conflRate, local []float64
-	for i := 0; i < o.runs; i++ {
-		logf("%s / %s (workers %s): run %d of %d", w, e, workersText(workers), i+1, o.runs)
-		m, err := measure(ctx, o, workloads[w], e, workers, detection)
-		res.PGVersion = m.pgVersion
-		if err != nil {
-			res.Verified = false
-			res.Error = oneLine(err.Error())
-			logf("%s / %s: run %d FAILED: %v", w, e, i+1, err)
-			return res
-		}
-		logf("%s / %s: run %d: publisher %.2fs, %d transactions, catch-up %.2fs, sustained %.1f TPS, peak RSS %.0f MB", w, e, i+1, m.publisher, m.txns, m.catchup, m.sustainedTPS, m.rssMB)
+	for i, m := range c.runs {
 		pubs, catchups, tps = append(pubs, m.publisher), append(catchups, m.catchup), append(tps, m.sustainedTPS)
 		if m.catchup > 0 && m.txns > 0 {
 			rates = append(rates, float64(m.txns)/m.catchup)
@@ -186,7 +246,6 @@ func runCell(ctx context.Context, o options, w, e string, workers int, detection
 		busy, wcpu, tcpu, pcpu = append(busy, m.busy), append(wcpu, m.walsenderCPU), append(tcpu, m.targetCPU), append(pcpu, m.processCPU)
 		if m.conflicts > 0 && m.catchup > 0 {
 			confl, conflRate = append(confl, float64(m.conflicts)), append(conflRate, float64(m.conflicts)/m.catchup)
-			logf("%s / %s: run %d: %d conflicts, %.0f per second of catch-up", w, e, i+1, m.conflicts, float64(m.conflicts)/m.catchup)
 		}
 		local = append(local, m.localTPS)
 		res.PeakRSSMB = max(res.PeakRSSMB, m.rssMB)
