@@ -27,3 +27,16 @@ func TestShouldGrow(t *testing.T) {
 		})
 	}
 }
+
+func TestReadAheadRows(t *testing.T) {
+	for _, tc := range []struct{ pages, want int }{
+		{0, 16},         // unknown: the least
+		{256, 32},       // shared_buffers 2MB
+		{16384, 2048},   // 128MB
+		{1 << 20, 2048}, // 8GB: capped
+	} {
+		if got := readAheadRows(tc.pages); got != tc.want {
+			t.Errorf("readAheadRows(%d) = %d, want %d", tc.pages, got, tc.want)
+		}
+	}
+}
