@@ -172,18 +172,16 @@ func (p *prefetcher) loop(conn *pgx.Conn) {
 	for j := range p.jobs {
 		read, err := p.read(conn, j)
 		j.finished()
-		if err != nil {
-			if p.err.CompareAndSwap(nil, &err) {
-				p.warn(fmt.Sprintf("prefetching stopped (applying goes on without it; prefetch = off turns it off): %v", err))
-			}
+		if err != nil && p.err.CompareAndSwap(nil, &err) {
+			p.warn(fmt.Sprintf("prefetching stopped (applying goes on without it; prefetch = off turns it off): %v", err))
+		}
+		if !read {
 			continue
 		}
-		if read && p.retired(conn) {
+		if p.retired(conn) {
 			return
 		}
-		if read {
-			p.maybeGrow()
-		}
+		p.maybeGrow()
 	}
 }
 

@@ -41,11 +41,12 @@ type loop struct {
 	inStream  bool
 	inTxn     bool
 	// begun is a transaction whose BEGIN arrived, held until the next
-	// message: an Origin message there names where the publisher got it.
-	begun *apply.Txn
-	// begunPrepare says the held BEGIN is a BEGIN PREPARE.
-	begunPrepare bool
-	spillDir     string
+	// message: an Origin message there names where the publisher got it;
+	// holding says what holds it: 'B' a BEGIN, 'P' a BEGIN PREPARE, 0 none.
+	// (A value, not a pointer: no allocation per source transaction.)
+	begun    apply.Txn
+	holding  byte
+	spillDir string
 	// rels holds the latest description of every relation, for appliers
 	// that start mid-stream.
 	rels map[uint32]*parapply.Relation
@@ -125,7 +126,7 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 }
 
 func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
-	if o, ok := m.(*pgoutput.Origin); ok && l.begun != nil {
+	if o, ok := m.(*pgoutput.Origin); ok && l.holding != 0 {
 		return l.beginHeld(ctx, o)
 	}
 	if err := l.beginHeld(ctx, nil); err != nil {
@@ -133,7 +134,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	}
 	switch m := m.(type) {
 	case *pgoutput.Begin:
-		l.begun = &apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
+		l.begun, l.holding = apply.Txn{XID: m.XID, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}, 'B'
 		return nil
 	case *pgoutput.Commit:
 		return l.commit(ctx, m.EndLSN)
@@ -180,8 +181,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	case *pgoutput.StreamStop:
 		return nil
 	case *pgoutput.BeginPrepare:
-		l.begun = &apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}
-		l.begunPrepare = true
+		l.begun, l.holding = apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}, 'P'
 		return nil
 	case *pgoutput.Prepare:
 		return l.prepare(ctx, m.XID, m.EndLSN)
@@ -212,11 +212,11 @@ func (l *loop) applied(commitLSN parapply.LSN) bool {
 // beginHeld begins the transaction whose BEGIN is held, if any, with the
 // origin o names (nil: made on the publisher).
 func (l *loop) beginHeld(ctx context.Context, o *pgoutput.Origin) error {
-	if l.begun == nil {
+	if l.holding == 0 {
 		return nil
 	}
-	txn, prepared := *l.begun, l.begunPrepare
-	l.begun, l.begunPrepare = nil, false
+	txn, prepared := l.begun, l.holding == 'P'
+	l.holding = 0
 	if o != nil {
 		txn.Origin = o.Name
 	}

@@ -195,9 +195,6 @@ func (l *loop) closeStreams() {
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
 	st := l.streams[m.XID]
 	txn := apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}
-	if st != nil {
-		txn.Origin = st.origin
-	}
 	if st == nil {
 		// Nothing of it was published (empty, or only unpublished
 		// tables).
@@ -207,6 +204,7 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 		return l.commit(ctx, m.EndLSN)
 	}
 	defer l.dropStream(m.XID, st)
+	txn.Origin = st.origin
 	if f := st.inflight; f != nil {
 		st.inflight = nil
 		if err := l.settle(ctx); err != nil {

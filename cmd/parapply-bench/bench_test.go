@@ -66,3 +66,12 @@ func TestSpeedupComparesRates(t *testing.T) {
 		t.Fatalf("speed-up %.3f without rates, want 2", got)
 	}
 }
+
+// runCell measures one cell alone, o.runs times.
+func runCell(ctx context.Context, o options, w, e string, workers int, mode string) result {
+	c := newCell(o, w, e, workers, mode)
+	for i := 0; i < o.runs; i++ {
+		c.measureRun(ctx, o, i)
+	}
+	return c.summary()
+}

@@ -200,15 +200,6 @@ func cellsOf(o options, w string) []*cell {
 	return cells
 }
 
-// runCell measures one cell alone, o.runs times.
-func runCell(ctx context.Context, o options, w, e string, workers int, mode string) result {
-	c := newCell(o, w, e, workers, mode)
-	for i := 0; i < o.runs; i++ {
-		c.measureRun(ctx, o, i)
-	}
-	return c.summary()
-}
-
 // measureRun measures run i of the cell, unless an earlier run failed.
 func (c *cell) measureRun(ctx context.Context, o options, i int) {
 	if c.failed {
