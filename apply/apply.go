@@ -169,8 +169,8 @@ type Applier struct {
 	cc     *pgx.ConnConfig
 	qbytes int
 	qrows  int // rows of the statements in ops
-	// roundRows caps qrows while statements wait for their rows to be
-	// read ahead (see readAheadRows): the least of its large tables'.
+	// roundRows caps qrows while rows are read ahead (see readsAhead,
+	// readAheadRows): the least of its large tables'.
 	roundRows int
 	inflight  *inflight // round trip started by sendAsync
 	failed    error     // a failed round trip's error, until rollback
@@ -208,7 +208,12 @@ type Applier struct {
 	found        []foundConflict
 	carefulSQL   map[sqlKey]string // used by exec only
 	builtSQL     map[sqlKey]string // checked and fast: by the builder only
-	inFallback   bool
+	// stmts are the statements prepared on the session (see pipeline.go),
+	// used by the sender only; eqb encodes the parameters that are not
+	// rawArrays.
+	stmts      map[string]*preparedStmt
+	eqb        pgx.ExtendedQueryBuilder
+	inFallback bool
 }
 
 // group is the target transaction being built: one or more consecutive

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
@@ -307,40 +306,6 @@ func (a *Applier) send1(ctx context.Context, ops []op, desc txns) error {
 		ops = ops[n:]
 	}
 	return nil
-}
-
-// pipeline sends ops, none of them a COPY, as one pipelined batch.
-func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
-	batch := &pgx.Batch{}
-	for _, o := range ops {
-		batch.Queue(o.sql, o.args...)
-	}
-	br := a.conn.SendBatch(ctx, batch)
-	for _, o := range ops {
-		if o.scan != nil {
-			if err := br.QueryRow().Scan(o.scan...); err != nil {
-				br.Close()
-				if o.table != nil {
-					return a.explain(ctx, o, err, desc)
-				}
-				return fmt.Errorf("%s after %s: %w", o.what, desc, err)
-			}
-			if o.applied != nil {
-				o.applied.Store(true)
-			}
-			if o.after != nil {
-				o.after()
-			}
-			continue
-		}
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return a.explain(ctx, o, err, desc)
-		}
-		a.done(o, tag)
-	}
-	return br.Close()
 }
 
 // done counts a statement built from a run, and the rows it was expected to

@@ -69,7 +69,12 @@ func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool, flags [
 	if copyData {
 		cp = "on"
 	}
-	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp, "--workers", workersText(workers)}
+	args := []string{"run", "--source", pubDSN, "--target", subDSN, "--publication", "bench", "--slot", "bench", "--application-name", "parapply", "--copy-data", cp}
+	if workers != autoWorkers {
+		// auto is the default; left out, an older build (binary=PATH)
+		// runs at its own default.
+		args = append(args, "--workers", workersText(workers))
+	}
 	args = append(args, flags...)
 	return &parapplyEngine{bin: bin, args: args}, nil
 }

@@ -62,7 +62,7 @@ func splitList(s string) []string {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
 	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off)")
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	for _, e := range o.engines {
-		if _, err := parapplySettings(e); err != nil {
+		if _, _, err := parapplySettings(e); err != nil {
 			return err
 		}
 	}
@@ -417,23 +417,30 @@ func isParapply(e string) bool { return e == "parapply" || strings.HasPrefix(e, 
 
 // parapplySettings returns the settings an engine name gives parapply
 // (parapply:name=value:name=value), as command-line flags, so that one run
-// can compare parapply with itself under other settings; it refuses
-// unknown engines and malformed settings.
-func parapplySettings(e string) ([]string, error) {
+// can compare parapply with itself under other settings, and the binary
+// it names (binary=PATH; empty: the invocation's), so that one run can
+// compare two builds; it refuses unknown engines and malformed settings.
+func parapplySettings(e string) (binary string, flags []string, err error) {
 	if e == "builtin" || e == "drain" || e == "parapply" {
-		return nil, nil
+		return "", nil, nil
 	}
 	rest, ok := strings.CutPrefix(e, "parapply:")
 	if !ok {
-		return nil, fmt.Errorf("unknown engine %q (builtin, parapply, parapply:name=value[:name=value] or drain)", e)
+		return "", nil, fmt.Errorf("unknown engine %q (builtin, parapply, parapply:name=value[:name=value] or drain)", e)
 	}
-	var flags []string
 	for _, kv := range strings.Split(rest, ":") {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || strings.ContainsFunc(name, func(r rune) bool { return !(r == '_' || r >= 'a' && r <= 'z') }) {
-			return nil, fmt.Errorf("engine %q: %q is not name=value (a parapply setting, e.g. detect_conflicts=off)", e, kv)
+			return "", nil, fmt.Errorf("engine %q: %q is not name=value (a parapply setting, e.g. detect_conflicts=off)", e, kv)
+		}
+		if name == "binary" {
+			if _, err := os.Stat(value); err != nil {
+				return "", nil, fmt.Errorf("engine %q: binary: %w", e, err)
+			}
+			binary = value
+			continue
 		}
 		flags = append(flags, "--"+strings.ReplaceAll(name, "_", "-"), value)
 	}
-	return flags, nil
+	return binary, flags, nil
 }

@@ -177,11 +177,14 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	case engineName == "builtin":
 		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
 	case isParapply(engineName):
-		flags, _ := parapplySettings(engineName) // checked with the options
+		bin, flags, _ := parapplySettings(engineName) // checked with the options
+		if bin == "" {
+			bin = o.binary
+		}
 		if detection == "tombstones" {
 			flags = append(flags, "--detect-update-deleted", "on")
 		}
-		r.eng, err = newParapply(o.binary, r.pubDSN, r.subDSN, workers, copyData, flags)
+		r.eng, err = newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags)
 	case engineName == "drain":
 		if w.method != methodCatchup {
 			return m, fmt.Errorf("the drain engine measures catch-up workloads only")

@@ -1,0 +1,207 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Statements go out through pgconn's pipeline rather than pgx's batch: a
+// run's parameters are already in PostgreSQL's binary format (rawArray),
+// and pgx's batch copies each parameter into a buffer of its own (grown
+// from a few hundred bytes for every statement) before copying it again
+// into the Bind message. For one-row updates of 1 kB rows that first copy
+// and its growth were a fifth of the process's CPU. Here a rawArray goes
+// into the Bind message as it is; other parameters are encoded by pgx.
+
+// maxPrepared bounds the statements one session keeps prepared: past it
+// they are all deallocated, and prepared again as they come.
+var maxPrepared = 512 // a var: the tests lower it
+
+// preparedStmt is a statement prepared on the applier's session, with what
+// sending it needs.
+type preparedStmt struct {
+	sd *pgconn.StatementDescription
+	// raw: every parameter is an array type whose binary form a rawArray
+	// holds (see registerRawArrays).
+	raw bool
+	// resultFormats of its fields, as pgx would ask for them.
+	resultFormats []int16
+}
+
+// rawOIDs are the parameter types a rawArray is sent as.
+var rawOIDs = func() map[uint32]bool {
+	m := map[uint32]bool{pgtype.TextArrayOID: true}
+	for _, b := range binaryTypes {
+		m[b.array] = true
+	}
+	return m
+}()
+
+// prepared returns sql prepared on the session (a round trip the first
+// time).
+func (a *Applier) prepared(ctx context.Context, sql string) (*preparedStmt, error) {
+	if p, ok := a.stmts[sql]; ok {
+		return p, nil
+	}
+	if len(a.stmts) >= maxPrepared {
+		if err := a.conn.DeallocateAll(ctx); err != nil {
+			return nil, fmt.Errorf("deallocating prepared statements: %w", err)
+		}
+		clear(a.stmts)
+	}
+	sd, err := a.conn.Prepare(ctx, sql, sql)
+	if err != nil {
+		return nil, err
+	}
+	p := &preparedStmt{sd: sd, raw: true}
+	for _, oid := range sd.ParamOIDs {
+		p.raw = p.raw && rawOIDs[oid]
+	}
+	m := a.conn.TypeMap()
+	for _, f := range sd.Fields {
+		p.resultFormats = append(p.resultFormats, m.FormatCodeForOID(f.DataTypeOID))
+	}
+	if a.stmts == nil {
+		a.stmts = map[string]*preparedStmt{}
+	}
+	a.stmts[sql] = p
+	return p, nil
+}
+
+// bound is a statement with its parameters encoded, ready to be sent.
+type bound struct {
+	p       *preparedStmt
+	values  [][]byte
+	formats []int16
+}
+
+// binaryFormat asks for every parameter in binary.
+var binaryFormat = []int16{pgtype.BinaryFormatCode}
+
+// bind encodes o's parameters for p.
+func (a *Applier) bind(p *preparedStmt, o op) (bound, error) {
+	if len(o.args) != len(p.sd.ParamOIDs) {
+		return bound{}, fmt.Errorf("statement takes %d parameters, %d given", len(p.sd.ParamOIDs), len(o.args))
+	}
+	if p.raw {
+		values := make([][]byte, len(o.args))
+		raw := true
+		for i, x := range o.args {
+			switch v := x.(type) {
+			case rawArray:
+				values[i] = v
+			case nil:
+			default:
+				raw = false
+			}
+		}
+		if raw {
+			return bound{p: p, values: values, formats: binaryFormat}, nil
+		}
+	}
+	// Parameters of other kinds (the progress row, the conflict log):
+	// few and small, encoded by pgx and copied out of its buffer.
+	if err := a.eqb.Build(a.conn.TypeMap(), p.sd, o.args); err != nil {
+		return bound{}, err
+	}
+	values := make([][]byte, len(a.eqb.ParamValues))
+	for i, v := range a.eqb.ParamValues {
+		if v != nil {
+			values[i] = slices.Clone(v)
+		}
+	}
+	return bound{p: p, values: values, formats: slices.Clone(a.eqb.ParamFormats)}, nil
+}
+
+// pipeline sends ops, none of them a COPY, as one pipelined round trip.
+func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
+	bs := make([]bound, len(ops))
+	for i, o := range ops {
+		p, err := a.prepared(ctx, o.sql)
+		if err == nil {
+			bs[i], err = a.bind(p, o)
+		}
+		if err != nil {
+			return a.opFailed(ctx, o, err, desc)
+		}
+	}
+	pl := a.conn.PgConn().StartPipeline(ctx)
+	for _, b := range bs {
+		pl.SendQueryStatement(b.p.sd, b.values, b.formats, b.p.resultFormats)
+	}
+	if err := pl.Sync(); err != nil {
+		pl.Close()
+		return fmt.Errorf("sending the statements of %s: %w", desc, err)
+	}
+	for _, o := range ops {
+		res, err := pl.GetResults()
+		if err == nil {
+			err = a.result(o, res)
+		}
+		if err != nil {
+			pl.Close()
+			return a.opFailed(ctx, o, err, desc)
+		}
+	}
+	if res, err := pl.GetResults(); err != nil {
+		pl.Close()
+		return err
+	} else if _, ok := res.(*pgconn.PipelineSync); !ok {
+		pl.Close()
+		return fmt.Errorf("after the statements of %s: expected the end of the round trip, got %T (protocol error)", desc, res)
+	}
+	return pl.Close()
+}
+
+// result takes o's result: its row scanned, or its command tag counted.
+func (a *Applier) result(o op, res any) error {
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("expected a statement's result, got %T (protocol error)", res)
+	}
+	if o.scan == nil {
+		tag, err := rr.Close()
+		if err != nil {
+			return err
+		}
+		a.done(o, tag)
+		return nil
+	}
+	rows := pgx.RowsFromResultReader(a.conn.TypeMap(), rr)
+	if !rows.Next() {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	err := rows.Scan(o.scan...)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if o.applied != nil {
+		o.applied.Store(true)
+	}
+	if o.after != nil {
+		o.after()
+	}
+	return nil
+}
+
+// opFailed explains why o failed: with the table and column for statements
+// built from a run.
+func (a *Applier) opFailed(ctx context.Context, o op, err error, desc txns) error {
+	if o.scan != nil && o.table == nil {
+		return fmt.Errorf("%s after %s: %w", o.what, desc, err)
+	}
+	return a.explain(ctx, o, err, desc)
+}

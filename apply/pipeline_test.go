@@ -1,0 +1,117 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/internal/pgtest"
+)
+
+// TestPipeline sends round trips through the applier's pipeline on a real
+// server: rawArray parameters as they are, other parameters through pgx,
+// rows scanned, a failure that leaves the session usable, and prepared
+// statements bounded by maxPrepared.
+func TestPipeline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "apply-pipeline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	registerRawArrays(conn)
+	a := &Applier{conn: conn, Warn: func(string) {}}
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (k int PRIMARY KEY, v text, f float8)"); err != nil {
+		t.Fatal(err)
+	}
+	desc := txns{last: Txn{XID: 7}, n: 1}
+
+	ins := "INSERT INTO t SELECT u.k::int, u.v, u.f FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(k, v, f)"
+	ft := &Table{binary: []uint32{0, 0, 701}}
+	floats, err := ft.encodeParam(2, [][]byte{[]byte("1.5"), nil, []byte("-2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := ft.encodeParam(2, [][]byte{[]byte("0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	var vals []*string
+	ops := []op{
+		{sql: ins, rows: 3, args: []any{
+			encodeTextArray([][]byte{[]byte("1"), []byte("2"), []byte("3")}),
+			encodeTextArray([][]byte{[]byte("a"), nil, []byte("c'\\")}),
+			floats,
+		}},
+		{sql: "UPDATE t SET v = $1 WHERE k = $2", rows: 1, args: []any{"b", int64(2)}},
+		{sql: "SELECT count(*), array_agg(v ORDER BY k) FROM t WHERE f IS NOT NULL OR k = 2", rows: -1, scan: []any{&n, &vals}},
+	}
+	if err := a.pipeline(ctx, ops, desc); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range vals {
+		if v == nil {
+			got = append(got, "NULL")
+		} else {
+			got = append(got, *v)
+		}
+	}
+	if n != 3 || !slices.Equal(got, []string{"a", "b", "c'\\"}) {
+		t.Fatalf("scanned %d, %q; want 3, [a b c'\\]", n, got)
+	}
+	if a.Stats.Missing.Load() != 0 {
+		t.Fatalf("%d rows counted missing; the statements changed all they were expected to", a.Stats.Missing.Load())
+	}
+
+	// A failure names the transaction and keeps the server's error; the
+	// statements after it in the round trip do not run, and the session
+	// takes the next round trip.
+	err = a.pipeline(ctx, []op{
+		{sql: ins, rows: 1, what: "insert of t", args: []any{encodeTextArray([][]byte{[]byte("1")}), encodeTextArray([][]byte{[]byte("dup")}), one}},
+		{sql: "UPDATE t SET v = 'after' WHERE k = 3", rows: 1},
+	}, desc)
+	var pe *pgconn.PgError
+	var te *TxnError
+	if !errors.As(err, &pe) || pe.Code != "23505" || !errors.As(err, &te) || te.Txn.XID != 7 {
+		t.Fatalf("duplicate key: got %v, want a TxnError of transaction 7 wrapping SQLSTATE 23505", err)
+	}
+	var v string
+	if err := conn.QueryRow(ctx, "SELECT v FROM t WHERE k = 3").Scan(&v); err != nil || v != "c'\\" {
+		t.Fatalf("after the failed round trip: %q, %v; want the row unchanged", v, err)
+	}
+
+	// Past maxPrepared statements, the session's are deallocated and
+	// prepared again as they come.
+	defer func(m int) { maxPrepared = m }(maxPrepared)
+	maxPrepared = 4
+	for i := range 10 {
+		var s string
+		sql := fmt.Sprintf("SELECT array_to_string($1::text[], ',') || '%d'", i%6)
+		if err := a.pipeline(ctx, []op{{sql: sql, rows: -1, args: []any{encodeTextArray([][]byte{[]byte("x"), []byte("y")})}, scan: []any{&s}}}, desc); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("x,y%d", i%6); s != want {
+			t.Fatalf("statement %d returned %q, want %q", i, s, want)
+		}
+		var prepared int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE left(name, 5) = 'stmt_'").Scan(&prepared); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.stmts) > maxPrepared || prepared > maxPrepared {
+			t.Fatalf("after statement %d: %d kept, %d prepared on the server; at most %d", i, len(a.stmts), prepared, maxPrepared)
+		}
+	}
+}
