@@ -169,8 +169,8 @@ type Applier struct {
 	cc     *pgx.ConnConfig
 	qbytes int
 	qrows  int // rows of the statements in ops
-	// roundRows caps qrows while rows are read ahead (see readsAhead,
-	// readAheadRows): the least of its large tables'.
+	// roundRows caps qrows while statements wait for their rows to be
+	// read ahead (see readAheadRows): the least of its large tables'.
 	roundRows int
 	inflight  *inflight // round trip started by sendAsync
 	failed    error     // a failed round trip's error, until rollback

@@ -133,7 +133,7 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 		return err
 	}
 	rows, bytes := a.b.held()
-	if a.qbytes+bytes >= a.cfg.PipelineBytes || (a.roundRows > 0 && a.readsAhead() && a.qrows+rows >= a.roundRows) {
+	if a.qbytes+bytes >= a.cfg.PipelineBytes || (a.roundRows > 0 && a.readAheadSlow() && a.qrows+rows >= a.roundRows) {
 		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}

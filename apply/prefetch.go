@@ -543,8 +543,8 @@ const (
 	readAheadPoll    = 200 * time.Microsecond
 )
 
-// readAheadRows is how many rows of a large table a round trip holds while
-// rows are read ahead, given shared_buffers in pages: an
+// readAheadRows is how many rows a round trip holds while statements wait
+// for their rows to be read ahead, given shared_buffers in pages: an
 // eighth of them (two round trips, each row on a page of its own, within a
 // quarter of the cache: pages read ahead must not be evicted before their
 // statement runs), at least 16, at most 2048 (measured best with
@@ -553,14 +553,6 @@ const (
 func readAheadRows(bufferPages int) int {
 	return min(max(bufferPages/8, 16), 2048)
 }
-
-// readsAhead reports whether rows of coming statements are read ahead:
-// round trips then hold at most roundRows rows of large tables, from the
-// start. Until the tuner has judged the reads (100-250 ms), a round trip
-// of PipelineBytes (8,000 rows of 1 kB) read its pages one at a time; and
-// with the reads cached, the process spent less CPU per change with round
-// trips of 2,048 rows than of 8 MB (point-update: 5.1 against 5.6 us).
-func (a *Applier) readsAhead() bool { return a.cfg.Prefetch && a.ra != nil }
 
 // readAheadSlow reports whether statements wait for their rows to be read
 // ahead (see readAheadRows).
