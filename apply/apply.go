@@ -213,6 +213,7 @@ type Applier struct {
 	// rawArrays.
 	stmts      map[string]*preparedStmt
 	eqb        pgx.ExtendedQueryBuilder
+	wire       []byte // see reserve
 	inFallback bool
 }
 

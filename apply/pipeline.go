@@ -131,6 +131,7 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 			return a.opFailed(ctx, o, err, desc)
 		}
 	}
+	a.reserve(bs)
 	pl := a.conn.PgConn().StartPipeline(ctx)
 	for _, b := range bs {
 		pl.SendQueryStatement(b.p.sd, b.values, b.formats, b.p.resultFormats)
@@ -158,6 +159,54 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 	}
 	return pl.Close()
 }
+
+// The round trip's messages are written into one buffer the applier
+// keeps (wire), sized for all of them before the first: pgproto3's
+// frontend appends every message to its write buffer, which it drops
+// after each flush of more than 1 kB, so a round trip of a few hundred
+// kB grew a new one by doubling from 1 kB, copying and clearing as it
+// went (a large share of the process's allocations on one-row updates of
+// 1 kB rows).
+
+// reserve hands the frontend a write buffer with room for bs.
+func (a *Applier) reserve(bs []bound) {
+	n := 64 // Sync, and slack
+	for _, b := range bs {
+		n += 64 + len(b.p.sd.Name) + 2*(len(b.formats)+len(b.p.resultFormats))
+		for _, v := range b.values {
+			n += 4 + len(v)
+		}
+	}
+	if n <= 1024 {
+		return // within what the frontend keeps
+	}
+	a.conn.PgConn().Frontend().Send(reservation{a: a, n: n})
+}
+
+// reservation is no message: encoding it swaps the frontend's write
+// buffer for the applier's wire buffer, with n bytes free, holding what
+// was written so far (Encode may return a buffer other than dst, as
+// append does). The frontend writes into wire until its next flush (and
+// keeps it past that if it holds 1 kB or less); wire is only scratch
+// here, and a reservation copies what the frontend holds first, so the
+// two sharing it is harmless.
+type reservation struct {
+	a *Applier
+	n int
+}
+
+func (r reservation) Encode(dst []byte) ([]byte, error) {
+	if cap(dst)-len(dst) >= r.n {
+		return dst, nil
+	}
+	w := slices.Grow(r.a.wire[:0], len(dst)+r.n)
+	w = append(w, dst...)
+	r.a.wire = w[:0]
+	return w, nil
+}
+
+func (reservation) Decode([]byte) error { return fmt.Errorf("reservation is not a message") }
+func (reservation) Frontend()           {}
 
 // result takes o's result: its row scanned, or its command tag counted.
 func (a *Applier) result(o op, res any) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,36 @@ func TestPipeline(t *testing.T) {
 	var v string
 	if err := conn.QueryRow(ctx, "SELECT v FROM t WHERE k = 3").Scan(&v); err != nil || v != "c'\\" {
 		t.Fatalf("after the failed round trip: %q, %v; want the row unchanged", v, err)
+	}
+
+	// Round trips of more than 1 kB are written into the applier's wire
+	// buffer (see reserve), which the next reuses or grows: every value
+	// arrives whole, between small round trips the frontend writes into
+	// its own buffer.
+	for i, size := range []int{3000, 200, 50000, 10, 700, 120000, 5000} {
+		keys, texts := make([][]byte, 4), make([][]byte, 4)
+		for j := range keys {
+			keys[j] = fmt.Appendf(nil, "%d", 100+10*i+j)
+			texts[j] = fmt.Appendf(nil, "%d:%s", j, strings.Repeat(string(rune('a'+i)), size))
+		}
+		fs, err := ft.encodeParam(2, [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		if err := a.pipeline(ctx, []op{
+			{sql: ins, rows: 4, args: []any{encodeTextArray(keys), encodeTextArray(texts), fs}},
+			{sql: "SELECT sum(length(v)) FROM t WHERE k BETWEEN $1 AND $1 + 3", rows: -1, args: []any{int64(100 + 10*i)}, scan: []any{&sum}},
+		}, desc); err != nil {
+			t.Fatalf("round trip of %d-byte values: %v", size, err)
+		}
+		var bad int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t WHERE k BETWEEN $1 AND $1 + 3 AND v <> (k - $1) || ':' || repeat($2, $3)", 100+10*i, string(rune('a'+i)), size).Scan(&bad); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(4 * (size + 2)); sum != want || bad != 0 {
+			t.Fatalf("round trip of %d-byte values: %d bytes read back, %d rows differ; want %d, 0", size, sum, bad, want)
+		}
 	}
 
 	// Past maxPrepared statements, the session's are deallocated and

@@ -398,6 +398,13 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	}
 	const maxPending = 4096
 	var pending []Frame
+	// handed is called once pending went out: the next batch starts with
+	// room for as many frames (while the applier is busy, batches of
+	// hundreds of frames grew by doubling, each step copying frames that
+	// hold pointers).
+	handed := func() {
+		pending = make([]Frame, 0, len(pending))
+	}
 	// flush hands pending frames over; it blocks only when block is set,
 	// and keeps reporting status while it waits.
 	flush := func(block bool) error {
@@ -406,7 +413,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		}
 		select {
 		case out <- pending:
-			pending = nil
+			handed()
 			return nil
 		default:
 		}
@@ -418,7 +425,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 		for {
 			select {
 			case out <- pending:
-				pending = nil
+				handed()
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
