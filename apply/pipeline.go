@@ -131,8 +131,8 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 			return a.opFailed(ctx, o, err, desc)
 		}
 	}
-	a.reserve(bs)
 	pl := a.conn.PgConn().StartPipeline(ctx)
+	a.reserve(bs)
 	for _, b := range bs {
 		pl.SendQueryStatement(b.p.sd, b.values, b.formats, b.p.resultFormats)
 	}
