@@ -301,9 +301,9 @@ type result struct {
 	Transactions int64   `json:"transactions"`
 	Speedup      float64 `json:"speedup_vs_builtin"`
 	PeakRSSMB    float64 `json:"peak_rss_mb"`
-	// Catch-ups, medians over the runs: the machine's busy cores and the
-	// CPU seconds of the walsender, the target backends that applied and
-	// the parapply process.
+	// Medians over the runs: the machine's busy cores and the CPU seconds
+	// of the walsender, the target backends that applied and the parapply
+	// process (see measurement).
 	BusyCores    float64 `json:"busy_cores,omitempty"`
 	WalsenderCPU float64 `json:"walsender_cpu_s,omitempty"`
 	TargetCPU    float64 `json:"target_cpu_s,omitempty"`

@@ -72,8 +72,9 @@ type runEnv struct {
 type measurement struct {
 	publisher, catchup, rssMB float64
 	sustainedTPS              float64
-	// For catch-ups: the machine's busy cores, and the CPU seconds of the
-	// walsender, the target backends applying and the parapply process.
+	// The machine's busy cores, and the CPU seconds of the walsender, the
+	// target backends applying and the parapply process: over the
+	// catch-up, or for live runs from the first write to the marker.
 	busy, walsenderCPU, targetCPU, processCPU float64
 	txns                                      int64
 	// conflicts is how many conflicts the engine counted in the catch-up
@@ -263,7 +264,9 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	}
 	logf("publisher wrote %d transactions in %.2fs; starting the subscriber", txns, m.publisher)
 	t1 := time.Now()
-	machine := cpuSnapshot(0) // the machine's counters only: no process 0
+	// The walsender, the target backends and the process start with the
+	// subscriber: all their CPU time is the catch-up's.
+	from := cpuUse{machine: cpuSnapshot(0)}
 	if err := r.eng.start(ctx); err != nil {
 		return err
 	}
@@ -273,16 +276,7 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 		err = r.waitMarker(ctx)
 	}
 	m.catchup = time.Since(t1).Seconds()
-	// The walsender started with the subscriber: its CPU time is the
-	// catch-up's.
-	var sender int
-	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
-		c := cpuSnapshot(sender)
-		m.busy, m.walsenderCPU = (c.total-machine.total)/100/c.at.Sub(machine.at).Seconds(), c.proc/100
-		var desc string
-		desc, m.targetCPU, m.processCPU = r.applyCPU(ctx)
-		logf("catch-up: %s%s", c.since(machine), desc)
-	}
+	logf("catch-up: %s", m.setCPU(from, r.cpuNow(ctx)))
 	if err == nil && len(w.local) > 0 {
 		m.conflicts, err = r.conflicts(ctx)
 	}
@@ -334,34 +328,68 @@ func (r *runEnv) conflicts(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// applyCPU describes the CPU time of the processes that applied since the
-// subscriber started: the target backends applying (the built-in's apply
-// and parallel workers, parapply's connections) and the parapply process.
-func (r *runEnv) applyCPU(ctx context.Context) (desc string, target, process float64) {
-	rows, err := r.sub.Query(ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity
+// cpuUse is the CPU time, so far, of the processes that take part in
+// applying: the walsender, the target backends applying (the built-in's
+// apply and parallel workers, parapply's connections) and the parapply
+// process, with the machine's.
+type cpuUse struct {
+	machine, walsender cpu
+	backends           []backend
+	process            float64 // seconds
+}
+
+type backend struct {
+	PID  int
+	Name string
+	CPU  float64 // seconds
+}
+
+// cpuNow reads cpuUse (what it cannot read stays 0: it only informs).
+func (r *runEnv) cpuNow(ctx context.Context) cpuUse {
+	u := cpuUse{machine: cpuSnapshot(0)} // the machine's counters only: no process 0
+	var sender int
+	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
+		u.walsender = cpuSnapshot(sender)
+	}
+	rows, err := r.sub.Query(ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type), 0::float8 FROM pg_stat_activity
 		WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker' ORDER BY 2`)
-	if err != nil {
-		return "", 0, 0
+	if err == nil {
+		u.backends, _ = pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
 	}
-	type backend struct {
-		PID  int
-		Name string
-	}
-	bs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
-	if err != nil {
-		return "; target backends: " + err.Error(), 0, 0
-	}
-	s := "; target backends CPU"
-	for _, b := range bs {
-		t := cpuSnapshot(b.PID).proc / 100
-		target += t
-		s += fmt.Sprintf(" %.2fs (%s)", t, b.Name)
+	for i := range u.backends {
+		u.backends[i].CPU = cpuSnapshot(u.backends[i].PID).proc / 100
 	}
 	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
-		process = cpuSnapshot(p.p.cmd.Process.Pid).proc / 100
-		s += fmt.Sprintf(", parapply process CPU %.2fs", process)
+		u.process = cpuSnapshot(p.p.cmd.Process.Pid).proc / 100
 	}
-	return s, target, process
+	return u
+}
+
+// setCPU records in m the CPU used between from and to, and describes it
+// (a backend that was not there at from used all its time since).
+func (m *measurement) setCPU(from, to cpuUse) string {
+	wall := to.machine.at.Sub(from.machine.at).Seconds()
+	m.busy = (to.machine.total - from.machine.total) / 100 / wall
+	m.walsenderCPU = (to.walsender.proc - from.walsender.proc) / 100
+	if from.walsender.proc == 0 {
+		m.walsenderCPU = to.walsender.proc / 100 // it started after from
+	}
+	before := map[int]float64{}
+	for _, b := range from.backends {
+		before[b.PID] = b.CPU
+	}
+	s := fmt.Sprintf("walsender CPU %.2fs, machine busy %.2f cores, over %.2fs; target backends CPU", m.walsenderCPU, m.busy, wall)
+	m.targetCPU = 0
+	for _, b := range to.backends {
+		t := b.CPU - before[b.PID]
+		m.targetCPU += t
+		s += fmt.Sprintf(" %.2fs (%s)", t, b.Name)
+	}
+	if to.process > 0 {
+		m.processCPU = to.process - from.process
+		s += fmt.Sprintf(", parapply process CPU %.2fs", m.processCPU)
+	}
+	return s
 }
 
 // live runs the workload with the subscriber applying, samples the lag from
@@ -378,6 +406,7 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 	if err := r.waitFor(ctx, "SELECT at > '2001-01-01' FROM "+heartbeatTable, time.Minute); err != nil {
 		return err
 	}
+	from := r.cpuNow(ctx)
 	var last atomic.Int64 // the last heartbeat written, unix microseconds, once writing stopped
 	hctx, stopHeartbeat := context.WithCancel(ctx)
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -401,6 +430,9 @@ func (r *runEnv) live(ctx context.Context, w workload, m *measurement) error {
 		err = r.waitMarker(ctx)
 	}
 	total := time.Since(t0).Seconds()
+	if err == nil {
+		logf("live: %s", m.setCPU(from, r.cpuNow(ctx)))
+	}
 	stopSampling()
 	sampler.Wait()
 	m.rssMB = r.eng.stop()
