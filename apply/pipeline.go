@@ -166,7 +166,8 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 // after each flush of more than 1 kB, so a round trip of a few hundred
 // kB grew a new one by doubling from 1 kB, copying and clearing as it
 // went (a large share of the process's allocations on one-row updates of
-// 1 kB rows).
+// 1 kB rows). wire keeps the size of the largest round trip, a little over
+// Config.PipelineBytes at most (8 MB by default), for the session's life.
 
 // reserve hands the frontend a write buffer with room for bs.
 func (a *Applier) reserve(bs []bound) {
