@@ -84,6 +84,11 @@ const prefetchChunk = 128
 // prefetch connection takes some.
 const prefetchPiece = 32
 
+// minPrefetchPiece is the fewest keys a prefetch statement reads when
+// round trips are small (see readAhead): a floor, so that a small round
+// trip does not become a prefetch statement per key.
+const minPrefetchPiece = 8
+
 // prefetchQueue bounds the key sets waiting (about 12,000 rows): beyond
 // that, pages read ahead would be evicted before they are used.
 const prefetchQueue = 384
@@ -483,6 +488,14 @@ func (a *Applier) readAhead(r *run, final bool) {
 	piece := prefetchChunk
 	if a.cfg.PrefetchPieces {
 		piece = prefetchPiece
+	}
+	if a.readAheadSlow() && a.roundRows > 0 {
+		// Round trips of roundRows rows (small when shared_buffers is):
+		// at least four pieces each, or one connection would read a
+		// statement's rows one after another while the others idle, and
+		// with no more key sets queued than connections the prefetcher
+		// would never grow.
+		piece = min(piece, max(a.roundRows/4, minPrefetchPiece))
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
