@@ -334,6 +334,7 @@ func (r *runEnv) conflicts(ctx context.Context) (int64, error) {
 // process, with the machine's.
 type cpuUse struct {
 	machine, walsender cpu
+	sender             int // the walsender's pid
 	backends           []backend
 	process            float64 // seconds
 }
@@ -347,9 +348,8 @@ type backend struct {
 // cpuNow reads cpuUse (what it cannot read stays 0: it only informs).
 func (r *runEnv) cpuNow(ctx context.Context) cpuUse {
 	u := cpuUse{machine: cpuSnapshot(0)} // the machine's counters only: no process 0
-	var sender int
-	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&sender) == nil {
-		u.walsender = cpuSnapshot(sender)
+	if r.pub.QueryRow(ctx, "SELECT pid FROM pg_stat_replication WHERE application_name = $1", r.eng.appName()).Scan(&u.sender) == nil {
+		u.walsender = cpuSnapshot(u.sender)
 	}
 	rows, err := r.sub.Query(ctx, `SELECT pid, coalesce(nullif(application_name, ''), backend_type), 0::float8 FROM pg_stat_activity
 		WHERE application_name LIKE 'parapply%' OR backend_type LIKE 'logical replication%worker' ORDER BY 2`)
@@ -370,9 +370,9 @@ func (r *runEnv) cpuNow(ctx context.Context) cpuUse {
 func (m *measurement) setCPU(from, to cpuUse) string {
 	wall := to.machine.at.Sub(from.machine.at).Seconds()
 	m.busy = (to.machine.total - from.machine.total) / 100 / wall
-	m.walsenderCPU = (to.walsender.proc - from.walsender.proc) / 100
-	if from.walsender.proc == 0 {
-		m.walsenderCPU = to.walsender.proc / 100 // it started after from
+	m.walsenderCPU = to.walsender.proc / 100
+	if from.sender == to.sender {
+		m.walsenderCPU -= from.walsender.proc / 100 // else it started after from
 	}
 	before := map[int]float64{}
 	for _, b := range from.backends {
