@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,7 +38,73 @@ func OriginName(slot, suffix string) string {
 // originFunctions are the functions a target role needs to run parapply's
 // sessions under replication origins; PostgreSQL lets only superusers run
 // them unless granted.
-const originFunctions = "pg_catalog.pg_replication_origin_create(text), pg_catalog.pg_replication_origin_oid(text), pg_catalog.pg_replication_origin_session_setup(text), pg_catalog.pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_catalog.pg_replication_origin_drop(text)"
+const originFunctions = "pg_catalog.pg_replication_origin_create(text), pg_catalog.pg_replication_origin_oid(text), pg_catalog.pg_replication_origin_session_setup(text), pg_catalog.pg_replication_origin_session_reset(), pg_catalog.pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_catalog.pg_replication_origin_drop(text), pg_catalog.pg_show_replication_origin_status()"
+
+// OriginFunctions lists the functions parapply's target role needs granted
+// when it is not a superuser, for messages that name the GRANT.
+const OriginFunctions = originFunctions
+
+// OriginPattern matches the names of every replication origin of slot's
+// sessions (see OriginName), and no other slot's.
+func OriginPattern(slot string) string {
+	return "^" + regexp.QuoteMeta(OriginName(slot, "")) + "(_[wsc][0-9]+)?$"
+}
+
+// ParseOrigin tells whether name is one of slot's origins, and of which
+// session: kind 0 for the stream reader, else 'w', 's' or 'c' with its
+// number (see OriginName).
+func ParseOrigin(slot, name string) (kind byte, n int, ok bool) {
+	base := OriginName(slot, "")
+	if name == base {
+		return 0, 0, true
+	}
+	rest, found := strings.CutPrefix(name, base+"_")
+	if !found || len(rest) < 2 || !strings.ContainsRune("wsc", rune(rest[0])) {
+		return 0, 0, false
+	}
+	n, err := strconv.Atoi(rest[1:])
+	if err != nil || n < 1 || strconv.Itoa(n) != rest[1:] {
+		return 0, 0, false
+	}
+	return rest[0], n, true
+}
+
+// RetireOrigin drops one of slot's replication origins that no session of
+// it uses any more (a copy worker's once the copy is done, a worker's
+// above the worker count), freeing the origin's state slot on the target,
+// of which the target has few (max_active_replication_origins). The
+// origin's number is kept in parapply.retired_origins first: rows it
+// committed still carry that number, and conflict detection counts them
+// as this slot's (see Detection.ours) as long as no other origin has taken
+// the number. It returns ErrOriginInUse while a session still holds it.
+func RetireOrigin(ctx context.Context, conn *pgx.Conn, slot, name string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("dropping replication origin %s on the target: %w", name, err)
+	}
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(ctx, `INSERT INTO parapply.retired_origins (slot_name, roident, roname)
+		SELECT $1, roident, roname FROM pg_catalog.pg_replication_origin WHERE roname = $2
+		ON CONFLICT (slot_name, roident) DO UPDATE SET roname = excluded.roname, retired_at = now()`, slot, name)
+	if err == nil {
+		_, err = tx.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_drop($1) WHERE pg_catalog.pg_replication_origin_oid($1) IS NOT NULL", name)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return OriginError(name, err)
+	}
+	return nil
+}
+
+// ResetOrigin ends the session's use of its replication origin, so that
+// the origin can be dropped at once (RetireOrigin) instead of when the
+// session's backend has exited.
+func ResetOrigin(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_session_reset()")
+	return err
+}
 
 // ErrOriginInUse is returned by SetupOrigin when another session holds the
 // origin: a session of an earlier run still ending, or another process.

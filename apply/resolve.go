@@ -46,6 +46,9 @@ type Detection struct {
 	// replication origins of this subscription's sessions: a row one of
 	// them changed last is not a conflict.
 	OriginPattern string
+	// Slot names the subscription: the origins it dropped (retired) are
+	// still its own for rows they wrote (see RetireOrigin).
+	Slot string
 	// RemoteWinsTies breaks ties of commit times for last_update_wins and
 	// first_update_wins: both sides of a bidirectional pair must choose the
 	// same row (see DetectionFor).
@@ -105,8 +108,18 @@ func (d *Detection) checkedSQL(sql string, kind byte) string {
 // subscription, by a transaction whose commit timestamp is gone, or by the
 // transaction running.
 func (d *Detection) ours(xmin string) string {
-	return "coalesce((pg_catalog.pg_xact_commit_timestamp_origin(" + xmin + ")).roident = ANY ((SELECT pg_catalog.array_agg(roident) FROM pg_catalog.pg_replication_origin WHERE roname ~ " +
-		parapply.QuoteLiteral(d.OriginPattern) + ")::oid[]), true)"
+	return "coalesce((pg_catalog.pg_xact_commit_timestamp_origin(" + xmin + ")).roident = ANY (" + d.origins() + "), true)"
+}
+
+// origins is the array of the numbers of this subscription's replication
+// origins: those it has now (by name), and those it retired whose number
+// no other origin has taken since (see RetireOrigin). An uncorrelated
+// subquery: the target evaluates it once per statement.
+func (d *Detection) origins() string {
+	p := parapply.QuoteLiteral(d.OriginPattern)
+	return "((SELECT pg_catalog.array_agg(roident) FROM pg_catalog.pg_replication_origin WHERE roname ~ " + p + ") || " +
+		"(SELECT pg_catalog.array_agg(r.roident) FROM parapply.retired_origins AS r WHERE r.slot_name = " + parapply.QuoteLiteral(d.Slot) +
+		" AND NOT EXISTS (SELECT FROM pg_catalog.pg_replication_origin AS o WHERE o.roident = r.roident AND o.roname !~ " + p + ")))::oid[]"
 }
 
 // carefulSQL builds the statement that applies run r detecting and
@@ -227,7 +240,7 @@ func (c *careful) differs() string {
 	if !c.d.CommitTimestamps {
 		return "false"
 	}
-	return "(l.lo IS NOT NULL AND (l.lname IS NULL OR l.lname !~ " + lit(c.d.OriginPattern) + "))"
+	return "(l.lo IS NOT NULL AND NOT coalesce(l.lo = ANY (" + c.d.origins() + "), false))"
 }
 
 // resolve writes the outcome of a conflict of type ty under its policy:

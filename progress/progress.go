@@ -81,6 +81,28 @@ CREATE TABLE IF NOT EXISTS parapply.conflicts (
 	remote_applied     boolean NOT NULL,
 	detail             text
 );
+CREATE TABLE IF NOT EXISTS parapply.retired_origins (
+	slot_name  text NOT NULL,
+	roident    oid NOT NULL,
+	roname     text NOT NULL,
+	retired_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (slot_name, roident)
+);
+CREATE TABLE IF NOT EXISTS parapply.table_claims (
+	table_name text NOT NULL,
+	slot_name  text NOT NULL,
+	shared     boolean NOT NULL DEFAULT false,
+	claimed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (table_name, slot_name)
+);
+CREATE TABLE IF NOT EXISTS parapply.slot_claims (
+	slot_name        text PRIMARY KEY,
+	host             text,
+	pid              integer,
+	application_name text,
+	backend_pid      integer,
+	claimed_at       timestamptz
+);
 ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
 ALTER TABLE parapply.conflicts ADD COLUMN IF NOT EXISTS remote_origin text;
 CREATE INDEX IF NOT EXISTS conflicts_source_xid ON parapply.conflicts (source_xid);
@@ -118,6 +140,9 @@ COMMENT ON TABLE parapply.conflicts IS 'parapply: conflicts replicated changes m
 COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit LSN) each slot is to skip, set by parapply skip and removed once the progress row passes it';
 COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
+COMMENT ON TABLE parapply.retired_origins IS 'parapply: replication origins a slot dropped (its copy workers once the copy is done, workers above the worker count): rows they wrote still carry their numbers, which conflict detection counts as the slot''s own until another origin takes them';
+COMMENT ON TABLE parapply.table_claims IS 'parapply: the target tables each slot applies to; a start whose publications take in a table another slot (with a progress row) claimed is refused unless shared_tables = on';
+COMMENT ON TABLE parapply.slot_claims IS 'parapply: which parapply process (host, pid) holds each slot on this target, and the target session holding the slot''s lock';
 COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
 
 // Statement is a statement of this package's for another session's
@@ -282,13 +307,22 @@ func readRow(ctx context.Context, conn *pgx.Conn, slot string) (p Position, sour
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")
 
+// CreateSchema creates what this package keeps in parapply's schema on the
+// target, or brings it up to date: before anything is recorded there.
+func CreateSchema(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, createSQL); err != nil {
+		return fmt.Errorf("creating %s.progress on the target: %w (the target role needs CREATE on the database)", Schema, err)
+	}
+	return nil
+}
+
 // Init creates parapply's schema and the slot's progress row if missing and
 // returns the position to resume from (zero when new). sourceID names the
 // publisher (its system identifier and database) so that a slot name reused
 // against another publisher is refused instead of silently skipping changes.
 func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
-	if _, err := conn.Exec(ctx, createSQL); err != nil {
-		return Position{}, false, fmt.Errorf("creating %s.progress on the target: %w (the target role needs CREATE on the database)", Schema, err)
+	if err := CreateSchema(ctx, conn); err != nil {
+		return Position{}, false, err
 	}
 	p, src, found, err := readRow(ctx, conn, slot)
 	if err != nil {
@@ -428,6 +462,10 @@ func (t *Tracker) Positions() (applied, durable parapply.LSN, lastCommit time.Ti
 // target session that writes for a slot therefore holds a shared advisory
 // lock named after the slot, and a starting parapply first waits for the
 // exclusive one.
+
+// LockKey is the SQL expression of the slot's advisory lock key ($1 the
+// slot name), for queries of pg_locks in other packages.
+const LockKey = lockKey
 
 const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
 

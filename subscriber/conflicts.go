@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -45,7 +44,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		}
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: tct, OldReturning: old,
-		OriginPattern: "^" + regexp.QuoteMeta(apply.OriginName(s.cfg.Source.Slot, "")) + "(_[wsc][0-9]+)?$"}
+		OriginPattern: apply.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
 	var targetID string

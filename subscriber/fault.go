@@ -32,6 +32,29 @@ func lostConnection(err error) error {
 	return errLost{err}
 }
 
+// ErrPermanent marks an error Run stopped at that another start would
+// only meet again: a setting, a permission, the schema, the data. A
+// supervisor should not restart parapply until what the error names is
+// fixed (the command exits with status 3 for it, 1 for faults it gave up
+// riding out, which a later start may get past).
+var ErrPermanent = errors.New("stopped for a reason a restart does not change")
+
+// Permanent marks err as ErrPermanent, keeping its text (nil stays nil):
+// for the command's own refusals of its settings, which a restart would
+// meet again as well.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return permanent{err}
+}
+
+// permanent marks err as ErrPermanent, keeping its text.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error      { return p.error }
+func (permanent) Is(target error) bool { return target == ErrPermanent }
+
 // errLockStall marks a lock wait on the target that passed lock_timeout
 // where no retry in place can help: the transaction was the oldest in
 // flight, so the lock is held by a streamed transaction applied in flight

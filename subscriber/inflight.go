@@ -92,8 +92,10 @@ type streamConns struct {
 	origins map[int]bool // in use
 }
 
-// takeOrigin returns the lowest origin number no open stream session has.
-func (c *streamConns) takeOrigin() int {
+// takeOrigin returns the lowest origin number no open stream session has,
+// up to most: stream sessions use s1 to s<stream_workers> only, since every
+// origin once used keeps one of the target's few origin states.
+func (c *streamConns) takeOrigin(most int) (int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.origins == nil {
@@ -103,8 +105,11 @@ func (c *streamConns) takeOrigin() int {
 	for c.origins[i] {
 		i++
 	}
+	if i > most {
+		return 0, false
+	}
 	c.origins[i] = true
-	return i
+	return i, true
 }
 
 func (c *streamConns) putOrigin(i int) {
@@ -112,11 +117,6 @@ func (c *streamConns) putOrigin(i int) {
 	defer c.mu.Unlock()
 	delete(c.origins, i)
 }
-
-// streamOriginTries bounds the origins a new stream session tries: one
-// may still be held by the backend of a session just closed, which ends
-// a moment later.
-const streamOriginTries = 8
 
 // take returns an idle connection, if there is one.
 func (c *streamConns) take() (streamConn, bool) {
@@ -184,12 +184,17 @@ func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn,
 		}
 	}()
 	for {
-		origin := l.streamConns.takeOrigin()
+		// An origin may still be held by the backend of a session just
+		// closed, which ends a moment later: the next is tried.
+		origin, ok := l.streamConns.takeOrigin(l.s.cfg.StreamWorkers)
+		if !ok {
+			return streamConn{}, fmt.Errorf("the replication origins of all %d stream sessions are in use", l.s.cfg.StreamWorkers)
+		}
 		cfg.Origin = apply.OriginName(cfg.Slot, fmt.Sprintf("s%d", origin))
 		app, err := l.s.open(ctx, cfg, true, true)
 		if err != nil {
 			busy = append(busy, origin)
-			if errors.Is(err, apply.ErrOriginInUse) && len(busy) < streamOriginTries {
+			if errors.Is(err, apply.ErrOriginInUse) {
 				continue
 			}
 			return streamConn{}, err

@@ -2,25 +2,38 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/progress"
 )
 
 // Each target session that applies holds a replication origin of its own
 // while it is open (apply.SetupOrigin; before PostgreSQL 19 an origin is
-// active in one session at a time), and the target allows so many at once:
+// active in one session at a time). Every origin that was ever set up in a
+// session keeps one of the target cluster's origin state slots until it is
+// dropped, whatever database it was used in, and the cluster has few:
 // max_active_replication_origins, or max_replication_slots before
-// PostgreSQL 18, 10 by default either way. The stream reader needs one, each
-// worker one and each session of a streamed transaction one; a run that
-// would need more applies with fewer workers, then fewer stream sessions,
-// and says which setting to raise, rather than fail when the pool opens or
-// a large transaction arrives.
+// PostgreSQL 18, 10 by default either way, shared with the cluster's own
+// subscriptions and every other parapply. So before a run opens its
+// sessions it reads which origins hold state slots
+// (pg_show_replication_origin_status), drops those of its own that this
+// run will not use (copy workers', workers' and stream sessions' above
+// today's counts: apply.RetireOrigin), and sizes its workers, stream
+// sessions and copy workers to the slots left: a run that would need more
+// applies with fewer, and says which setting to raise, rather than fail
+// when the pool opens or a large transaction arrives.
 
-// fitOrigins returns the workers and stream sessions a run may open when the
-// target allows limit active origins, of which the reader takes one:
+// fitOrigins returns the workers and stream sessions a run may open when
+// limit origin state slots are free to it, of which the reader takes one:
 // workers give way first (down to one), then stream sessions.
 func fitOrigins(limit, workers, streams int) (w, st int) {
 	free := max(limit-1, 0)
@@ -28,8 +41,85 @@ func fitOrigins(limit, workers, streams int) (w, st int) {
 	return w, min(streams, free-w)
 }
 
-// originLimit reads how many replication origins the target lets be active
-// at once.
+// originPlan is what a run may open, given the target's origin state
+// slots.
+type originPlan struct {
+	// Free is the number of state slots this slot's sessions may hold:
+	// the limit less those held by other origins.
+	Free int
+	// Workers, Streams and Copiers are the sessions of each kind the run
+	// may open (each beside the reader).
+	Workers, Streams, Copiers int
+	// Retire lists this slot's origins holding a state slot that the run
+	// will not use; Others, the other origins holding one.
+	Retire, Others []string
+}
+
+// planOrigins fits a run of slot with the given workers, stream sessions
+// and copy workers into limit origin state slots, of which held lists the
+// holders by name. The copy runs before the workers and stream sessions
+// open, while their origins kept from earlier runs still hold slots; if
+// those leave no room for one copy worker, they are retired too (they are
+// set up again when the workers open).
+func planOrigins(limit int, held []string, slot string, workers, streams, copiers int) (originPlan, error) {
+	var p originPlan
+	type own struct {
+		name string
+		kind byte
+		n    int
+	}
+	var ours []own
+	for _, name := range held {
+		if kind, n, ok := apply.ParseOrigin(slot, name); ok {
+			ours = append(ours, own{name, kind, n})
+		} else {
+			p.Others = append(p.Others, name)
+		}
+	}
+	p.Free = limit - len(p.Others)
+	if p.Free < 1 {
+		return p, errNoOriginState(limit, p.Others)
+	}
+	p.Workers, p.Streams = fitOrigins(p.Free, workers, streams)
+	kept := 0
+	for _, o := range ours {
+		switch {
+		case o.kind == 0:
+		case o.kind == 'w' && o.n <= p.Workers, o.kind == 's' && o.n <= p.Streams:
+			kept++
+		default:
+			p.Retire = append(p.Retire, o.name)
+		}
+	}
+	p.Copiers = min(copiers, p.Free-1-kept)
+	if p.Copiers < 1 && kept > 0 {
+		for _, o := range ours {
+			if o.kind == 'w' && o.n <= p.Workers || o.kind == 's' && o.n <= p.Streams {
+				p.Retire = append(p.Retire, o.name)
+			}
+		}
+		p.Copiers = min(copiers, p.Free-1)
+	}
+	p.Copiers = max(p.Copiers, 0)
+	return p, nil
+}
+
+// errNoOriginState says that other origins hold every state slot.
+func errNoOriginState(limit int, others []string) error {
+	shown := others
+	if len(shown) > 8 {
+		shown = shown[:8]
+	}
+	drops := make([]string, len(shown))
+	for i, name := range shown {
+		drops[i] = "SELECT pg_replication_origin_drop('" + strings.ReplaceAll(name, "'", "''") + "')"
+	}
+	return fmt.Errorf("the target has no free replication origin state: all %d are held by other origins (%s), and parapply needs one per applying session; drop the origins no longer used (%s; an origin that was set up once keeps its state until dropped, even after its database is dropped), or raise max_active_replication_origins on the target (max_replication_slots before PostgreSQL 18; a restart is needed)",
+		limit, strings.Join(others, ", "), strings.Join(drops, "; "))
+}
+
+// originLimit reads how many replication origins the target lets hold
+// state at once, and the setting's name.
 func originLimit(ctx context.Context, conn *pgx.Conn) (int, string, error) {
 	var v, name string
 	err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('max_active_replication_origins', true), current_setting('max_replication_slots')),
@@ -44,27 +134,172 @@ func originLimit(ctx context.Context, conn *pgx.Conn) (int, string, error) {
 	return n, name, nil
 }
 
-// fitToOrigins lowers the run's workers and stream sessions to what the
-// target's limit on active replication origins allows, with a warning
-// naming the setting.
-func (s *Subscriber) fitToOrigins(ctx context.Context, conn *pgx.Conn) error {
-	limit, name, err := originLimit(ctx, conn)
+// heldOrigins reads the names of the origins holding a state slot on the
+// target cluster; ok is false where the role may not read them.
+func heldOrigins(ctx context.Context, conn *pgx.Conn) (names []string, ok bool, err error) {
+	rows, _ := conn.Query(ctx, "SELECT external_id FROM pg_catalog.pg_show_replication_origin_status() WHERE external_id IS NOT NULL ORDER BY local_id")
+	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the target's replication origin states: %w", err)
+	}
+	return names, true, nil
+}
+
+// prepareOrigins readies the target's origin state slots for this run
+// (see the top of this file) and fits the run's sessions to them, from the
+// counts configured (not those an earlier run fitted).
+func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
+	limit, setting, err := originLimit(ctx, conn)
 	if err != nil {
 		return err
 	}
-	w, st := fitOrigins(limit, s.cfg.Workers, s.cfg.StreamWorkers)
-	if w == s.cfg.Workers && st == s.cfg.StreamWorkers {
-		return nil
+	held, visible, err := heldOrigins(ctx, conn)
+	if err != nil {
+		return err
 	}
-	// With workers = auto the pool is parapply's choice anyway: a default
-	// target (10 origins) takes one worker fewer than max_workers = 8,
-	// which is no cause for a warning at every start.
-	level := slog.LevelWarn
-	if s.cfg.AutoWorkers && st == s.cfg.StreamWorkers && w > 0 {
-		level = slog.LevelInfo
+	slot := s.cfg.Source.Slot
+	if !visible {
+		if !s.warnedOrigins.Swap(true) {
+			s.log.Warn("the target role may not read which replication origins hold state (pg_show_replication_origin_status), so parapply cannot size its sessions to what is free nor drop its origins no longer used; as a superuser on the target, GRANT EXECUTE ON FUNCTION pg_catalog.pg_show_replication_origin_status() TO <role>", "setting", setting, "limit", limit)
+		}
+		// As if no other origin held one.
+		held = nil
 	}
-	s.log.Log(ctx, level, fmt.Sprintf("the target allows %d active replication origins (%s) and parapply holds one per applying session: applying with fewer; raise %s on the target to at least %d (a restart is needed), beside what its own subscriptions use",
-		limit, name, name, 1+s.cfg.Workers+s.cfg.StreamWorkers), "workers", w, "was", s.cfg.Workers, "stream_workers", st, "was_stream_workers", s.cfg.StreamWorkers)
-	s.cfg.Workers, s.cfg.StreamWorkers = w, st
+	plan, err := planOrigins(limit, held, slot, s.want.workers, s.want.streams, s.want.copiers)
+	if err != nil {
+		return err
+	}
+	if len(plan.Retire) > 0 {
+		if err := progress.CreateSchema(ctx, conn); err != nil {
+			return err
+		}
+	}
+	for _, name := range plan.Retire {
+		err := apply.RetireOrigin(ctx, conn, slot, name)
+		switch {
+		case errors.Is(err, apply.ErrOriginInUse):
+			// Held by a session still ending; the next start drops it.
+			s.log.Debug("a replication origin no longer used is still held; dropped at a later start", "origin", name)
+		case err != nil:
+			return err
+		default:
+			s.log.Info("dropped a replication origin this slot no longer uses, freeing its state on the target", "origin", name)
+		}
+	}
+	if visible {
+		s.reportStrayOrigins(ctx, conn, held)
+	}
+	w, st, c := plan.Workers, plan.Streams, plan.Copiers
+	if w != s.want.workers || st != s.want.streams || c != s.want.copiers {
+		// With workers = auto the pool is parapply's choice anyway: a
+		// default target (10 origins) takes one worker fewer than
+		// max_workers = 8, which is no cause for a warning at every
+		// start; fewer copy workers only slow the copy.
+		level := slog.LevelWarn
+		if s.cfg.AutoWorkers && st == s.want.streams && w > 0 || w == s.want.workers && st == s.want.streams {
+			level = slog.LevelInfo
+		}
+		s.log.Log(ctx, level, fmt.Sprintf("the target allows %d replication origin states (%s), %d of them held by other origins, and parapply holds one per applying session: applying with fewer; raise %s on the target to at least %d (a restart is needed), or drop origins no longer used",
+			limit, setting, len(plan.Others), setting, len(plan.Others)+1+max(s.want.workers+s.want.streams, s.want.copiers)),
+			"workers", w, "was", s.want.workers, "stream_workers", st, "was_stream_workers", s.want.streams, "copy_workers", c, "was_copy_workers", s.want.copiers)
+	}
+	s.cfg.Workers, s.cfg.StreamWorkers, s.cfg.CopyWorkers = w, st, c
 	return nil
 }
+
+// reportStrayOrigins warns, once per process, of parapply's replication
+// origins holding state that belong to no slot recorded in any database of
+// the target cluster (parapply.progress): left by a database dropped, a
+// slot abandoned, or a run that never got as far as recording its slot.
+// Only the cluster's superuser, or whoever holds those origins, may say
+// they are unused, so they are named with the statement that drops them,
+// not dropped.
+func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, held []string) {
+	if s.strayReported.Swap(true) {
+		return
+	}
+	var candidates []string
+	for _, name := range held {
+		if _, _, ok := apply.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
+			candidates = append(candidates, name)
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	slots, unread := recordedSlots(ctx, conn, s.cfg.Target.DSN)
+	var stray []string
+	for _, name := range candidates {
+		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := apply.ParseOrigin(slot, name); return ok }) {
+			stray = append(stray, name)
+		}
+	}
+	if len(stray) == 0 {
+		return
+	}
+	drops := make([]string, len(stray))
+	for i, name := range stray {
+		drops[i] = "SELECT pg_replication_origin_drop('" + strings.ReplaceAll(name, "'", "''") + "');"
+	}
+	msg := "replication origins of parapply hold state on the target, but no slot recorded in the cluster's databases uses them (a database dropped, a slot abandoned): each takes one of the cluster's replication origin states, which this and every other subscriber of the cluster needs; if no parapply uses them, drop them as a superuser on the target"
+	if len(unread) > 0 {
+		msg += "; databases " + strings.Join(unread, ", ") + " could not be read, and a slot recorded there may still use them"
+	}
+	s.log.Warn(msg, "origins", stray, "drop", strings.Join(drops, " "))
+}
+
+// recordedSlots reads the slots recorded in parapply.progress in every
+// database of the target cluster that accepts connections, connecting
+// with the target's DSN to each; unread lists those that could not be
+// read (no CONNECT privilege, say).
+func recordedSlots(ctx context.Context, conn *pgx.Conn, dsn string) (slots, unread []string) {
+	rows, _ := conn.Query(ctx, "SELECT datname FROM pg_catalog.pg_database WHERE datallowconn AND NOT datistemplate AND datname <> pg_catalog.current_database() ORDER BY 1")
+	dbs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, []string{"(the list of databases: " + err.Error() + ")"}
+	}
+	read := func(c *pgx.Conn) ([]string, error) {
+		rows, _ := c.Query(ctx, "SELECT slot_name FROM parapply.progress")
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" {
+			return nil, nil
+		}
+		return got, err
+	}
+	if got, err := read(conn); err == nil {
+		slots = append(slots, got...)
+	} else {
+		unread = append(unread, "(this one)")
+	}
+	for _, db := range dbs {
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return slots, append(unread, db)
+		}
+		cfg.Database = db
+		cfg.ConnectTimeout = strayConnectTimeout
+		cctx, cancel := context.WithTimeout(ctx, strayConnectTimeout)
+		c, err := pgx.ConnectConfig(cctx, cfg)
+		if err == nil {
+			var got []string
+			if got, err = read(c); err == nil {
+				slots = append(slots, got...)
+			}
+			c.Close(context.Background())
+		}
+		cancel()
+		if err != nil {
+			unread = append(unread, db)
+		}
+	}
+	return slots, unread
+}
+
+// strayConnectTimeout bounds each connection and read of another
+// database's parapply.progress when looking for origins no slot uses.
+const strayConnectTimeout = 5 * time.Second

@@ -1,6 +1,10 @@
 package subscriber
 
-import "testing"
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
 
 // TestFitOrigins: a run's workers and stream sessions fit in the target's
 // limit on active origins beside the reader's; workers give way first,
@@ -30,5 +34,63 @@ func TestFitOrigins(t *testing.T) {
 		if w+st+1 > max(tc.limit, 1) {
 			t.Errorf("fitOrigins(limit %d, ...) needs %d origins", tc.limit, w+st+1)
 		}
+	}
+}
+
+// TestPlanOrigins: a run's sessions fit in the origin states other
+// origins leave free; this slot's origins the run will not use are
+// retired, the copy workers' always, and its kept workers' too when they
+// leave no room for one copy worker.
+func TestPlanOrigins(t *testing.T) {
+	tests := []struct {
+		name                      string
+		limit                     int
+		held                      []string
+		workers, streams, copiers int
+		want                      originPlan
+		err                       string
+	}{
+		{name: "empty target", limit: 10, workers: 4, streams: 2, copiers: 4,
+			want: originPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4}},
+		{name: "copy origins left by an earlier run are retired", limit: 10, workers: 4, streams: 2, copiers: 4,
+			held: []string{"parapply_s", "parapply_s_c1", "parapply_s_c2", "parapply_s_w1"},
+			want: originPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4, Retire: []string{"parapply_s_c1", "parapply_s_c2"}}},
+		{name: "workers above the count are retired", limit: 10, workers: 2, streams: 1, copiers: 2,
+			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2", "parapply_s_w3", "parapply_s_s1", "parapply_s_s2", "parapply_s_s8"},
+			want: originPlan{Free: 10, Workers: 2, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w3", "parapply_s_s2", "parapply_s_s8"}}},
+		{name: "others' origins count against the limit", limit: 10, workers: 8, streams: 2, copiers: 4,
+			held: []string{"pg_16384", "parapply_other", "parapply_other_w1", "parapply_s_w1"},
+			want: originPlan{Free: 7, Workers: 4, Streams: 2, Copiers: 4, Others: []string{"pg_16384", "parapply_other", "parapply_other_w1"}}},
+		{name: "a slot whose name extends ours is another's", limit: 10, workers: 1, streams: 0, copiers: 1,
+			held: []string{"parapply_s_x", "parapply_s_w1x", "parapply_s_w01"},
+			want: originPlan{Free: 7, Workers: 1, Streams: 0, Copiers: 1, Others: []string{"parapply_s_x", "parapply_s_w1x", "parapply_s_w01"}}},
+		{name: "kept workers leave no room for the copy: retired too", limit: 4, workers: 2, streams: 1, copiers: 2,
+			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2", "parapply_s_s1", "x"},
+			want: originPlan{Free: 3, Workers: 1, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w2", "parapply_s_w1", "parapply_s_s1"}, Others: []string{"x"}}},
+		{name: "only the reader fits", limit: 3, workers: 4, streams: 2, copiers: 2,
+			held: []string{"a", "b"},
+			want: originPlan{Free: 1, Workers: 0, Streams: 0, Copiers: 0, Others: []string{"a", "b"}}},
+		{name: "nothing free", limit: 2, workers: 4, streams: 2, copiers: 2,
+			held: []string{"a", "b", "parapply_s"}, err: "all 2 are held by other origins (a, b)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := planOrigins(tc.limit, tc.held, "s", tc.workers, tc.streams, tc.copiers)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+			if n := 1 + got.Workers + got.Streams; n > got.Free {
+				t.Errorf("%d sessions streaming for %d free origin states", n, got.Free)
+			}
+		})
 	}
 }

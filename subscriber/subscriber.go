@@ -91,6 +91,9 @@ type Config struct {
 	DetectUpdateDeleted bool
 	MaxRetention        time.Duration
 	MaxClockSkew        time.Duration
+	// SharedTables lets this slot apply to target tables another slot
+	// applies to as well (see claims.go); off, such a start is refused.
+	SharedTables bool
 }
 
 // What a source transaction that cannot be applied does: stop parapply,
@@ -210,6 +213,12 @@ type Subscriber struct {
 	activeWorkers  atomic.Int32
 	workerSwitches atomic.Int64
 	readShare      atomic.Uint64
+	// want holds the session counts configured, which each run fits to
+	// the target's free replication origin states (prepareOrigins);
+	// warnedOrigins and strayReported, that what could not be read, and
+	// the origins no slot uses, were told.
+	want                         struct{ workers, streams, copiers int }
+	warnedOrigins, strayReported atomic.Bool
 }
 
 // New returns a subscriber; Run starts it.
@@ -240,6 +249,7 @@ func New(cfg Config) *Subscriber {
 	sub.cfg.Target.SyncStandby = &sub.syncStandby
 	sub.cfg.Source.Prompt = &sub.syncStandby
 	sub.state.Store(StateStarting)
+	sub.want.workers, sub.want.streams, sub.want.copiers = cfg.Workers, cfg.StreamWorkers, max(cfg.CopyWorkers, 1)
 	return sub
 }
 
@@ -260,7 +270,8 @@ func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 // server restart, the slot still held by a dying walsender, a lock wait
 // past lock_timeout) ends the run and starts a new one from what the
 // target recorded, again and again until ReconnectTimeout passes without a
-// run that streamed for a while; other errors stop it at once.
+// run that streamed for a while; other errors stop it at once, marked
+// ErrPermanent.
 func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.started = time.Now()
@@ -286,7 +297,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		var ge *apply.GroupError
 		if te := s.skippable(err, cause); te != nil {
 			if serr := s.skipFailed(ctx, te); serr != nil {
-				return errors.Join(err, serr)
+				return permanent{errors.Join(err, serr)}
 			}
 			continue
 		}
@@ -296,8 +307,16 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
 			continue
 		}
-		if cause == "" || s.cfg.ReconnectTimeout <= 0 {
+		if cause == "" {
+			return permanent{err}
+		}
+		if s.cfg.ReconnectTimeout <= 0 {
 			return err
+		}
+		if errors.Is(err, source.ErrSlotBusy) {
+			if holder := s.slotHolder(ctx); holder != "" {
+				return errSlotHeld(s.cfg.Source.Slot, holder, err)
+			}
 		}
 		limit := s.cfg.ReconnectTimeout
 		if !s.everStreamed.Load() {
@@ -433,12 +452,15 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	// Before the slot is kept: a target that refuses origins is a setup
-	// error, and nothing depends on a slot just created.
-	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
+	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {
 		return err
 	}
-	if err := s.fitToOrigins(ctx, app.Conn()); err != nil {
+	// Before the slot is kept: a target that refuses origins is a setup
+	// error, and nothing depends on a slot just created.
+	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
+		return err
+	}
+	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
 		return err
 	}
 	s.det.Store(nil)

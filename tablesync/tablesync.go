@@ -614,14 +614,26 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
 	}
+	origin := apply.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
 	if cfg.Origins {
-		if err := apply.SetupOrigin(ctx, dst, apply.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))); err != nil {
+		if err := apply.SetupOrigin(ctx, dst, origin); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}
 	for c := range work {
 		if err := copyChunk(ctx, cfg, src, dst, c); err != nil {
 			return err
+		}
+	}
+	if cfg.Origins {
+		// The copy worker's origin is not used again: its state slot on
+		// the target, of which there are few, is freed for the workers.
+		err := apply.ResetOrigin(ctx, dst)
+		if err == nil {
+			err = apply.RetireOrigin(ctx, dst, cfg.Slot, origin)
+		}
+		if err != nil && cfg.Log != nil {
+			cfg.Log.Debug("copy: the copy worker's replication origin is dropped at a later start", "origin", origin, "error", err)
 		}
 	}
 	return nil

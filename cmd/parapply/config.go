@@ -40,6 +40,7 @@ var settings = []setting{
 	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync"},
 	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks"},
 	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
+	{"shared_tables", "off", "let this slot apply to target tables another slot applies to as well (each slot claims its tables in parapply.table_claims); off refuses the start, naming both slots: two slots writing one table interleave their changes in no order the publisher had"},
 	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
 	{"workers", "auto", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader (the fastest where the CPU is full); auto applies as 0 does until the target sessions wait on data reads (a slow disk, data larger than memory), then on max_workers workers, and back"},
 	{"max_workers", "8", "with workers = auto, the workers it applies on while reads wait"},

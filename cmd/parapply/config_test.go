@@ -637,7 +637,7 @@ func TestHelpExitsZero(t *testing.T) {
 	if code := exitCode(run(context.Background(), nil)); code != 2 {
 		t.Errorf("parapply with no command: exit status %d, want 2", code)
 	}
-	if code := exitCode(run(context.Background(), []string{"run", "--no-such-flag"})); code != 1 {
-		t.Errorf("parapply run --no-such-flag: exit status %d, want 1", code)
+	if code := exitCode(run(context.Background(), []string{"run", "--no-such-flag"})); code != exitPermanent {
+		t.Errorf("parapply run --no-such-flag: exit status %d, want %d (a restart does not change it)", code, exitPermanent)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/parapply/parapply/subscriber"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -34,23 +36,32 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:])
-	if code := exitCode(err); code == 1 {
+	if code := exitCode(err); code == 1 || code == exitPermanent {
 		fmt.Fprintln(os.Stderr, "parapply:", oneLine(err.Error()))
-		os.Exit(1)
+		os.Exit(code)
 	} else if code != 0 {
 		os.Exit(code)
 	}
 }
 
+// exitPermanent is the exit status of a run stopped for a reason a restart
+// does not change (subscriber.ErrPermanent): a service manager told not to
+// restart on it (systemd's RestartPreventExitStatus=3) does not loop.
+const exitPermanent = 3
+
 // exitCode maps what run returned to the process's exit status: 0 when it
 // succeeded or the usage was asked for (-h, --help), 2 when no command was
-// given, 1 for every error (which main prints).
+// given, 3 when parapply stopped for a reason a restart does not change,
+// 1 for every other error (faults ridden out until reconnect_timeout, say);
+// main prints the error.
 func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, subscriber.ErrPermanent):
+		return exitPermanent
 	}
 	return 1
 }

@@ -104,6 +104,9 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	if cfg.CopyData, err = c.bool("copy_data"); err != nil {
 		return cfg, err
 	}
+	if cfg.SharedTables, err = c.bool("shared_tables"); err != nil {
+		return cfg, err
+	}
 	if cfg.CopyDeferIndexes, err = c.bool("copy_defer_indexes"); err != nil {
 		return cfg, err
 	}
@@ -201,7 +204,10 @@ func runCommand(ctx context.Context, args []string) error {
 	usageFor(fs, "parapply run --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE]")
 	c, err := loadConfig(fs, args)
 	if err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return subscriber.Permanent(err)
 	}
 	if path := os.Getenv("PARAPPLY_CPU_PROFILE"); path != "" {
 		// Developer aid: a CPU profile of the whole run, written at exit.
@@ -217,11 +223,11 @@ func runCommand(ctx context.Context, args []string) error {
 	con := newConsole(os.Stderr, c["source"], c["target"])
 	log, err := newLogger(c, con)
 	if err != nil {
-		return err
+		return subscriber.Permanent(err)
 	}
 	cfg, err := subscriberConfig(c, log)
 	if err != nil {
-		return err
+		return subscriber.Permanent(err)
 	}
 	if !con.tty {
 		cfg.CopyProgress = copyProgressLogger(log)

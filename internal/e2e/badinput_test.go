@@ -114,8 +114,19 @@ func TestBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatalf("exit 0, want an error; output:\n%s", out)
 			}
-			if _, ok := err.(*exec.ExitError); !ok {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
 				t.Fatalf("did not exit by itself: %v", err)
+			}
+			// A server that cannot be reached may be reachable at the next
+			// start (status 1); every other refusal would be met again
+			// (status 3: a supervisor is not to restart on it).
+			want := 3
+			if strings.HasPrefix(c.name, "unreachable") {
+				want = 1
+			}
+			if ee.ExitCode() != want {
+				t.Errorf("exit status %d, want %d; output:\n%s", ee.ExitCode(), want, out)
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			last := lines[len(lines)-1]

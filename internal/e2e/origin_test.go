@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -218,17 +217,7 @@ func runUntilStopped(cfg subscriber.Config) error {
 // failing when the pool opens or a large transaction arrives, and the rows
 // arrive all the same.
 func TestOriginLimit(t *testing.T) {
-	major, err := pgtest.Major()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := maps.Clone(fast)
-	if major >= 18 {
-		sub["max_active_replication_origins"] = "4"
-	} else {
-		sub["max_replication_slots"] = "4"
-	}
-	e := newEnvSettings(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`, fast, sub)
+	e := newEnvSettings(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`, fast, originLimitSettings(t, 4))
 	cfg := e.config("olimit")
 	cfg.Workers, cfg.AutoWorkers, cfg.StreamWorkers = 8, false, 2
 	cfg.Source.Streaming, cfg.Source.DecodingWorkMem = true, "64kB"

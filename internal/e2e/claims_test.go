@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/parapply/parapply/subscriber"
+)
+
+// TestOneWriterPerTable: a slot claims the target tables it applies; a
+// second slot whose publication takes in one of them is refused at once,
+// naming both slots and the table, leaving no slot on the publisher,
+// unless shared_tables is on. A second parapply process started on a slot
+// another holds stops at once (exit status 3), naming the holder's pid and
+// host, without riding the busy slot out as a fault.
+func TestOneWriterPerTable(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text)`)
+	e.exec(e.pub, `CREATE PUBLICATION pub_b FOR TABLE b`)
+	ctx := context.Background()
+	r := e.start(e.config("one"))
+	e.exec(e.pub, `INSERT INTO a VALUES (1, 'a'); INSERT INTO b VALUES (1, 'b')`)
+	e.waitCaughtUp(r)
+
+	two := e.config("two")
+	two.Source.Publications = []string{"pub_b"}
+	err := runUntilStopped(two)
+	if err == nil || !errors.Is(err, subscriber.ErrPermanent) {
+		t.Fatalf("a second slot applying to a claimed table: %v, want a refusal marked permanent", err)
+	}
+	for _, want := range []string{"slot two", "slot one", "public.b", "shared_tables = on"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %q", err, want)
+		}
+	}
+	var slots int
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'two'`).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 {
+		t.Errorf("the refused start left slot two on the publisher")
+	}
+
+	// The overlap wanted: the second slot starts (what two writers of one
+	// table then meet is the user's to resolve).
+	two.SharedTables = true
+	r2 := e.start(two)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(e.pub, `INSERT INTO b VALUES (2, 'b')`)
+	e.waitCaughtUp(r)
+	e.verify("a", "b")
+
+	// A second process on slot one, which this test's process holds.
+	err, out := runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub", "--slot", "one")
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 3 {
+		t.Fatalf("a second process on a held slot: %v, want exit status 3; output:\n%s", err, out)
+	}
+	for _, want := range []string{"slot one is held by another parapply pid", "on host", "stop that one first"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "a fault ended the run"); n > 0 {
+		t.Errorf("the second process rode the held slot out as a fault %d times:\n%s", n, out)
+	}
+}
