@@ -69,7 +69,7 @@ var (
 	tombDesc       = desc("tombstones_removed_total", "Records of deletes on the target (detect_update_deleted) removed, by reason: pruned (no remote update can be concurrent with the delete any more), expired (max_retention_duration; a later update of the row is reported as update_missing).", "reason")
 	retriesDesc    = desc("retries_total", "Transactions tried again, by cause: deadlock, serialization_failure, lock_timeout, unique_violation, conflict (met while earlier transactions were in flight).", "cause")
 	seqAtDesc      = desc("sequence_sync_timestamp_seconds", "When the publisher's sequences were last synced to the target (Unix time; 0: not yet).")
-	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them).", "result")
+	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them), unchanged (already at the publisher's), ahead (beyond the publisher's on the target, left alone), refused (the target role may not read or set them: left untouched), unused (never used on the publisher).", "result")
 	seqFailDesc    = desc("sequence_sync_failing", "1 while the last sequence sync failed (the log says why).")
 	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
 	activeDesc     = desc("workers_active", "Workers applying now (0: the stream reader applies); with workers = auto, it changes with the load.")
@@ -204,6 +204,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(seqDesc, float64(sq.Moved), "moved")
 		gauge(seqDesc, float64(sq.Missing), "missing")
 		gauge(seqDesc, float64(sq.Unread), "unreadable")
+		gauge(seqDesc, float64(sq.Unchanged), "unchanged")
+		gauge(seqDesc, float64(sq.Ahead), "ahead")
+		gauge(seqDesc, float64(sq.Refused), "refused")
+		gauge(seqDesc, float64(sq.Unused), "unused")
 	}
 	failing := 0.0
 	if st.SequenceError != "" {

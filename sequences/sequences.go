@@ -8,6 +8,7 @@ package sequences
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,10 +26,12 @@ type Sequence struct {
 	Schema, Name string
 	// Last is the last value handed out; Readable is false when the role
 	// may not read it (no SELECT or USAGE on the sequence), and Used false
-	// when it never handed out a value (nothing to carry).
+	// when it never handed out a value (nothing to carry). Role is the
+	// source role, for the GRANT an unreadable one needs.
 	Last     int64
 	Used     bool
 	Readable bool
+	Role     string
 }
 
 // QualifiedName is the sequence's quoted schema-qualified name.
@@ -39,20 +42,34 @@ func (s Sequence) QualifiedName() string {
 // Result is what Apply did with one sequence.
 type Result struct {
 	Sequence
-	// Before is the target's last value before (Called false: none handed
-	// out); Moved says the target was set to the publisher's; Missing that
-	// the target has no such sequence.
+	// Before is the target's last value as read before (Called false:
+	// none handed out yet, Before is then its next value); Moved says the
+	// target was set to the publisher's; Missing that the target has no
+	// such sequence; Ahead that the target's is beyond the publisher's
+	// (left alone). Grant, when set, is what the target role lacks to read
+	// and set the sequence: it was refused and left untouched.
 	Before  int64
 	Called  bool
 	Moved   bool
 	Missing bool
+	Ahead   bool
+	Grant   string
 }
+
+// Refused says the target role lacks a privilege, so the sequence was
+// neither read nor set.
+func (r Result) Refused() bool { return r.Grant != "" }
 
 // Table names a published table.
 type Table struct{ Schema, Name string }
 
 // Read lists the publisher's sequences for mode: those owned by a column
-// of one of tables (Owned), or all (All).
+// of one of tables or of a relation their rows come from (Owned), or all
+// (All). A published partition's or inheritance child's rows draw on
+// sequences its ancestors own (a partitioned root's bigserial is owned by
+// the root, whether the publication sends the root or its leaves), and a
+// partitioned table published through its root carries its partitions'
+// rows, so with Owned the sequences of those relations count too.
 func Read(ctx context.Context, conn *pgx.Conn, mode string, tables []Table) ([]Sequence, error) {
 	if mode == None {
 		return nil, nil
@@ -61,16 +78,23 @@ func Read(ctx context.Context, conn *pgx.Conn, mode string, tables []Table) ([]S
 	for i, t := range tables {
 		schemas[i], names[i] = t.Schema, t.Name
 	}
-	rows, err := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text,
+	rows, err := conn.Query(ctx, `WITH RECURSIVE published AS (
+			SELECT c.oid, c.relkind FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE (n.nspname::text, c.relname::text) IN (SELECT * FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])))),
+		ancestors(oid) AS (
+			SELECT oid FROM published
+			UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN ancestors a ON i.inhrelid = a.oid),
+		carried(oid) AS (
+			SELECT oid FROM ancestors
+			UNION SELECT t.relid::oid FROM published p, pg_catalog.pg_partition_tree(p.oid) t WHERE p.relkind = 'p')
+		SELECT n.nspname::text, c.relname::text, current_user::text,
 			pg_catalog.has_sequence_privilege(c.oid, 'SELECT,USAGE'),
 			CASE WHEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT,USAGE') THEN (SELECT s.last_value FROM pg_catalog.pg_sequences s WHERE s.schemaname = n.nspname AND s.sequencename = c.relname) END
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind = 'S' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%'
 		AND ($1 OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-			JOIN pg_catalog.pg_class t ON t.oid = d.refobjid JOIN pg_catalog.pg_namespace tn ON tn.oid = t.relnamespace
 			WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass
-			AND d.deptype IN ('a', 'i')
-			AND (tn.nspname::text, t.relname::text) IN (SELECT * FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])))))
+			AND d.deptype IN ('a', 'i') AND d.refobjid IN (SELECT oid FROM carried)))
 		ORDER BY 1, 2`, mode == All, schemas, names)
 	if err != nil {
 		return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
@@ -79,7 +103,7 @@ func Read(ctx context.Context, conn *pgx.Conn, mode string, tables []Table) ([]S
 	for rows.Next() {
 		var s Sequence
 		var last *int64
-		if err := rows.Scan(&s.Schema, &s.Name, &s.Readable, &last); err != nil {
+		if err := rows.Scan(&s.Schema, &s.Name, &s.Role, &s.Readable, &last); err != nil {
 			return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
 		}
 		if last != nil {
@@ -93,9 +117,13 @@ func Read(ctx context.Context, conn *pgx.Conn, mode string, tables []Table) ([]S
 	return out, nil
 }
 
-// Apply sets each used sequence on the target to the publisher's last
-// value, unless the target's is already there or beyond (in the direction
-// the sequence counts), so a target sequence never moves backwards.
+// Apply brings each used sequence on the target to the publisher's last
+// value, reading the target's first: a target sequence never moves
+// backwards (in the direction it counts), one already beyond the
+// publisher's is left alone (Ahead), and one the target role may not read
+// and set is refused (Grant names what it lacks) rather than set blind,
+// since a blind set of a sequence the role cannot read may move it back
+// and hand out keys the target already holds.
 func Apply(ctx context.Context, conn *pgx.Conn, seqs []Sequence) ([]Result, error) {
 	out := make([]Result, 0, len(seqs))
 	for _, s := range seqs {
@@ -104,31 +132,77 @@ func Apply(ctx context.Context, conn *pgx.Conn, seqs []Sequence) ([]Result, erro
 			out = append(out, r)
 			continue
 		}
-		var before *int64
-		err := conn.QueryRow(ctx, `SELECT s.last_value,
-				CASE WHEN s.last_value IS NULL OR (s.increment_by > 0 AND s.last_value < $3) OR (s.increment_by < 0 AND s.last_value > $3)
-				THEN pg_catalog.setval(pg_catalog.format('%I.%I', $1::text, $2::text)::regclass, $3, true) IS NOT NULL ELSE false END
-			FROM pg_catalog.pg_sequences s WHERE s.schemaname = $1 AND s.sequencename = $2`, s.Schema, s.Name, s.Last).Scan(&before, &r.Moved)
+		var (
+			oid                        uint32
+			role                       string
+			schemaOK, readOK, updateOK bool
+			increment                  int64
+		)
+		err := conn.QueryRow(ctx, `SELECT c.oid, current_user::text,
+				pg_catalog.has_schema_privilege(n.oid, 'USAGE'), pg_catalog.has_sequence_privilege(c.oid, 'SELECT'),
+				pg_catalog.has_sequence_privilege(c.oid, 'UPDATE'), q.seqincrement
+			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			JOIN pg_catalog.pg_sequence q ON q.seqrelid = c.oid
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&oid, &role, &schemaOK, &readOK, &updateOK, &increment)
 		if err == pgx.ErrNoRows {
 			r.Missing = true
 			out = append(out, r)
 			continue
 		}
 		if err != nil {
-			return out, fmt.Errorf("setting sequence %s on the target: %w (the target role needs UPDATE on it)", s.QualifiedName(), err)
+			return out, fmt.Errorf("looking up sequence %s on the target: %w", s.QualifiedName(), err)
 		}
-		if before != nil {
-			r.Before, r.Called = *before, true
+		if r.Grant = missingGrant(s, role, schemaOK, readOK, updateOK); r.Refused() {
+			out = append(out, r)
+			continue
 		}
+		// One statement reads the target's position and sets it only if
+		// the publisher's is beyond it: a value handed out on the target
+		// between a separate read and the set could be moved back over.
+		err = conn.QueryRow(ctx, `SELECT s.last_value, s.is_called,
+				CASE WHEN ($3 > 0 AND (s.last_value < $2 OR (NOT s.is_called AND s.last_value = $2)))
+					OR ($3 < 0 AND (s.last_value > $2 OR (NOT s.is_called AND s.last_value = $2)))
+				THEN pg_catalog.setval($1::oid::regclass, $2, true) IS NOT NULL ELSE false END
+			FROM `+s.QualifiedName()+` s`, oid, s.Last, increment).Scan(&r.Before, &r.Called, &r.Moved)
+		if err != nil {
+			return out, fmt.Errorf("setting sequence %s on the target: %w", s.QualifiedName(), err)
+		}
+		r.Ahead = !r.Moved && !(r.Called && r.Before == s.Last)
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-// Summary counts a sync's results.
+// missingGrant is the GRANT the target role needs to read and set
+// sequence s, or "" when it has what it needs.
+func missingGrant(s Sequence, role string, schemaOK, readOK, updateOK bool) string {
+	who := pgx.Identifier{role}.Sanitize()
+	if !schemaOK {
+		return "GRANT USAGE ON SCHEMA " + pgx.Identifier{s.Schema}.Sanitize() + " TO " + who
+	}
+	var privs []string
+	if !readOK {
+		privs = append(privs, "SELECT")
+	}
+	if !updateOK {
+		privs = append(privs, "UPDATE")
+	}
+	if len(privs) == 0 {
+		return ""
+	}
+	return "GRANT " + strings.Join(privs, ", ") + " ON SEQUENCE " + s.QualifiedName() + " TO " + who
+}
+
+// Summary counts a sync's results, one count per outcome so that status
+// and metrics tell what happened: Moved (set forward), Unchanged (already
+// at the publisher's), Ahead (beyond it on the target, left alone),
+// Unused (never used on the publisher), Missing (not on the target),
+// Unread (the source role may not read it), Refused (the target role may
+// not read or set it). Sequences is their total.
 type Summary struct {
 	At                                time.Time
 	Sequences, Moved, Missing, Unread int
+	Unchanged, Ahead, Unused, Refused int
 }
 
 // Summarize counts results.
@@ -136,16 +210,28 @@ func Summarize(rs []Result) Summary {
 	s := Summary{At: time.Now(), Sequences: len(rs)}
 	for _, r := range rs {
 		switch {
-		case r.Missing:
-			s.Missing++
 		case !r.Readable:
 			s.Unread++
+		case !r.Used:
+			s.Unused++
+		case r.Missing:
+			s.Missing++
+		case r.Refused():
+			s.Refused++
 		case r.Moved:
 			s.Moved++
+		case r.Ahead:
+			s.Ahead++
+		default:
+			s.Unchanged++
 		}
 	}
 	return s
 }
+
+// Failed is the number of sequences that could not be synced: missing on
+// the target, unreadable on the source, or refused on the target.
+func (s Summary) Failed() int { return s.Missing + s.Unread + s.Refused }
 
 // Sync reads the publisher's sequences on src and applies them on dst.
 func Sync(ctx context.Context, src, dst *pgx.Conn, mode string, tables []Table) ([]Result, error) {

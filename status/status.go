@@ -76,7 +76,14 @@ type Sequences struct {
 	Moved      int       `json:"moved"`
 	Missing    int       `json:"missing"`
 	Unreadable int       `json:"unreadable"`
-	Error      string    `json:"error,omitempty"`
+	// Unchanged, Ahead (left alone beyond the publisher's), Refused (the
+	// target role may not read or set them) and Unused: the rest of the
+	// sync's outcomes, so that Sequences is not read as all synced.
+	Unchanged int    `json:"unchanged"`
+	Ahead     int    `json:"ahead"`
+	Refused   int    `json:"refused"`
+	Unused    int    `json:"unused"`
+	Error     string `json:"error,omitempty"`
 }
 
 // health is what the health column holds.
@@ -161,7 +168,8 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		}
 	}
 	if sq := st.Sequences; !sq.At.IsZero() || st.SequenceError != "" {
-		r.Sequences = &Sequences{At: sq.At, Sequences: sq.Sequences, Moved: sq.Moved, Missing: sq.Missing, Unreadable: sq.Unread, Error: st.SequenceError}
+		r.Sequences = &Sequences{At: sq.At, Sequences: sq.Sequences, Moved: sq.Moved, Missing: sq.Missing, Unreadable: sq.Unread,
+			Unchanged: sq.Unchanged, Ahead: sq.Ahead, Refused: sq.Refused, Unused: sq.Unused, Error: st.SequenceError}
 	}
 	if p := st.Copy; p != nil {
 		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds()}

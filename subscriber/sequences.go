@@ -43,15 +43,22 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 		sum := sequences.Summarize(res)
 		s.seqSummary.Store(&sum)
 		for _, r := range res {
+			name := r.QualifiedName()
 			switch {
-			case r.Missing && !s.seqWarned[r.QualifiedName()]:
-				s.seqWarned[r.QualifiedName()] = true
-				s.log.Warn("a publisher sequence does not exist on the target; create it there to have it synced", "sequence", r.QualifiedName())
-			case !r.Readable && !s.seqWarned[r.QualifiedName()]:
-				s.seqWarned[r.QualifiedName()] = true
-				s.log.Warn("the source role may not read a sequence; GRANT SELECT ON SEQUENCE to it to have it synced", "sequence", r.QualifiedName())
+			case r.Missing && !s.seqWarned[name]:
+				s.seqWarned[name] = true
+				s.log.Warn("a publisher sequence does not exist on the target; create it there to have it synced", "sequence", name)
+			case !r.Readable && !s.seqWarned[name]:
+				s.seqWarned[name] = true
+				s.log.Warn("the source role may not read a sequence; GRANT SELECT ON SEQUENCE to it to have it synced", "sequence", name, "role", r.Role)
+			case r.Refused() && !s.seqWarned[name]:
+				s.seqWarned[name] = true
+				s.log.Warn("the target role may not read a sequence, so it is left untouched rather than set blind; grant it to have it synced", "sequence", name, "grant", r.Grant)
+			case r.Ahead && !s.seqWarned[name]:
+				s.seqWarned[name] = true
+				s.log.Info("a target sequence is ahead of the publisher's; left where it is", "sequence", name, "publisher", r.Last, "target", r.Before)
 			case r.Moved:
-				s.log.Debug("sequence synced", "sequence", r.QualifiedName(), "value", r.Last, "target_was", r.Before)
+				s.log.Debug("sequence synced", "sequence", name, "value", r.Last, "target_was", r.Before, "target_was_used", r.Called)
 			}
 		}
 		return nil

@@ -51,7 +51,7 @@ var settings = []setting{
 	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
 	{"group_max_bytes", "16MB", "... or this many bytes of values"},
 	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting"},
-	{"sequences", "owned", "publisher sequences brought to the target (never moved backwards there): owned (those of the published tables' serial and identity columns), all (every sequence of the database) or none"},
+	{"sequences", "owned", "publisher sequences brought to the target (never moved backwards there): owned (those of the published tables' serial and identity columns, and of their partitioned roots and inheritance parents), all (every sequence of the database) or none"},
 	{"sequence_sync_interval", "30s", "how often sequences are synced while streaming (also after the initial copy, and with parapply sync-sequences); 0: only then"},
 	{"lock_timeout", "10s", "the target sessions' lock_timeout: a wait this long on a lock ends in a retry of the transaction after the earlier ones, or, for the oldest, in a new run from what the target recorded (a lock held by a session outside parapply); 0 turns it off"},
 	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s; 0 stops at the first fault"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 )
@@ -69,29 +70,40 @@ func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) err
 		return err
 	}
 	for _, r := range res {
-		var what string
-		switch {
-		case r.Missing:
-			what = "missing on the target: create it there"
-		case !r.Readable:
-			what = "not readable by the source role: GRANT SELECT ON SEQUENCE " + r.QualifiedName() + " to it"
-		case !r.Used:
-			what = "never used on the publisher: left as it is"
-		case r.Moved && r.Called:
-			what = fmt.Sprintf("set to %d (was %d)", r.Last, r.Before)
-		case r.Moved:
-			what = fmt.Sprintf("set to %d (was unused)", r.Last)
-		default:
-			what = fmt.Sprintf("already at %d, publisher at %d: left as it is", r.Before, r.Last)
-		}
-		fmt.Fprintf(out, "%s: %s\n", r.QualifiedName(), what)
+		fmt.Fprintf(out, "%s: %s\n", r.QualifiedName(), resultText(r))
 	}
 	sum := sequences.Summarize(res)
-	fmt.Fprintf(out, "%d sequences: %d moved forward, %d missing on the target, %d not readable\n", sum.Sequences, sum.Moved, sum.Missing, sum.Unread)
-	if sum.Missing > 0 || sum.Unread > 0 {
-		return fmt.Errorf("%d sequences could not be synced (see above)", sum.Missing+sum.Unread)
+	fmt.Fprintf(out, "%d sequences: %d moved forward, %d already there, %d ahead of the publisher, %d refused (the target role lacks a grant), %d never used, %d missing on the target, %d not readable by the source role\n",
+		sum.Sequences, sum.Moved, sum.Unchanged, sum.Ahead, sum.Refused, sum.Unused, sum.Missing, sum.Unread)
+	if n := sum.Failed(); n > 0 {
+		return fmt.Errorf("%d sequences could not be synced (see above)", n)
 	}
 	return nil
+}
+
+// resultText says what Apply did with one sequence, in the words an
+// operator checks at a cut-over: where the target's stood and stands.
+func resultText(r sequences.Result) string {
+	switch {
+	case !r.Readable:
+		return "not readable by the source role: GRANT SELECT ON SEQUENCE " + r.QualifiedName() + " TO " + pgx.Identifier{r.Role}.Sanitize() + "; left untouched"
+	case !r.Used:
+		return "never used on the publisher: left untouched"
+	case r.Missing:
+		return "missing on the target: create it there"
+	case r.Refused():
+		return "refused, the target role may not read and set it: " + r.Grant + "; left untouched"
+	case r.Moved && r.Called:
+		return fmt.Sprintf("moved forward from %d to %d", r.Before, r.Last)
+	case r.Moved:
+		return fmt.Sprintf("moved forward to %d (it was unused, its next value %d)", r.Last, r.Before)
+	case r.Ahead && r.Called:
+		return fmt.Sprintf("ahead of the publisher (at %d); left at %d", r.Last, r.Before)
+	case r.Ahead:
+		return fmt.Sprintf("ahead of the publisher (at %d); left unused, its next value %d", r.Last, r.Before)
+	default:
+		return fmt.Sprintf("already at %d", r.Last)
+	}
 }
 
 // splitList splits a comma-separated setting.

@@ -228,7 +228,8 @@ func printStatus(w io.Writer, rep statusReport) {
 			fmt.Fprintf(tw, "  faults\tridden out since start: %s\n", strings.Join(parts, ", "))
 		}
 		if q := s.Sequences; q != nil {
-			line := fmt.Sprintf("%d synced %s ago (%d moved forward, %d missing on the target, %d not readable)", q.Sequences, since(rep.Time, q.At), q.Moved, q.Missing, q.Unreadable)
+			line := fmt.Sprintf("%d checked %s ago (%d moved forward, %d already there, %d ahead of the publisher, %d refused by the target role, %d missing on the target, %d not readable)",
+				q.Sequences, since(rep.Time, q.At), q.Moved, q.Unchanged, q.Ahead, q.Refused, q.Missing, q.Unreadable)
 			if q.At.IsZero() {
 				line = "not synced yet"
 			}
