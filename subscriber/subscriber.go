@@ -210,6 +210,8 @@ type Subscriber struct {
 	activeWorkers  atomic.Int32
 	workerSwitches atomic.Int64
 	readShare      atomic.Uint64
+	// kept is what Status reports between runs and during the copy.
+	kept kept
 }
 
 // New returns a subscriber; Run starts it.
@@ -461,6 +463,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	s.kept.note(pos.EndLSN, pos.EndLSN, pos.CommitTime)
 	ahead, err := progress.ReadApplied(ctx, app.Conn(), s.cfg.Source.Slot)
 	if err != nil {
 		return err
