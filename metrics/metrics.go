@@ -45,7 +45,7 @@ var (
 	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, reconnecting, stopped, failed), 0 for the others.", "state")
 	startDesc      = desc("start_time_seconds", "When the run started, in seconds since the Unix epoch.")
 	lsnDesc        = desc("lsn_bytes", "Publisher WAL positions as byte offsets: received (end of the last change received), applied (committed on the target), flushed (durable on the target, reported to the publisher), source_wal_end (the publisher's WAL end as of its last message).", "position")
-	lagBytesDesc   = desc("lag_bytes", "Publisher WAL not yet applied on the target: source_wal_end minus applied.")
+	lagBytesDesc   = desc("lag_bytes", "Publisher WAL not yet applied on the target: source_wal_end minus applied; during the initial copy (and before anything is applied), the WAL the slot retains on the publisher.")
 	lagSecondsDesc = desc("lag_seconds", "Age of the source commit of the last transaction applied, while more is waiting; 0 when caught up.")
 	delayDesc      = desc("commit_delay_seconds", "Time from a source commit to the target commit that applied it (last transaction of each target transaction), on parapply's clock.")
 	srcTxnsDesc    = desc("source_transactions_total", "Source transactions applied.")
@@ -86,6 +86,8 @@ var (
 	copyRowsDesc   = desc("copy_rows_total", "Rows copied by the initial copy, by table.", "table")
 	copyBytesDesc  = desc("copy_bytes_total", "Bytes copied by the initial copy, by table.", "table")
 	copyEstDesc    = desc("copy_rows_estimated", "Rows the publisher's statistics estimate each table of the initial copy holds.", "table")
+	copyPctDesc    = desc("copy_percent", "Share of the initial copy done, in percent of the rows the publisher's statistics estimate (below 100 until every table is done).")
+	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
 )
 
@@ -96,7 +98,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -125,11 +127,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(lsnDesc, float64(st.Applied), "applied")
 	gauge(lsnDesc, float64(st.Durable), "flushed")
 	gauge(lsnDesc, float64(st.SourceWALEnd), "source_wal_end")
-	lag := 0.0
-	if st.SourceWALEnd > st.Applied {
-		lag = float64(st.SourceWALEnd - st.Applied)
-	}
-	gauge(lagBytesDesc, lag)
+	gauge(lagBytesDesc, float64(st.LagBytes()))
 	gauge(lagSecondsDesc, st.Lag.Seconds())
 	sync := 0.0
 	if st.SyncStandby {
@@ -217,6 +215,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if p := st.Copy; p != nil {
 		gauge(copyTablesDesc, float64(p.TablesDone), "done")
 		gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
+		if pct, left, ok := subscriber.CopyEstimate(*p); ok {
+			gauge(copyPctDesc, pct)
+			gauge(copyETADesc, left.Seconds())
+		}
 		for _, t := range p.PerTable {
 			counter(copyRowsDesc, float64(t.Rows), t.Name)
 			counter(copyBytesDesc, float64(t.Bytes), t.Name)

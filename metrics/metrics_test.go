@@ -44,7 +44,7 @@ parapply_lsn_bytes{position="received"} 3000
 parapply_lsn_bytes{position="source_wal_end"} 5000
 `},
 		{"parapply_lag_bytes", `
-# HELP parapply_lag_bytes Publisher WAL not yet applied on the target: source_wal_end minus applied.
+# HELP parapply_lag_bytes Publisher WAL not yet applied on the target: source_wal_end minus applied; during the initial copy (and before anything is applied), the WAL the slot retains on the publisher.
 # TYPE parapply_lag_bytes gauge
 parapply_lag_bytes 3000
 `},

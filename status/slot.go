@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/parapply/parapply"
 )
@@ -35,41 +37,93 @@ var ErrNoSlot = errors.New("no such replication slot on the publisher")
 // ReadSlot reads slot's state from the publisher over an ordinary
 // connection.
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (Slot, error) {
-	var s Slot
-	var pid *int32
-	var confirmed, restart, current string
-	var walStatus, app, state, sync *string
-	err := conn.QueryRow(ctx, `SELECT s.slot_name, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn, '0/0')::text,
+	slots, err := readSlots(ctx, conn, `s.slot_name = $1`, slot)
+	if err != nil {
+		return Slot{}, fmt.Errorf("reading slot %s on the publisher: %w", slot, err)
+	}
+	if len(slots) == 0 {
+		return Slot{}, fmt.Errorf("slot %s: %w (check --slot and --source)", slot, ErrNoSlot)
+	}
+	return slots[0], nil
+}
+
+// InactiveSlots lists the logical pgoutput slots of the publisher named in
+// names (the slots parapply has used on a target: see SlotNames) that no
+// one streams from: each keeps its WAL on the publisher until it is used
+// again or dropped.
+func InactiveSlots(ctx context.Context, conn *pgx.Conn, names []string) ([]Slot, error) {
+	slots, err := readSlots(ctx, conn, `NOT s.active AND s.slot_type = 'logical' AND s.plugin = 'pgoutput' AND s.slot_name = ANY($1::text[])`, names)
+	if err != nil {
+		return nil, fmt.Errorf("reading the inactive slots on the publisher: %w", err)
+	}
+	return slots, nil
+}
+
+// SlotNames returns the slot names parapply has used on the target: those
+// of its status and progress rows.
+func SlotNames(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	var names []string
+	for _, table := range []string{"parapply.status", "parapply.progress"} {
+		var more []string
+		err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(slot_name::text), '{}') FROM `+table).Scan(&more)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" {
+			continue // no such table: parapply never got that far
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the slot names parapply used on the target (%s): %w", table, err)
+		}
+		for _, n := range more {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, nil
+}
+
+// readSlots reads the slots where cond (on pg_replication_slots s) holds,
+// by name.
+func readSlots(ctx context.Context, conn *pgx.Conn, cond string, args ...any) ([]Slot, error) {
+	rows, err := conn.Query(ctx, `SELECT s.slot_name, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn, '0/0')::text,
 		coalesce(s.restart_lsn, '0/0')::text, pg_catalog.pg_current_wal_lsn()::text, s.wal_status,
 		coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
 		r.application_name, r.state, r.sync_state, r.reply_time
 		FROM pg_catalog.pg_replication_slots s LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid
-		WHERE s.slot_name = $1`, slot).
-		Scan(&s.Name, &s.Active, &pid, &confirmed, &restart, &current, &walStatus, &s.RetainedBytes, &app, &state, &sync, &s.ReplyTime)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("slot %s: %w (check --slot and --source)", slot, ErrNoSlot)
-	}
+		WHERE `+cond+` ORDER BY s.slot_name`, args...)
 	if err != nil {
-		return s, fmt.Errorf("reading slot %s on the publisher: %w", slot, err)
+		return nil, err
 	}
-	if pid != nil {
-		s.ActivePID = int(*pid)
-	}
-	for _, p := range []struct {
-		s   string
-		lsn *parapply.LSN
-	}{{confirmed, &s.ConfirmedLSN}, {restart, &s.RestartLSN}, {current, &s.CurrentLSN}} {
-		if *p.lsn, err = parapply.ParseLSN(p.s); err != nil {
-			return s, err
+	defer rows.Close()
+	var out []Slot
+	for rows.Next() {
+		var s Slot
+		var pid *int32
+		var confirmed, restart, current string
+		var walStatus, app, state, sync *string
+		if err := rows.Scan(&s.Name, &s.Active, &pid, &confirmed, &restart, &current, &walStatus, &s.RetainedBytes, &app, &state, &sync, &s.ReplyTime); err != nil {
+			return nil, err
 		}
-	}
-	for _, p := range []struct {
-		from *string
-		to   *string
-	}{{walStatus, &s.WALStatus}, {app, &s.ApplicationName}, {state, &s.ReplicationState}, {sync, &s.SyncState}} {
-		if p.from != nil {
-			*p.to = *p.from
+		if pid != nil {
+			s.ActivePID = int(*pid)
 		}
+		for _, p := range []struct {
+			s   string
+			lsn *parapply.LSN
+		}{{confirmed, &s.ConfirmedLSN}, {restart, &s.RestartLSN}, {current, &s.CurrentLSN}} {
+			if *p.lsn, err = parapply.ParseLSN(p.s); err != nil {
+				return nil, err
+			}
+		}
+		for _, p := range []struct {
+			from *string
+			to   *string
+		}{{walStatus, &s.WALStatus}, {app, &s.ApplicationName}, {state, &s.ReplicationState}, {sync, &s.SyncState}} {
+			if p.from != nil {
+				*p.to = *p.from
+			}
+		}
+		out = append(out, s)
 	}
-	return s, nil
+	return out, rows.Err()
 }

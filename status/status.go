@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -69,9 +70,11 @@ type Apply struct {
 	ReadWaitShare float64 `json:"read_wait_share"`
 }
 
-// Sequences is the last sequence sync in a Record.
+// Sequences is the last sequence sync in a Record: the running parapply's
+// (By "run") or a parapply sync-sequences run's, whichever is later.
 type Sequences struct {
 	At         time.Time `json:"at"`
+	By         string    `json:"by,omitempty"`
 	Sequences  int       `json:"sequences"`
 	Moved      int       `json:"moved"`
 	Missing    int       `json:"missing"`
@@ -84,6 +87,81 @@ type Sequences struct {
 	Refused   int    `json:"refused"`
 	Unused    int    `json:"unused"`
 	Error     string `json:"error,omitempty"`
+	// Detail is what the sync did to each sequence, the first
+	// MaxSequenceDetail of them; DetailOmitted counts the others.
+	Detail        []SequenceResult `json:"detail,omitempty"`
+	DetailOmitted int              `json:"detail_omitted,omitempty"`
+}
+
+// Who synced sequences, in Sequences.By.
+const (
+	SyncedByRun     = "run"
+	SyncedByCommand = "sync-sequences"
+)
+
+// SequenceResult is what a sync did to one sequence.
+type SequenceResult struct {
+	Sequence string `json:"sequence"`
+	// Outcome is one of the Sequence* outcomes.
+	Outcome string `json:"outcome"`
+	// PublisherValue is the publisher's last value (absent if it never
+	// handed one out or cannot be read); TargetBefore the target's before
+	// the sync (absent if it handed none out).
+	PublisherValue *int64 `json:"publisher_last_value,omitempty"`
+	TargetBefore   *int64 `json:"target_last_value_before,omitempty"`
+}
+
+// Outcomes of a SequenceResult.
+const (
+	SequenceMoved      = "moved"      // set forward to the publisher's value
+	SequenceLeft       = "left"       // the target's was already there
+	SequenceAhead      = "ahead"      // the target's is beyond the publisher's: left alone
+	SequenceRefused    = "refused"    // the target role may not read and set it: left untouched
+	SequenceUnused     = "unused"     // never used on the publisher
+	SequenceMissing    = "missing"    // not on the target
+	SequenceUnreadable = "unreadable" // the source role may not read it
+)
+
+// MaxSequenceDetail bounds the sequences listed in a Record (the row is
+// written every second).
+const MaxSequenceDetail = 1000
+
+// SequenceSync turns a sync's results (and its error) into what a Record
+// shows of it.
+func SequenceSync(sum sequences.Summary, rs []sequences.Result, by, syncErr string) *Sequences {
+	q := &Sequences{At: sum.At, By: by, Sequences: sum.Sequences, Moved: sum.Moved, Missing: sum.Missing, Unreadable: sum.Unread,
+		Unchanged: sum.Unchanged, Ahead: sum.Ahead, Refused: sum.Refused, Unused: sum.Unused, Error: syncErr}
+	for i, r := range rs {
+		if i == MaxSequenceDetail {
+			q.DetailOmitted = len(rs) - i
+			break
+		}
+		d := SequenceResult{Sequence: r.QualifiedName(), Outcome: SequenceLeft}
+		if r.Used && r.Readable {
+			v := r.Last
+			d.PublisherValue = &v
+		}
+		if r.Called {
+			v := r.Before
+			d.TargetBefore = &v
+		}
+		switch {
+		case r.Missing:
+			d.Outcome = SequenceMissing
+		case !r.Readable:
+			d.Outcome = SequenceUnreadable
+		case !r.Used:
+			d.Outcome = SequenceUnused
+		case r.Refused():
+			d.Outcome = SequenceRefused
+		case r.Ahead:
+			d.Outcome = SequenceAhead
+		case r.Moved:
+			d.Outcome = SequenceMoved
+		}
+		q.Detail = append(q.Detail, d)
+	}
+	return q
 }
 
 // health is what the health column holds.
@@ -114,6 +192,10 @@ type Copy struct {
 	RowsEstimated  int64   `json:"rows_estimated"`
 	Bytes          int64   `json:"bytes"`
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Percent and ETASeconds: see subscriber.CopyEstimate (absent while
+	// nothing can be estimated).
+	Percent    *float64 `json:"percent,omitempty"`
+	ETASeconds *float64 `json:"eta_seconds,omitempty"`
 }
 
 // Stale reports whether a record that says parapply is running has not
@@ -143,9 +225,7 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		LagSeconds: st.Lag.Seconds(), SourceTxns: st.Txns, TargetTxns: st.Groups, Rows: st.Rows, Missing: st.Missing,
 		QueueBytes: st.QueueBytes + st.StreamBytes, Workers: []Worker{},
 	}
-	if st.SourceWALEnd > st.Applied {
-		r.LagBytes = int64(st.SourceWALEnd - st.Applied)
-	}
+	r.LagBytes = st.LagBytes()
 	if !st.LastCommit.IsZero() {
 		t := st.LastCommit
 		r.LastCommit = &t
@@ -168,11 +248,14 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		}
 	}
 	if sq := st.Sequences; !sq.At.IsZero() || st.SequenceError != "" {
-		r.Sequences = &Sequences{At: sq.At, Sequences: sq.Sequences, Moved: sq.Moved, Missing: sq.Missing, Unreadable: sq.Unread,
-			Unchanged: sq.Unchanged, Ahead: sq.Ahead, Refused: sq.Refused, Unused: sq.Unused, Error: st.SequenceError}
+		r.Sequences = SequenceSync(sq, st.SequenceResults, SyncedByRun, st.SequenceError)
 	}
 	if p := st.Copy; p != nil {
 		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds()}
+		if pct, left, ok := subscriber.CopyEstimate(*p); ok {
+			eta := left.Seconds()
+			r.Copy.Percent, r.Copy.ETASeconds = &pct, &eta
+		}
 	}
 	return r
 }
@@ -212,9 +295,18 @@ COMMENT ON TABLE parapply.status IS 'parapply: what each running (or last) parap
 // Create makes parapply.status if it is missing. Two sessions creating the
 // schema at once can collide; the loser tries again.
 func Create(ctx context.Context, conn *pgx.Conn) error {
+	if err := createRetrying(ctx, conn, createSQL); err != nil {
+		return fmt.Errorf("creating parapply.status on the target: %w (the target role needs CREATE on the database)", err)
+	}
+	return nil
+}
+
+// createRetrying runs sql (CREATE ... IF NOT EXISTS statements), again if
+// another session created the same object at the same moment.
+func createRetrying(ctx context.Context, conn *pgx.Conn, sql string) error {
 	var err error
 	for range 3 {
-		if _, err = conn.Exec(ctx, createSQL); err == nil {
+		if _, err = conn.Exec(ctx, sql); err == nil {
 			return nil
 		}
 		var pe *pgconn.PgError
@@ -222,7 +314,7 @@ func Create(ctx context.Context, conn *pgx.Conn) error {
 			break
 		}
 	}
-	return fmt.Errorf("creating parapply.status on the target: %w (the target role needs CREATE on the database)", err)
+	return err
 }
 
 const upsertSQL = `INSERT INTO parapply.status AS s (slot_name, state, pid, host, version, application_name, started_at, updated_at,
@@ -285,8 +377,9 @@ func nullBytes(b []byte) *string {
 }
 
 // Read returns the records of slot ("" for every slot), oldest slot name
-// first. A target parapply never ran against has no table: that is an
-// error that says so.
+// first, each with the later of its own last sequence sync and the last
+// parapply sync-sequences run of the slot. A target parapply never ran
+// against has no table: that is an error that says so.
 func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.status') IS NOT NULL`).Scan(&exists); err != nil {
@@ -340,5 +433,18 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	syncs, err := readSequenceSyncs(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if q := syncs[out[i].Slot]; q != nil && (out[i].Sequences == nil || q.At.After(out[i].Sequences.At)) {
+			out[i].Sequences = q
+		}
+	}
+	return out, nil
 }

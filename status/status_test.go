@@ -2,10 +2,12 @@ package status
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -66,5 +68,40 @@ func TestRecordJSONWritesLSNsAsPostgreSQLDoes(t *testing.T) {
 	var back Record
 	if err := json.Unmarshal(b, &back); err != nil || back.Applied != r.Applied {
 		t.Errorf("round trip: %v, %v", back.Applied, err)
+	}
+}
+
+// TestSequenceSync: each result's outcome and values, and the detail
+// bounded.
+func TestSequenceSync(t *testing.T) {
+	seq := func(name string, last int64, used, readable bool) sequences.Sequence {
+		return sequences.Sequence{Schema: "public", Name: name, Last: last, Used: used, Readable: readable}
+	}
+	rs := []sequences.Result{
+		{Sequence: seq("moved", 50, true, true), Before: 10, Called: true, Moved: true},
+		{Sequence: seq("left", 50, true, true), Before: 70, Called: true},
+		{Sequence: seq("unused", 0, false, true)},
+		{Sequence: seq("missing", 5, true, true), Missing: true},
+		{Sequence: seq("unreadable", 0, false, false)},
+	}
+	q := SequenceSync(sequences.Summarize(rs), rs, SyncedByCommand, "")
+	want := map[string]string{`"moved"`: SequenceMoved, `"left"`: SequenceLeft, `"unused"`: SequenceUnused, `"missing"`: SequenceMissing, `"unreadable"`: SequenceUnreadable}
+	if len(q.Detail) != len(rs) || q.Moved != 1 || q.Missing != 1 || q.Unreadable != 1 || q.By != SyncedByCommand {
+		t.Fatalf("sync %+v", q)
+	}
+	for _, d := range q.Detail {
+		if d.Outcome != want[strings.TrimPrefix(d.Sequence, `"public".`)] {
+			t.Errorf("%s: outcome %s, want %s", d.Sequence, d.Outcome, want[strings.TrimPrefix(d.Sequence, `"public".`)])
+		}
+	}
+	if d := q.Detail[0]; d.PublisherValue == nil || *d.PublisherValue != 50 || d.TargetBefore == nil || *d.TargetBefore != 10 {
+		t.Errorf("moved: %+v", d)
+	}
+	if d := q.Detail[2]; d.PublisherValue != nil || d.TargetBefore != nil {
+		t.Errorf("unused: %+v, want no values", d)
+	}
+	many := make([]sequences.Result, MaxSequenceDetail+7)
+	if q := SequenceSync(sequences.Summarize(many), many, SyncedByRun, ""); len(q.Detail) != MaxSequenceDetail || q.DetailOmitted != 7 {
+		t.Errorf("%d results: %d listed, %d omitted; want %d and 7", len(many), len(q.Detail), q.DetailOmitted, MaxSequenceDetail)
 	}
 }

@@ -76,11 +76,14 @@ func (s *Subscriber) earlierSessions() []uint32 {
 	return s.earlier
 }
 
-// endRun forgets what a run knew of the target, keeping its figures and
-// the pids of its sessions.
+// endRun forgets what a run knew of the target, keeping its figures, the
+// positions it reached and the pids of its sessions.
 func (s *Subscriber) endRun() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tracker != nil {
+		s.kept.note(s.tracker.Positions())
+	}
 	if s.applier != nil {
 		s.past.Absorb(&s.applier.Stats)
 	}

@@ -42,6 +42,7 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 		}
 		sum := sequences.Summarize(res)
 		s.seqSummary.Store(&sum)
+		s.kept.seqResults.Store(&res)
 		for _, r := range res {
 			name := r.QualifiedName()
 			switch {

@@ -97,11 +97,82 @@ type Status struct {
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
-	// Sequences is the last sequence sync (zero At: none yet);
-	// SequenceError the error of the last one that failed ("" if it
-	// succeeded).
-	Sequences     sequences.Summary
-	SequenceError string
+	// Sequences is the last sequence sync (zero At: none yet), and
+	// SequenceResults what it did to each sequence; SequenceError the
+	// error of the last one that failed ("" if it succeeded).
+	Sequences       sequences.Summary
+	SequenceResults []sequences.Result
+	SequenceError   string
+	// Retained is the WAL the slot keeps on the publisher (its current
+	// WAL minus the slot's restart_lsn), as last read during the initial
+	// copy, when the stream is not read and nothing else says how far
+	// behind the target falls; 0 if no copy ran.
+	Retained int64
+}
+
+// LagBytes is the publisher WAL the target has still to catch up on: the
+// publisher's WAL end minus applied; during the copy, and while nothing is
+// applied yet, the WAL the slot retains (Retained), since applied means
+// nothing then.
+func (st Status) LagBytes() int64 {
+	if st.State == StateCopying || st.Applied == 0 {
+		return st.Retained
+	}
+	if st.SourceWALEnd > st.Applied {
+		return int64(st.SourceWALEnd - st.Applied)
+	}
+	return 0
+}
+
+// CopyEstimate says how far the copy p is: the percentage of rows copied
+// against the publisher's statistics (below 100 until every table is done,
+// whatever the estimates), and the time left at the rate so far; ok is
+// false while nothing can be estimated (no rows copied yet, or no
+// statistics).
+func CopyEstimate(p tablesync.Progress) (percent float64, left time.Duration, ok bool) {
+	if p.TablesDone == p.Tables && p.Tables > 0 {
+		return 100, 0, true
+	}
+	if p.EstRows <= 0 || p.Rows <= 0 {
+		return 0, 0, false
+	}
+	f := min(float64(p.Rows)/float64(p.EstRows), 0.99)
+	return 100 * f, time.Duration(float64(p.Elapsed) * (1 - f) / f), true
+}
+
+// kept is what Status reports across runs and between them: the positions
+// the last run reached (or the progress row recorded, before the run's
+// first apply), the publisher's WAL as read during the copy, and the last
+// sequence sync's results.
+type kept struct {
+	pos        atomic.Pointer[keptPositions]
+	walNow     atomic.Uint64
+	retained   atomic.Int64
+	seqResults atomic.Pointer[[]sequences.Result]
+}
+
+type keptPositions struct {
+	applied, durable parapply.LSN
+	lastCommit       time.Time
+}
+
+// note keeps positions known so far, never moving one back (a new run
+// starts from the durable position, which may be behind what the last
+// run applied) and never to zero.
+func (k *kept) note(applied, durable parapply.LSN, lastCommit time.Time) {
+	for {
+		old := k.pos.Load()
+		n := &keptPositions{applied, durable, lastCommit}
+		if old != nil {
+			n.applied, n.durable = max(n.applied, old.applied), max(n.durable, old.durable)
+			if n.lastCommit.Before(old.lastCommit) {
+				n.lastCommit = old.lastCommit
+			}
+		}
+		if k.pos.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // TableStatus is one table's committed changes and conflicts.
@@ -145,14 +216,26 @@ func (s *Subscriber) Status() Status {
 	if src := s.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}
+	k := s.kept.pos.Load()
 	if tr != nil {
 		st.Applied, st.Durable, st.LastCommit = tr.Positions()
-		// A keepalive moves applied past the last change received:
-		// everything before it has been received, too.
-		st.Received = max(st.Received, st.Applied)
-		if st.Received > st.Applied && !st.LastCommit.IsZero() {
-			st.Lag = time.Since(st.LastCommit)
-		}
+	} else if k != nil {
+		// Between runs and after the last: what was reached.
+		st.Applied, st.Durable = k.applied, k.durable
+	}
+	if k != nil && st.LastCommit.IsZero() {
+		st.LastCommit = k.lastCommit
+	}
+	// A keepalive moves applied past the last change received:
+	// everything before it has been received, too.
+	st.Received = max(st.Received, st.Applied)
+	if st.Received > st.Applied && !st.LastCommit.IsZero() {
+		st.Lag = time.Since(st.LastCommit)
+	}
+	st.SourceWALEnd = max(st.SourceWALEnd, parapply.LSN(s.kept.walNow.Load()))
+	st.Retained = s.kept.retained.Load()
+	if v := s.kept.seqResults.Load(); v != nil {
+		st.SequenceResults = *v
 	}
 	if v := s.seqSummary.Load(); v != nil {
 		st.Sequences = *v

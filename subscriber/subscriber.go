@@ -219,6 +219,8 @@ type Subscriber struct {
 	// the origins no slot uses, were told.
 	want                         struct{ workers, streams, copiers int }
 	warnedOrigins, strayReported atomic.Bool
+	// kept is what Status reports between runs and during the copy.
+	kept kept
 }
 
 // New returns a subscriber; Run starts it.
@@ -483,6 +485,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	s.kept.note(pos.EndLSN, pos.EndLSN, pos.CommitTime)
 	ahead, err := progress.ReadApplied(ctx, app.Conn(), s.cfg.Source.Slot)
 	if err != nil {
 		return err

@@ -100,20 +100,15 @@ func liveLine(st, prev subscriber.Status, dt time.Duration) string {
 	var b strings.Builder
 	b.WriteString(st.State)
 	if p := st.Copy; st.State == subscriber.StateCopying && p != nil {
-		frac := 0.0
-		if p.EstRows > 0 {
-			frac = min(float64(p.Rows)/float64(p.EstRows), 1)
-		}
+		pct, _, _ := subscriber.CopyEstimate(*p)
+		frac := pct / 100
 		const width = 20
 		fmt.Fprintf(&b, " [%s%s] %3.0f%%  %d/%d tables  %d rows  %s  %.0f MB/s",
 			strings.Repeat("#", int(frac*width)), strings.Repeat(".", width-int(frac*width)), frac*100,
 			p.TablesDone, p.Tables, p.Rows, bytesText(p.Bytes), float64(p.Bytes)/max(p.Elapsed.Seconds(), 0.001)/(1<<20))
 		return b.String()
 	}
-	lag := int64(0)
-	if st.SourceWALEnd > st.Applied {
-		lag = int64(st.SourceWALEnd - st.Applied)
-	}
+	lag := st.LagBytes()
 	secs := max(dt.Seconds(), 0.001)
 	fmt.Fprintf(&b, "  lag %.1f s, %s  applied %s  %.0f txn/s  %.0f rows/s", st.Lag.Seconds(), bytesText(lag), st.Applied,
 		float64(st.Txns-prev.Txns)/secs, float64(st.Rows-prev.Rows)/secs)

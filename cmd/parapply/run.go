@@ -282,7 +282,7 @@ func runCommand(ctx context.Context, args []string) error {
 				con.SetLive(liveLine(st, prev, dt))
 			} else if st.State == subscriber.StateStreaming {
 				log.Info("progress", "received", st.Received.String(), "applied", st.Applied.String(), "flushed", st.Durable.String(),
-					"lag", st.Lag.Round(time.Millisecond).String(), "lag_bytes", max(int64(st.SourceWALEnd)-int64(st.Applied), 0),
+					"lag", st.Lag.Round(time.Millisecond).String(), "lag_bytes", st.LagBytes(),
 					"txns", st.Txns, "target_txns", st.Groups, "rows", st.Rows,
 					"rows_per_s", int64(float64(st.Rows-prev.Rows)/dt.Seconds()), "missing_rows", st.Missing, "conflicts", st.Conflicts)
 			}
@@ -295,18 +295,13 @@ func runCommand(ctx context.Context, args []string) error {
 // one, the live line shows it).
 func copyProgressLogger(log *slog.Logger) func(tablesync.Progress) {
 	return func(p tablesync.Progress) {
-		frac := 0.0
-		if p.EstRows > 0 {
-			frac = min(float64(p.Rows)/float64(p.EstRows), 1)
-		}
+		pct, left, ok := subscriber.CopyEstimate(p)
 		rate := float64(p.Bytes) / max(p.Elapsed.Seconds(), 0.001) / (1 << 20)
 		eta := "?"
-		if frac > 0 && frac < 1 {
-			eta = (time.Duration(p.Elapsed.Seconds()*(1-frac)/frac) * time.Second).Round(time.Second).String()
-		} else if p.TablesDone == p.Tables {
-			eta = "0s"
+		if ok {
+			eta = left.Round(time.Second).String()
 		}
 		log.Info("copy progress", "tables_done", p.TablesDone, "tables", p.Tables, "rows", p.Rows, "rows_estimated", p.EstRows,
-			"mb", p.Bytes>>20, "mb_per_s", int(rate), "percent", int(frac*100), "eta", eta)
+			"mb", p.Bytes>>20, "mb_per_s", int(rate), "percent", int(pct), "eta", eta)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,7 @@ func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) err
 		}
 	}
 	res, err := sequences.Sync(ctx, src, dst, mode, tables)
+	recordSequenceSync(ctx, dst, c["slot"], res, err, os.Stderr)
 	if err != nil {
 		return err
 	}

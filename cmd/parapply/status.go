@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/status"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -43,6 +44,10 @@ type progressReport struct {
 type statusReport struct {
 	Time  time.Time    `json:"time"`
 	Slots []slotReport `json:"slots"`
+	// InactiveSlots (with --source) are the publisher's pgoutput slots
+	// named as one parapply used on this target that no one streams
+	// from: each keeps WAL on the publisher.
+	InactiveSlots []status.Slot `json:"inactive_slots,omitempty"`
 }
 
 func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
@@ -190,6 +195,15 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string) (st
 		}
 		rep.Slots = append(rep.Slots, sr)
 	}
+	if sconn != nil {
+		names, err := status.SlotNames(ctx, tconn)
+		if err != nil {
+			return rep, err
+		}
+		if rep.InactiveSlots, err = status.InactiveSlots(ctx, sconn, names); err != nil {
+			return rep, err
+		}
+	}
 	return rep, nil
 }
 
@@ -211,7 +225,11 @@ func printStatus(w io.Writer, rep statusReport) {
 		if s.LastCommit != nil {
 			last = s.LastCommit.Local().Format("2006-01-02 15:04:05.000 MST")
 		}
-		fmt.Fprintf(tw, "  lag\t%s, %.1f s (last applied source commit %s)\n", bytesText(s.LagBytes), s.LagSeconds, last)
+		if s.State == subscriber.StateCopying {
+			fmt.Fprintf(tw, "  lag\t%s of WAL retained by the slot while the copy runs (streaming starts after it; last applied source commit %s)\n", bytesText(s.LagBytes), last)
+		} else {
+			fmt.Fprintf(tw, "  lag\t%s, %.1f s (last applied source commit %s)\n", bytesText(s.LagBytes), s.LagSeconds, last)
+		}
 		fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
 		fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
 		fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
@@ -228,8 +246,12 @@ func printStatus(w io.Writer, rep statusReport) {
 			fmt.Fprintf(tw, "  faults\tridden out since start: %s\n", strings.Join(parts, ", "))
 		}
 		if q := s.Sequences; q != nil {
-			line := fmt.Sprintf("%d checked %s ago (%d moved forward, %d already there, %d ahead of the publisher, %d refused by the target role, %d missing on the target, %d not readable)",
-				q.Sequences, since(rep.Time, q.At), q.Moved, q.Unchanged, q.Ahead, q.Refused, q.Missing, q.Unreadable)
+			by := ""
+			if q.By == status.SyncedByCommand {
+				by = " by parapply sync-sequences"
+			}
+			line := fmt.Sprintf("%d checked %s ago%s (%d moved forward, %d already there, %d ahead of the publisher, %d refused by the target role, %d missing on the target, %d not readable)",
+				q.Sequences, since(rep.Time, q.At), by, q.Moved, q.Unchanged, q.Ahead, q.Refused, q.Missing, q.Unreadable)
 			if q.At.IsZero() {
 				line = "not synced yet"
 			}
@@ -239,7 +261,11 @@ func printStatus(w io.Writer, rep statusReport) {
 			fmt.Fprintf(tw, "  sequences\t%s\n", line)
 		}
 		if c := s.Copy; c != nil {
-			fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, bytesText(c.Bytes), c.ElapsedSeconds)
+			done := ""
+			if c.Percent != nil && c.ETASeconds != nil {
+				done = fmt.Sprintf(" (%.0f%%, about %s left)", *c.Percent, (time.Duration(*c.ETASeconds) * time.Second).String())
+			}
+			fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows%s, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, done, bytesText(c.Bytes), c.ElapsedSeconds)
 		}
 		if p := s.Progress; p != nil {
 			fmt.Fprintf(tw, "  progress row\tlast applied source transaction %d, commit %s, resume at %s\n", p.XID, p.CommitLSN, p.EndLSN)
@@ -269,6 +295,26 @@ func printStatus(w io.Writer, rep statusReport) {
 			}
 			tw.Flush()
 		}
+	}
+	if len(rep.InactiveSlots) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "inactive slots of parapply on the publisher (each keeps WAL until it is used again or dropped with pg_drop_replication_slot):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, p := range rep.InactiveSlots {
+			fmt.Fprintf(tw, "  %s\tretains %s of WAL (wal_status %s); confirmed flush %s, restart %s, current WAL %s\n",
+				p.Name, bytesText(p.RetainedBytes), p.WALStatus, p.ConfirmedLSN, p.RestartLSN, p.CurrentLSN)
+		}
+		tw.Flush()
+	}
+}
+
+// recordSequenceSync records a sync-sequences run where parapply status
+// reads it; a target that will not take the record only loses that.
+func recordSequenceSync(ctx context.Context, conn *pgx.Conn, slot string, rs []sequences.Result, syncErr error, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := status.RecordSequenceSync(ctx, conn, slot, rs, syncErr); err != nil {
+		fmt.Fprintf(stderr, "parapply: warning: parapply status will not show this sync: %s\n", oneLine(err.Error()))
 	}
 }
 
