@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/parapply/parapply/apply"
+)
+
+// TestDrop: parapply drop retires a slot as DROP SUBSCRIPTION does: it
+// refuses while parapply runs on the slot, dropping nothing; once stopped,
+// the slot's replication origins, its rows in parapply's tables on the
+// target and the slot on the publisher are gone, and another slot may
+// claim its tables.
+func TestDrop(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	ctx := context.Background()
+	cfg := e.config("dropme")
+	cfg.Workers, cfg.AutoWorkers = 2, false
+	r := e.start(cfg)
+	e.exec(e.pub, `INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g`)
+	e.waitCaughtUp(r)
+	origins := func() int {
+		var n int
+		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_origin WHERE roname ~ $1`, apply.OriginPattern("dropme")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if origins() < 2 {
+		t.Fatalf("the slot's run made %d origins; the test needs the reader's and a worker's", origins())
+	}
+	args := []string{"drop", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--slot", "dropme"}
+	err, out := runOnce(t, args...)
+	if err == nil || !strings.Contains(out, "slot dropme is in use") {
+		t.Fatalf("drop while parapply runs: %v, want a refusal; output:\n%s", err, out)
+	}
+	if origins() < 2 {
+		t.Fatal("the refused drop dropped origins")
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	err, out = runOnce(t, args...)
+	if err != nil {
+		t.Fatalf("drop: %v; output:\n%s", err, out)
+	}
+	t.Logf("drop:\n%s", out)
+	if n := origins(); n != 0 {
+		t.Errorf("%d origins of the dropped slot are left", n)
+	}
+	var slots, rows int
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'dropme'`).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sub.QueryRow(ctx, `SELECT (SELECT count(*) FROM parapply.progress WHERE slot_name = 'dropme') + (SELECT count(*) FROM parapply.table_claims WHERE slot_name = 'dropme')
+		+ (SELECT count(*) FROM parapply.sync_state WHERE slot_name = 'dropme')`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 || rows != 0 {
+		t.Errorf("after drop: %d slots on the publisher, %d rows of the slot on the target", slots, rows)
+	}
+	// Its table is free for another slot.
+	r = e.start(e.config("successor"))
+	e.exec(e.pub, `INSERT INTO t VALUES (1000, 'after')`)
+	e.waitCaughtUp(r)
+}
