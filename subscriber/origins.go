@@ -61,7 +61,12 @@ type originPlan struct {
 // open, while their origins kept from earlier runs still hold slots; if
 // those leave no room for one copy worker, they are retired too (they are
 // set up again when the workers open).
-func planOrigins(limit int, held []string, slot string, workers, streams, copiers int) (originPlan, error) {
+//
+// siblings are other slots recorded on the target: an origin whose name
+// parses as one of this slot's is theirs if it parses as one of a longer
+// sibling's (slot a's worker 1 and slot a_w1's reader are both
+// parapply_a_w1).
+func planOrigins(limit int, held []string, slot string, siblings []string, workers, streams, copiers int) (originPlan, error) {
 	var p originPlan
 	type own struct {
 		name string
@@ -70,7 +75,10 @@ func planOrigins(limit int, held []string, slot string, workers, streams, copier
 	}
 	var ours []own
 	for _, name := range held {
-		if kind, n, ok := apply.ParseOrigin(slot, name); ok {
+		if kind, n, ok := apply.ParseOrigin(slot, name); ok && !slices.ContainsFunc(siblings, func(sib string) bool {
+			_, _, theirs := apply.ParseOrigin(sib, name)
+			return theirs && len(sib) > len(slot)
+		}) {
 			ours = append(ours, own{name, kind, n})
 		} else {
 			p.Others = append(p.Others, name)
@@ -169,7 +177,15 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 		// As if no other origin held one.
 		held = nil
 	}
-	plan, err := planOrigins(limit, held, slot, s.want.workers, s.want.streams, s.want.copiers)
+	rows, _ := conn.Query(ctx, "SELECT slot_name FROM parapply.progress WHERE slot_name <> $1", slot)
+	siblings, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P01" {
+		err = nil // parapply never ran here
+	}
+	if err != nil {
+		return fmt.Errorf("reading the slots recorded in parapply.progress on the target: %w", err)
+	}
+	plan, err := planOrigins(limit, held, slot, siblings, s.want.workers, s.want.streams, s.want.copiers)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func TestPlanOrigins(t *testing.T) {
 	tests := []struct {
 		name                      string
 		limit                     int
-		held                      []string
+		held, siblings            []string
 		workers, streams, copiers int
 		want                      originPlan
 		err                       string
@@ -70,12 +70,15 @@ func TestPlanOrigins(t *testing.T) {
 		{name: "only the reader fits", limit: 3, workers: 4, streams: 2, copiers: 2,
 			held: []string{"a", "b"},
 			want: originPlan{Free: 1, Workers: 0, Streams: 0, Copiers: 0, Others: []string{"a", "b"}}},
+		{name: "a longer slot's reader is not our worker", limit: 10, workers: 0, streams: 0, copiers: 1,
+			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2"}, siblings: []string{"s_w1", "t"},
+			want: originPlan{Free: 9, Workers: 0, Streams: 0, Copiers: 1, Retire: []string{"parapply_s_w2"}, Others: []string{"parapply_s_w1"}}},
 		{name: "nothing free", limit: 2, workers: 4, streams: 2, copiers: 2,
 			held: []string{"a", "b", "parapply_s"}, err: "all 2 are held by other origins (a, b)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := planOrigins(tc.limit, tc.held, "s", tc.workers, tc.streams, tc.copiers)
+			got, err := planOrigins(tc.limit, tc.held, "s", tc.siblings, tc.workers, tc.streams, tc.copiers)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
