@@ -684,7 +684,8 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 	}
 	if err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Where != "" {
+		if errors.As(err, &pe) && pe.Where != "" && strings.HasPrefix(pe.Code, "22") {
+			// A data exception: a value the target column rejects.
 			return fmt.Errorf("copy %s: writing to the target: %w (%s); the target's column types must accept the publisher's values", name, err, pe.Where)
 		}
 		return fmt.Errorf("copy %s: writing to the target: %w", name, err)

@@ -58,8 +58,8 @@ func (e *env) count(sql string, args ...any) int {
 func TestRefusedStartDropsSlot(t *testing.T) {
 	cases := []struct {
 		name  string
-		setup func(e *env, cfg subscriber.Config) // makes the start fail
-		want  string                              // in the start's error
+		setup func(e *env, cfg *subscriber.Config) // makes the start fail
+		want  string                               // in the start's error
 		// undone: the refused start's records and copied rows are gone
 		// from the target (not so for an earlier slot's).
 		undone bool
@@ -67,7 +67,7 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 	}{
 		{
 			name:   "table already holds rows",
-			setup:  func(e *env, _ subscriber.Config) { e.exec(e.sub, `INSERT INTO b VALUES (-1, 'mine')`) },
+			setup:  func(e *env, _ *subscriber.Config) { e.exec(e.sub, `INSERT INTO b VALUES (-1, 'mine')`) },
 			want:   `target table "public"."b" already holds rows`,
 			undone: true,
 			fix:    func(e *env, _ *subscriber.Config) { e.exec(e.sub, `DELETE FROM b`) },
@@ -77,15 +77,30 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 			// fail: a's rows go too, else the next start, with
 			// existing_data = error, would find them.
 			name:   "copy type error",
-			setup:  func(e *env, _ subscriber.Config) { e.exec(e.sub, `ALTER TABLE b ALTER v TYPE varchar(3)`) },
+			setup:  func(e *env, _ *subscriber.Config) { e.exec(e.sub, `ALTER TABLE b ALTER v TYPE varchar(3)`) },
 			want:   "value too long for type character varying(3)",
 			undone: true,
 			fix:    func(e *env, _ *subscriber.Config) { e.exec(e.sub, `ALTER TABLE b ALTER v TYPE varchar(50)`) },
 		},
 		{
+			// A fault (the copy's target session ends) at the first
+			// start: Run gives up at once, as on a setup mistake, and
+			// the slot goes with what the start recorded.
+			name: "fault during the first start's copy",
+			setup: func(e *env, cfg *subscriber.Config) {
+				cfg.ReconnectTimeout = time.Minute
+				e.exec(e.sub, `CREATE FUNCTION die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$;
+					CREATE TRIGGER die BEFORE INSERT ON b FOR EACH ROW EXECUTE FUNCTION die();
+					ALTER TABLE b ENABLE ALWAYS TRIGGER die`)
+			},
+			want:   "terminating connection due to administrator command",
+			undone: true,
+			fix:    func(e *env, _ *subscriber.Config) { e.exec(e.sub, `DROP TRIGGER die ON b`) },
+		},
+		{
 			name: "earlier slot's name recorded on the target",
-			setup: func(e *env, cfg subscriber.Config) {
-				r := e.start(cfg)
+			setup: func(e *env, cfg *subscriber.Config) {
+				r := e.start(*cfg)
 				e.exec(e.pub, `INSERT INTO a VALUES (5001, 'streamed')`)
 				e.waitCaughtUp(r)
 				if err := r.stop(); err != nil {
@@ -110,7 +125,7 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 				INSERT INTO b SELECT g, repeat('x', 10 + g % 30) FROM generate_series(1, 2000) g`)
 			cfg := e.config("refused")
 			cfg.CopyData = true
-			c.setup(e, cfg)
+			c.setup(e, &cfg)
 			err := e.failStart(cfg)
 			t.Logf("refused: %v", err)
 			if !strings.Contains(err.Error(), c.want) {
