@@ -21,7 +21,9 @@
 // A table counts as synced only when the row saying so in parapply.sync_state
 // is committed, after all its rows. A table whose copy was interrupted is
 // found in state "copying" at the next start: its partial rows are truncated
-// and it is copied again, whole, under a new snapshot.
+// (in the one TRUNCATE of every table the copy empties; deleted instead if a
+// table outside that statement references it, see examine) and it is copied
+// again, whole, under a new snapshot.
 //
 // # Parallelism
 //
