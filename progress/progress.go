@@ -303,6 +303,23 @@ func readRow(ctx context.Context, conn *pgx.Conn, slot string) (p Position, sour
 	return p, sourceID, true, nil
 }
 
+// Forget deletes, in tx, the slot's progress row and the groups recorded
+// ahead of it: for a start that created its slot and was refused, so that
+// the next start is a first start again.
+func Forget(ctx context.Context, tx pgx.Tx, slot string) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.progress') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM parapply.progress WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("deleting slot %s from %s.progress: %w", slot, Schema, err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM parapply.applied WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("deleting slot %s from %s.applied: %w", slot, Schema, err)
+	}
+	return nil
+}
+
 // ErrOtherSource means the progress row belongs to a slot on another
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")

@@ -71,14 +71,18 @@ type Source struct {
 	SystemID      string // the publisher's system identifier
 	Database      string
 	Proto         int // negotiated pgoutput protocol version
-	// Created is true when Connect created the slot.
+	// Missing is true when Connect found no slot of the name: CreateSlot
+	// creates it, once every check that can refuse the start has passed
+	// (a slot left behind by a refused start holds WAL for nobody).
+	Missing bool
+	// Created is true once CreateSlot created the slot.
 	Created bool
-	// Snapshot and ConsistentPoint are set when Connect created the slot
+	// Snapshot and ConsistentPoint are set when CreateSlot created the slot
 	// with an exported snapshot.
 	Snapshot        string
 	ConsistentPoint parapply.LSN
 	// Confirmed is the slot's confirmed flush position when Connect found
-	// or created it: what the publisher is told as flushed until a
+	// or CreateSlot created it: what the publisher is told as flushed until a
 	// position of parapply's own is durable.
 	Confirmed parapply.LSN
 	// Published lists what the publications send, read before the slot
@@ -104,7 +108,8 @@ func (s *Source) sawWALEnd(l uint64) {
 
 // Connect opens the replication connection and checks everything that would
 // otherwise fail later: wal_level, the publications, the slot and whether
-// another client holds it. It creates the slot (pgoutput) if it is missing.
+// another client holds it. A missing slot is not created here (Missing):
+// the caller creates it with CreateSlot once its own checks have passed.
 func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -218,20 +223,7 @@ func (s *Source) check(ctx context.Context) error {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
 	if len(rows) == 0 {
-		action := "NOEXPORT_SNAPSHOT"
-		if s.cfg.ExportSnapshot {
-			action = "EXPORT_SNAPSHOT"
-		}
-		res, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
-		if err != nil {
-			return fmt.Errorf("creating replication slot %s on the source: %w (check max_replication_slots and that the role has REPLICATION)", s.cfg.Slot, err)
-		}
-		s.Created, s.Snapshot = true, res.SnapshotName
-		if s.ConsistentPoint, err = parapply.ParseLSN(res.ConsistentPoint); err != nil {
-			return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
-		}
-		s.Confirmed = s.ConsistentPoint
+		s.Missing = true
 		return nil
 	}
 	r := rows[0]
@@ -265,17 +257,51 @@ func (e slotBusy) Error() string {
 
 func (e slotBusy) Is(target error) bool { return target == ErrSlotBusy }
 
-// DropCreatedSlot drops the slot Connect created, for a start that fails
-// before anything depends on it: a slot left behind would hold WAL on the
-// publisher for nobody.
-func (s *Source) DropCreatedSlot(ctx context.Context) error {
-	if !s.Created {
+// CreateSlot creates the slot (pgoutput) if Connect found it missing, with
+// an exported snapshot if the config asks for one; the connection must then
+// stay idle until the copy is done.
+func (s *Source) CreateSlot(ctx context.Context) error {
+	if !s.Missing {
 		return nil
 	}
-	if err := pglogrepl.DropReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.DropReplicationSlotOptions{}); err != nil {
-		return fmt.Errorf("dropping replication slot %s, created by this run, on the source: %w (drop it with pg_drop_replication_slot)", s.cfg.Slot, err)
+	action := "NOEXPORT_SNAPSHOT"
+	if s.cfg.ExportSnapshot {
+		action = "EXPORT_SNAPSHOT"
 	}
-	s.Created = false
+	res, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		return fmt.Errorf("creating replication slot %s on the source: %w (check max_replication_slots and that the role has REPLICATION)", s.cfg.Slot, err)
+	}
+	s.Missing, s.Created, s.Snapshot = false, true, res.SnapshotName
+	if s.ConsistentPoint, err = parapply.ParseLSN(res.ConsistentPoint); err != nil {
+		return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
+	}
+	s.Confirmed = s.ConsistentPoint
+	return nil
+}
+
+// DropSlot drops the slot cfg names over a replication connection of its
+// own, waiting (as long as ctx allows) for a walsender that still holds it
+// to let go: for a start that created the slot and was refused, so that no
+// slot is left on the publisher holding WAL for nobody.
+func DropSlot(ctx context.Context, cfg Config) error {
+	pc, err := pgconn.ParseConfig(cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("source DSN: %w", err)
+	}
+	pc.RuntimeParams["replication"] = "database"
+	if cfg.AppName != "" {
+		pc.RuntimeParams["application_name"] = cfg.AppName
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+	}
+	defer conn.Close(context.Background())
+	if err := pglogrepl.DropReplicationSlot(ctx, conn, parapply.QuoteIdent(cfg.Slot), pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+		return fmt.Errorf("dropping replication slot %s on the source: %w", cfg.Slot, err)
+	}
 	return nil
 }
 

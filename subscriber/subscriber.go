@@ -146,6 +146,12 @@ type Subscriber struct {
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
+	// createdSlot is set once a run of this process created the slot;
+	// keptRows are the tables that held rows before its copy with
+	// existing_data = keep (see abandonSlot). Only Run's goroutine uses
+	// them.
+	createdSlot bool
+	keptRows    []string
 	// lastSkip is the commit LSN on_error last asked to skip.
 	lastSkip  parapply.LSN
 	ready     chan struct{}
@@ -285,6 +291,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			s.state.Store(StateStopped)
 		}
 	}()
+	defer func() {
+		// Given up: a slot this process created and never streamed from
+		// goes, with what its starts recorded on the target.
+		if err != nil && s.createdSlot && !s.everStreamed.Load() {
+			s.abandonSlot()
+		}
+	}()
 	var faultSince time.Time
 	for try := 1; ; try++ {
 		began := time.Now()
@@ -400,18 +413,6 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer src.Close()
-	// A start that fails before the progress row is written drops the
-	// slot it created: nothing depends on it yet.
-	keepSlot := false
-	defer func() {
-		if err != nil && !keepSlot && src.Created {
-			if derr := src.DropCreatedSlot(context.Background()); derr != nil {
-				s.log.Warn("the start failed, and the slot it created could not be dropped", "slot", s.cfg.Source.Slot, "error", derr)
-			} else {
-				s.log.Info("the start failed; dropped the slot it had created", "slot", s.cfg.Source.Slot)
-			}
-		}
-	}()
 	s.src.Store(src)
 	app, err := s.openTarget(ctx, s.cfg.Target, false)
 	if err != nil {
@@ -480,7 +481,12 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		s.det.Store(det)
 		app.SetDetection(det)
 	}
-	keepSlot = true
+	// The slot is created only now, after every check that can refuse
+	// the start before it (see createSlot); a start refused after it
+	// drops it again (see Run).
+	if err := s.createSlot(ctx, src, app.Conn(), published); err != nil {
+		return err
+	}
 	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
 	if err != nil {
 		return err
@@ -499,9 +505,6 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	}
 	if skipAt != 0 {
 		s.log.Info("a source transaction is to be skipped", "skip_lsn", skipAt.String(), "error", skipReason)
-	}
-	if src.Created && resumed {
-		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
 	}
 	if err := s.sync(ctx, src, app, published); err != nil {
 		return err

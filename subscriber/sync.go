@@ -30,8 +30,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 		return err
 	}
 	var pending []tablesync.Table
-	for _, pt := range published {
-		t := tablesync.Table{Schema: pt.Schema, Name: pt.Name, Columns: pt.Columns, RowFilter: pt.RowFilter}
+	for _, t := range syncTables(published) {
 		if state[t.QualifiedName()].State != "done" {
 			pending = append(pending, t)
 		}
@@ -156,4 +155,13 @@ func (s *Subscriber) watchSlotWAL(ctx context.Context) (stop func()) {
 		cancel()
 		wg.Wait()
 	}
+}
+
+// syncTables are the published tables, as the copy takes them.
+func syncTables(published []source.PublishedTable) []tablesync.Table {
+	out := make([]tablesync.Table, len(published))
+	for i, pt := range published {
+		out[i] = tablesync.Table{Schema: pt.Schema, Name: pt.Name, Columns: pt.Columns, RowFilter: pt.RowFilter}
+	}
+	return out
 }

@@ -21,7 +21,9 @@
 // A table counts as synced only when the row saying so in parapply.sync_state
 // is committed, after all its rows. A table whose copy was interrupted is
 // found in state "copying" at the next start: its partial rows are truncated
-// and it is copied again, whole, under a new snapshot.
+// (in the one TRUNCATE of every table the copy empties; deleted instead if a
+// table outside that statement references it, see examine) and it is copied
+// again, whole, under a new snapshot.
 //
 // # Parallelism
 //
@@ -256,10 +258,21 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 		if err != nil {
 			return err
 		}
-		if err := prepareTarget(ctx, dst, cfg, j, state[t.QualifiedName()]); err != nil {
+		jobs = append(jobs, j)
+	}
+	// Every refusal before anything is emptied; then every table the copy
+	// empties in one statement (see examine).
+	ex, err := examine(ctx, dst, cfg.Existing, tables, state)
+	if err != nil {
+		return err
+	}
+	if err := prepareTargets(ctx, dst, cfg, jobs, ex); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := deferIndexes(ctx, dst, cfg, j, ex.held[j.QualifiedName()] && cfg.Existing == ExistingKeep); err != nil {
 			return err
 		}
-		jobs = append(jobs, j)
 	}
 	// Biggest first, so the long tail is small tables.
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].pages > jobs[b].pages })
@@ -427,36 +440,35 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 	return j, nil
 }
 
-// prepareTarget applies the existing-data policy, or clears what an
-// interrupted copy left, and records the table as being copied.
-func prepareTarget(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, st State) error {
-	name := j.QualifiedName()
-	var has bool
-	if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&has); err != nil {
-		return fmt.Errorf("copy: reading %s on the target: %w", name, err)
+// prepareTargets empties the tables examine chose and records every table
+// as being copied, in one transaction: a failure leaves the target as it
+// was.
+func prepareTargets(ctx context.Context, dst *pgx.Conn, cfg Config, jobs []*tableJob, ex *examined) error {
+	tx, err := dst.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
 	}
-	if has {
-		switch {
-		case st.State == "copying":
-			cfg.Log.Info("an earlier copy was interrupted; copying the table again", "table", name)
-			if _, err := dst.Exec(ctx, "TRUNCATE "+onlyFor(j)+name); err != nil {
-				return fmt.Errorf("copy: clearing the interrupted copy of %s: %w", name, err)
-			}
-		case cfg.Existing == ExistingTruncate:
-			if _, err := dst.Exec(ctx, "TRUNCATE "+onlyFor(j)+name); err != nil {
-				return fmt.Errorf("copy: truncating %s on the target: %w", name, err)
-			}
-		case cfg.Existing == ExistingKeep:
-		default:
-			return fmt.Errorf("target table %s already holds rows; empty it, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if it is already in sync", name)
+	defer tx.Rollback(context.Background())
+	for _, name := range ex.interrupted {
+		cfg.Log.Info("an earlier copy was interrupted; copying the table again", "table", name)
+	}
+	if len(ex.truncate) > 0 && cfg.Existing == ExistingTruncate {
+		cfg.Log.Info("truncating the target tables to copy (existing_data = truncate)", "tables", strings.Join(ex.truncate, ", "))
+	}
+	if err := ex.empty(ctx, tx); err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	for _, j := range jobs {
+		_, err := tx.Exec(ctx, `INSERT INTO parapply.sync_state (slot_name, table_name, state, sync_lsn, started_at) VALUES ($1, $2, 'copying', $3::text::pg_lsn, now())
+			ON CONFLICT (slot_name, table_name) DO UPDATE SET state = 'copying', sync_lsn = EXCLUDED.sync_lsn, rows = NULL, started_at = now(), finished_at = NULL`, cfg.Slot, j.QualifiedName(), cfg.SyncLSN.String())
+		if err != nil {
+			return fmt.Errorf("copy: recording %s in parapply.sync_state: %w", j.QualifiedName(), err)
 		}
 	}
-	_, err := dst.Exec(ctx, `INSERT INTO parapply.sync_state (slot_name, table_name, state, sync_lsn, started_at) VALUES ($1, $2, 'copying', $3::text::pg_lsn, now())
-		ON CONFLICT (slot_name, table_name) DO UPDATE SET state = 'copying', sync_lsn = EXCLUDED.sync_lsn, rows = NULL, started_at = now(), finished_at = NULL`, cfg.Slot, name, cfg.SyncLSN.String())
-	if err != nil {
-		return fmt.Errorf("copy: recording %s in parapply.sync_state: %w", name, err)
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("copy: %w", err)
 	}
-	return deferIndexes(ctx, dst, cfg, j, has && cfg.Existing == ExistingKeep)
+	return nil
 }
 
 // deferIndexes drops the target table's indexes for the copy, after saving
@@ -686,7 +698,8 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 	}
 	if err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Where != "" {
+		if errors.As(err, &pe) && pe.Where != "" && strings.HasPrefix(pe.Code, "22") {
+			// A data exception: a value the target column rejects.
 			return fmt.Errorf("copy %s: writing to the target: %w (%s); the target's column types must accept the publisher's values", name, err, pe.Where)
 		}
 		return fmt.Errorf("copy %s: writing to the target: %w", name, err)

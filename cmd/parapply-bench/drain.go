@@ -37,6 +37,10 @@ func (d *drain) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := src.CreateSlot(ctx); err != nil {
+		src.Close()
+		return err
+	}
 	d.src, d.done = src, make(chan error, 1)
 	d.marked.Store(false)
 	ctx, d.cancel = context.WithCancel(context.Background())
