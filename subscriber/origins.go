@@ -177,12 +177,11 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 		// As if no other origin held one.
 		held = nil
 	}
+	// Best effort: parapply may never have run here, or the role may not
+	// read its schema (a refusal comes later, naming the fix).
 	rows, _ := conn.Query(ctx, "SELECT slot_name FROM parapply.progress WHERE slot_name <> $1", slot)
 	siblings, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P01" {
-		err = nil // parapply never ran here
-	}
-	if err != nil {
+	if pe := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pe) {
 		return fmt.Errorf("reading the slots recorded in parapply.progress on the target: %w", err)
 	}
 	plan, err := planOrigins(limit, held, slot, siblings, s.want.workers, s.want.streams, s.want.copiers)

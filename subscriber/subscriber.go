@@ -455,15 +455,15 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {
-		return err
-	}
-	// Before the slot is kept: a target that refuses origins is a setup
-	// error, and nothing depends on a slot just created.
+	// Before the slot is created: a target that refuses origins is a
+	// setup error.
 	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
 		return err
 	}
 	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
+		return err
+	}
+	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {
 		return err
 	}
 	s.det.Store(nil)
