@@ -465,15 +465,9 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	skipAt, passed, skipReason, err := progress.ReadSkip(ctx, app.Conn(), s.cfg.Source.Slot, pos.CommitLSN)
+	skips, err := s.readSkips(ctx, app.Conn(), pos.CommitLSN)
 	if err != nil {
 		return err
-	}
-	if passed != 0 {
-		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", passed.String(), "applied_commit_lsn", pos.CommitLSN.String())
-	}
-	if skipAt != 0 {
-		s.log.Info("a source transaction is to be skipped", "skip_lsn", skipAt.String(), "error", skipReason)
 	}
 	if src.Created && resumed {
 		return fmt.Errorf("slot %s was just created, but the target records progress from an earlier slot of that name (last applied commit %s): changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate", s.cfg.Source.Slot, pos.CommitLSN)
@@ -541,7 +535,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skipAt: skipAt, skipReason: skipReason, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skips: skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
