@@ -209,7 +209,9 @@ func TestSkipGroup(t *testing.T) {
 	if second == first {
 		t.Fatalf("the run after the first skip stopped on the first transaction (%s) again", first)
 	}
-	list("after the first skip", first+` skipped at .*; passed \(removed at the next start\)`)
+	// Skipped and passed; with workers the group's retry one at a time may
+	// have started past it already, and removed it.
+	list("after the first skip", first+` skipped at .*; passed \(removed at the next start\)|no skip requests`)
 	// Started again before the second request (as after a kill): the
 	// first is done with, neither skipped again nor failing again.
 	if again, n := stops("a start in between", `{"id": "15"}`); again != second || n != 0 {
