@@ -135,6 +135,10 @@ type Txn struct {
 	// applied; each is written to parapply.conflicts instead, in the
 	// target transaction that records it as done.
 	Failed string
+	// Skip: parapply skip asked to skip this transaction; the loop drops
+	// its changes, and the target transaction that commits it marks the
+	// request done (as it does for Failed).
+	Skip bool
 }
 
 // Applier owns one target connection and applies one transaction at a time.
@@ -226,6 +230,9 @@ type group struct {
 	first, last   Txn
 	end           parapply.LSN // end LSN of the last finished source transaction
 	opened        time.Time
+	// skips are the commit LSNs of the group's transactions skipped at a
+	// request of parapply.skip (Txn.Skip, Txn.Failed).
+	skips []parapply.LSN
 }
 
 // Open connects to the target and prepares the session like the built-in
@@ -415,6 +422,9 @@ func (a *Applier) Begin(txn Txn) {
 		a.began = false
 	}
 	a.grp.txns++
+	if txn.Skip || txn.Failed != "" {
+		a.grp.skips = append(a.grp.skips, txn.CommitLSN)
+	}
 }
 
 // Retitle names the source transaction being applied anew: a streamed

@@ -498,6 +498,9 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 		a.ops = append(a.ops, op{sql: "PREPARE TRANSACTION " + parapply.QuoteLiteral(gid), what: "PREPARE TRANSACTION", rows: -1})
 		c.Durable = true // a PREPARE is flushed before it returns
 	} else {
+		if len(g.skips) > 0 {
+			a.queueProgress(progress.SkipDone(a.cfg.Slot, g.skips), "recording the skipped transactions")
+		}
 		if a.cfg.AheadOfOrder {
 			a.queueProgress(progress.RecordApplied(a.cfg.Slot, g.first.CommitLSN, g.last.CommitLSN, g.end), "recording the applied transactions")
 		} else {

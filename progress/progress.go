@@ -59,9 +59,12 @@ CREATE TABLE IF NOT EXISTS parapply.applied (
 	PRIMARY KEY (slot_name, commit_lsn)
 );
 CREATE TABLE IF NOT EXISTS parapply.skip (
-	slot_name    text PRIMARY KEY,
+	slot_name    text NOT NULL,
 	commit_lsn   pg_lsn NOT NULL,
-	requested_at timestamptz NOT NULL DEFAULT now()
+	requested_at timestamptz NOT NULL DEFAULT now(),
+	reason       text,
+	skipped_at   timestamptz,
+	PRIMARY KEY (slot_name, commit_lsn)
 );
 CREATE TABLE IF NOT EXISTS parapply.conflicts (
 	id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -104,6 +107,8 @@ CREATE TABLE IF NOT EXISTS parapply.slot_claims (
 	claimed_at       timestamptz
 );
 ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
+ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS skipped_at timestamptz;
+` + skipUpgradeSQL + `
 ALTER TABLE parapply.conflicts ADD COLUMN IF NOT EXISTS remote_origin text;
 CREATE INDEX IF NOT EXISTS conflicts_source_xid ON parapply.conflicts (source_xid);
 DO $do$ BEGIN
@@ -137,7 +142,7 @@ IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,jsonb,jsonb,tex
 END IF;
 END $do$;
 COMMENT ON TABLE parapply.conflicts IS 'parapply: conflicts replicated changes met on the target and how each was resolved, written in the transaction that applied the change';
-COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit LSN) each slot is to skip, set by parapply skip and removed once the progress row passes it';
+COMMENT ON TABLE parapply.skip IS 'parapply: the source transactions (by commit LSN) each slot is to skip, added by parapply skip, marked skipped_at in the target transaction that passes each, and removed once the progress row passes it';
 COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
 COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
 COMMENT ON TABLE parapply.retired_origins IS 'parapply: replication origins a slot dropped (its copy workers once the copy is done, workers above the worker count): rows they wrote still carry their numbers, which conflict detection counts as the slot''s own until another origin takes them';

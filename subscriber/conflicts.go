@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
@@ -111,4 +112,20 @@ func transient(err error) bool {
 		return true
 	}
 	return pe.Code == "55P03" || pe.Code == "55006"
+}
+
+// readSkips reads the slot's pending skip requests (parapply.skip), after
+// removing those the target has applied past (at applied), and logs both.
+func (s *Subscriber) readSkips(ctx context.Context, conn *pgx.Conn, applied parapply.LSN) ([]progress.SkipRequest, error) {
+	skips, passed, err := progress.ReadSkips(ctx, conn, s.cfg.Source.Slot, applied)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range passed {
+		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", p.String(), "applied_commit_lsn", applied.String())
+	}
+	for _, r := range skips {
+		s.log.Info("a source transaction is to be skipped", "skip_lsn", r.LSN.String(), "error", r.Reason)
+	}
+	return skips, nil
 }

@@ -24,13 +24,12 @@ type loop struct {
 	// (commit_order = dependency), by commit LSN, in order.
 	ahead    []progress.Range
 	skipping bool
-	// skipAt is the commit LSN of the transaction parapply skip asked to
-	// skip (zero: none); skipSeen notes that it was met.
-	skipAt   parapply.LSN
-	skipSeen bool
-	// skipReason, for a transaction on_error skips, is the error it met:
-	// its changes are logged instead of dropped (see apply.Txn.Failed).
-	skipReason string
+	// skips are the pending requests of parapply.skip, in commit order
+	// (a request's Reason, set by on_error, has the transaction's changes
+	// logged instead of dropped: see apply.Txn.Failed); skipSeen is the
+	// commit LSN of the last one met, logged and counted once.
+	skips    []progress.SkipRequest
+	skipSeen parapply.LSN
 	// oneByOne, when not zero, is the last commit LSN of a group that failed
 	// as one: until it is passed, each source transaction is committed
 	// alone, so that an error names exactly one.
@@ -152,7 +151,7 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 		}
 		return nil
 	case *pgoutput.Insert, *pgoutput.Update, *pgoutput.Delete, *pgoutput.Truncate:
-		if l.skipping {
+		if l.skipping || l.txn.Skip {
 			return nil
 		}
 		return l.sink.change(ctx, m)
@@ -227,42 +226,49 @@ func (l *loop) beginHeld(ctx context.Context, o *pgoutput.Origin) error {
 }
 
 func (l *loop) begin(txn apply.Txn) error {
-	return l.start(txn, l.applied(txn.CommitLSN) || l.skipAsked(&txn))
+	if l.applied(txn.CommitLSN) {
+		return l.start(txn, true)
+	}
+	l.skipAsked(&txn)
+	return l.start(txn, false)
 }
 
-// skipAsked reports whether txn is the transaction parapply skip named: it
-// then passes like one already applied, none of its changes applied, and the
-// publisher is told it is done with. A request that no transaction matched
-// (the stream passed its LSN) is dropped with a warning; the next start
-// removes it from the target.
+// skipAsked reports whether txn is a transaction parapply skip named, and
+// marks it so (apply.Txn.Skip): it is then taken by the sink as an empty
+// transaction, none of its changes applied, and the target transaction
+// that commits it marks the request done (a group that fails takes the
+// mark with it, and the next try skips it again). A request that no
+// transaction matched (the stream passed its LSN) is dropped with a
+// warning; the next start removes it from the target. It may be asked
+// again about the same transaction.
 //
-// A transaction on_error skips is not skipped here: it is marked Failed,
-// and taken by the sink, whose appliers log its changes in place of
-// applying them, in the target transaction that records it as done.
+// A transaction on_error skips is marked Failed instead (and false
+// returned): its changes are logged in place of being applied.
 func (l *loop) skipAsked(txn *apply.Txn) bool {
-	if l.skipAt == 0 || txn.CommitLSN < l.skipAt {
-		return false
-	}
-	if txn.CommitLSN > l.skipAt {
-		if !l.skipSeen {
-			l.s.log.Warn("no source transaction committed at the LSN parapply skip named; nothing was skipped (a prepared transaction cannot be skipped)", "skip_lsn", l.skipAt.String(), "next_commit_lsn", txn.CommitLSN.String())
+	for len(l.skips) > 0 && l.skips[0].LSN < txn.CommitLSN {
+		if l.skips[0].LSN != l.skipSeen {
+			l.s.log.Warn("no source transaction committed at an LSN parapply skip named; nothing was skipped there (a prepared transaction cannot be skipped)", "skip_lsn", l.skips[0].LSN.String(), "next_commit_lsn", txn.CommitLSN.String())
 		}
-		l.skipAt = 0
+		l.skips = l.skips[1:]
+	}
+	if len(l.skips) == 0 || l.skips[0].LSN != txn.CommitLSN {
 		return false
 	}
-	if !l.skipSeen {
-		l.skipSeen = true
+	reason := l.skips[0].Reason
+	if l.skipSeen != txn.CommitLSN {
+		l.skipSeen = txn.CommitLSN
 		l.s.countSkip(txn.CommitLSN)
-		if l.skipReason != "" {
-			l.s.log.Warn("skipping a source transaction that failed (on_error = skip_transaction): none of its changes are applied; each is logged in parapply.conflicts", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String(), "error", l.skipReason)
+		if reason != "" {
+			l.s.log.Warn("skipping a source transaction that failed (on_error = skip_transaction): none of its changes are applied; each is logged in parapply.conflicts", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String(), "error", reason)
 		} else {
 			l.s.log.Warn("skipping a source transaction, as parapply skip asked: none of its changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
 		}
 	}
-	if l.skipReason != "" {
-		txn.Failed = l.skipReason
+	if reason != "" {
+		txn.Failed = reason
 		return false
 	}
+	txn.Skip = true
 	return true
 }
 

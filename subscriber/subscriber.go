@@ -496,15 +496,9 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	skipAt, passed, skipReason, err := progress.ReadSkip(ctx, app.Conn(), s.cfg.Source.Slot, pos.CommitLSN)
+	skips, err := s.readSkips(ctx, app.Conn(), pos.CommitLSN)
 	if err != nil {
 		return err
-	}
-	if passed != 0 {
-		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", passed.String(), "applied_commit_lsn", pos.CommitLSN.String())
-	}
-	if skipAt != 0 {
-		s.log.Info("a source transaction is to be skipped", "skip_lsn", skipAt.String(), "error", skipReason)
 	}
 	if err := s.sync(ctx, src, app, published); err != nil {
 		return err
@@ -569,7 +563,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skipAt: skipAt, skipReason: skipReason, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skips: skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto

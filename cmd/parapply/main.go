@@ -26,6 +26,7 @@ usage:
   parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
   parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
   parapply skip --target DSN --slot NAME --lsn LSN                   skip one source transaction (by commit LSN) at the next start
+  parapply skip --target DSN --slot NAME --list                      list the skip requests: pending, skipped, passed
   parapply drop --target DSN --slot NAME [--source DSN]              retire a slot: its origins and rows on the target, the slot on the publisher
   parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers (built with -tags demo)
   parapply version                                                    print the version

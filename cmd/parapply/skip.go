@@ -5,30 +5,37 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
 )
 
-// skipCommand records on the target that the next run of a slot is to skip
-// the source transaction committed at --lsn, as ALTER SUBSCRIPTION ... SKIP
+// skipCommand records on the target that the runs of a slot are to skip the
+// source transaction committed at --lsn, as ALTER SUBSCRIPTION ... SKIP
 // does: the way past a transaction that cannot be applied (the error that
-// stopped parapply names its commit LSN).
+// stopped parapply names its commit LSN). Requests add up (two failing
+// transactions applied in one group are named one after the other);
+// --list shows them and which are done with.
 func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("skip", flag.ContinueOnError)
 	lsnFlag := fs.String("lsn", "", "commit LSN of the source transaction to skip (the one the error names, e.g. 0/1A2B3C4)")
-	usageFor(fs, "parapply skip --target DSN --slot NAME --lsn LSN [--config FILE]")
+	list := fs.Bool("list", false, "list the slot's skip requests and whether each is pending, skipped or passed, instead of adding one")
+	usageFor(fs, "parapply skip --target DSN --slot NAME (--lsn LSN | --list) [--config FILE]")
 	c, err := loadConfig(fs, args)
 	if err != nil {
 		return err
 	}
-	if c["target"] == "" || *lsnFlag == "" {
-		return fmt.Errorf("skip needs --target, --slot (default %q) and --lsn, the commit LSN of the source transaction to skip", "parapply")
+	if c["target"] == "" || (*lsnFlag == "") == !*list {
+		return fmt.Errorf("skip needs --target, --slot (default %q) and either --lsn, the commit LSN of the source transaction to skip, or --list", "parapply")
 	}
-	lsn, err := parapply.ParseLSN(*lsnFlag)
-	if err != nil || lsn == 0 {
-		return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
+	var lsn parapply.LSN
+	if !*list {
+		lsn, err = parapply.ParseLSN(*lsnFlag)
+		if err != nil || lsn == 0 {
+			return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
+		}
 	}
 	cc, err := pgx.ParseConfig(c["target"])
 	if err != nil {
@@ -40,9 +47,44 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
 	defer conn.Close(context.Background())
+	if *list {
+		return listSkips(ctx, conn, c["slot"], out)
+	}
 	if err := progress.SetSkip(ctx, conn, c["slot"], lsn, ""); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "slot %s: the source transaction committed at %s will be skipped, none of its changes applied, when parapply next starts (restart it if it runs); parapply.skip on the target holds the request until it is done\n", c["slot"], lsn)
+	fmt.Fprintf(out, "slot %s: the source transaction committed at %s will be skipped, none of its changes applied, when parapply next starts (restart it if it runs); parapply.skip on the target holds the request, with any others, until the target has passed it (parapply skip --list shows them)\n", c["slot"], lsn)
+	return nil
+}
+
+// listSkips prints the slot's skip requests, one a line: its commit LSN and
+// whether it is pending, skipped (when) or passed.
+func listSkips(ctx context.Context, conn *pgx.Conn, slot string, out io.Writer) error {
+	reqs, err := progress.ListSkips(ctx, conn, slot)
+	if err != nil {
+		return err
+	}
+	if len(reqs) == 0 {
+		fmt.Fprintf(out, "slot %s: no skip requests\n", slot)
+		return nil
+	}
+	for _, r := range reqs {
+		var state string
+		switch {
+		case !r.SkippedAt.IsZero() && r.Passed:
+			state = "skipped at " + r.SkippedAt.Format(time.RFC3339) + "; passed (removed at the next start)"
+		case !r.SkippedAt.IsZero():
+			state = "skipped at " + r.SkippedAt.Format(time.RFC3339)
+		case r.Passed:
+			state = "passed without being skipped: no source transaction committed at this LSN (removed at the next start)"
+		default:
+			state = "pending: skipped when parapply next meets it"
+		}
+		line := fmt.Sprintf("slot %s: %s %s (requested at %s)", slot, r.LSN, state, r.RequestedAt.Format(time.RFC3339))
+		if r.Reason != "" {
+			line += "; on_error = skip_transaction, after: " + r.Reason
+		}
+		fmt.Fprintln(out, line)
+	}
 	return nil
 }

@@ -252,7 +252,7 @@ func TestOriginsAlwaysFit(t *testing.T) {
 	}
 	cfg := e.config("fit3")
 	cfg.Target.DSN = dsn("postgres")
-	cfg.SharedTables = true // beside slot fit, which claimed t
+	cfg.SharedTables = true            // beside slot fit, which claimed t
 	cfg.ReconnectTimeout = time.Minute // not taken: nothing a retry could change
 	began := time.Now()
 	err = runUntilStopped(cfg)
