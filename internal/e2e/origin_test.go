@@ -194,6 +194,7 @@ func TestOriginNone(t *testing.T) {
 	e.exec(e.sub, `TRUNCATE t`)
 	cfg = e.config("oany")
 	cfg.CopyData = false
+	cfg.SharedTables = true // t was slot onone's
 	e.exec(e.pub, `SELECT pg_create_logical_replication_slot('oany', 'pgoutput')`)
 	e.exec(e.pub, `TRUNCATE t`)
 	e.exec(replicated, `INSERT INTO t VALUES (1, 'replicated to the publisher')`)

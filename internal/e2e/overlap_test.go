@@ -26,6 +26,7 @@ func TestWorkersOverlapSlowReads(t *testing.T) {
 			cfg := e.config("overlap_" + order)
 			cfg.Workers = 4
 			cfg.CommitOrder = order
+			cfg.SharedTables = true // each order's slot in turn
 			slowBacklog(e, cfg, rows, 3000)
 			began := time.Now()
 			r := e.start(cfg)
