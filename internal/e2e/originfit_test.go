@@ -64,8 +64,12 @@ func (b *logBuffer) String() string {
 // with the grants the README lists; it returns the role's DSN for a
 // target database.
 func originTarget(t *testing.T) (*env, func(db string) string) {
-	e := newEnvSettings(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`, fast, originLimitSettings(t, 10))
-	e.exec(e.pub, `INSERT INTO t SELECT g, 'copied' FROM generate_series(1, 20000) g`)
+	// Four tables, so that four copy workers each take one.
+	e := newEnvSettings(t, `CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE t2 (LIKE t INCLUDING ALL);
+		CREATE TABLE t3 (LIKE t INCLUDING ALL); CREATE TABLE t4 (LIKE t INCLUDING ALL)`, fast, originLimitSettings(t, 10))
+	for _, tb := range copied {
+		e.exec(e.pub, `INSERT INTO `+tb+` SELECT g, 'copied' FROM generate_series(1, 20000) g`)
+	}
 	e.exec(e.sub, `CREATE ROLE applier LOGIN; GRANT SET ON PARAMETER session_replication_role TO applier`)
 	return e, func(db string) string {
 		return strings.Replace(e.pair.Subscriber.DSN(db), "user=postgres", "user=applier", 1)
@@ -76,9 +80,12 @@ func originTarget(t *testing.T) (*env, func(db string) string) {
 // the table t, and the privileges the README lists.
 func (e *env) grantApplier(c *pgx.Conn, db string) {
 	e.t.Helper()
-	e.exec(c, `GRANT CREATE ON DATABASE `+db+` TO applier; GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON t TO applier;
+	e.exec(c, `GRANT CREATE ON DATABASE `+db+` TO applier; GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON t, t2, t3, t4 TO applier;
 		GRANT EXECUTE ON FUNCTION `+apply.OriginFunctions+` TO applier`)
 }
+
+// copied are the tables originTarget makes, each holding rows to copy.
+var copied = []string{"t", "t2", "t3", "t4"}
 
 // heldOrigins lists the origins holding a state slot on the target cluster
 // whose names start with prefix.
@@ -129,7 +136,7 @@ func TestOriginsAlwaysFit(t *testing.T) {
 		next += 3000
 		e.exec(e.pub, `UPDATE t SET v = 'updated' WHERE id % 7 = 0`)
 		e.waitCaughtUp(r)
-		e.verify("t")
+		e.verify(copied...)
 	}
 	count := func(names []string, kind string) int {
 		n := 0
@@ -191,12 +198,13 @@ func TestOriginsAlwaysFit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.exec(other, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	e.exec(other, `CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE t2 (LIKE t INCLUDING ALL);
+		CREATE TABLE t3 (LIKE t INCLUDING ALL); CREATE TABLE t4 (LIKE t INCLUDING ALL)`)
 	e.grantApplier(other, "other")
 	r2 := run("fit2", 4, dsn("other"), nil)
 	write(r)
 	e.waitCaughtUp(r2)
-	if _, err := verify.Tables(ctx, e.pub, other, "t"); err != nil {
+	if _, err := verify.Tables(ctx, e.pub, other, copied...); err != nil {
 		t.Fatalf("the second slot's target: %v", err)
 	}
 	held = e.heldOrigins("")
