@@ -42,13 +42,19 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	// Held while dropping: no run of the slot starts meanwhile.
-	var free bool
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+progress.LockKey+")", slot).Scan(&free); err != nil {
-		return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
-	}
-	if !free {
-		return fmt.Errorf("slot %s is in use: parapply runs on it (target sessions hold its lock); stop it first", slot)
+	// Held while dropping: no run of the slot starts meanwhile. The
+	// sessions of a run that just stopped may take a moment to end.
+	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+progress.LockKey+")", slot).Scan(&free); err != nil {
+			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
+		}
+		if free {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s is in use: parapply runs on it (target sessions hold its lock, still after %s); stop it first", slot, dropLockWait)
+		}
 	}
 	if err := dropBlockers(ctx, conn, slot); err != nil {
 		return err
@@ -161,8 +167,13 @@ func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, er
 	return names, nil
 }
 
-// originDropWait bounds the wait for a session still holding an origin.
-const originDropWait = 10 * time.Second
+// originDropWait bounds the wait for a session still holding an origin,
+// and dropLockWait the wait for the sessions of a run to let go of the
+// slot's lock.
+const (
+	originDropWait = 10 * time.Second
+	dropLockWait   = 5 * time.Second
+)
 
 // listed formats names for a message: " (a, b)", or nothing.
 func listed(names []string) string {
