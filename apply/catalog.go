@@ -21,7 +21,8 @@ type Table struct {
 	// OID is the target table's.
 	OID uint32
 	// Types holds, per published column, the target type to cast the text
-	// value to; "" marks a column the target does not take (generated).
+	// value to; "" marks a column the target does not take (generated:
+	// LoadTable refuses a published one, so only tables built by hand).
 	Types []string
 	// binary holds, per published column, the OID of its type when that
 	// type is the publisher's too and one of binaryTypes (its values then
@@ -175,11 +176,12 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		if !ok {
 			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), t.Name, t.Name, parapply.QuoteIdent(c.Name))
 		}
-		if !tc.generated {
-			t.Types[i] = tc.typ
-			if _, ok := binaryTypes[tc.oid]; ok && tc.oid == c.TypeOID {
-				t.binary[i] = tc.oid
-			}
+		if tc.generated {
+			return nil, GeneratedOnTarget(t.Name, c.Name)
+		}
+		t.Types[i] = tc.typ
+		if _, ok := binaryTypes[tc.oid]; ok && tc.oid == c.TypeOID {
+			t.binary[i] = tc.oid
 		}
 		if tc.always {
 			t.AlwaysIdentity = append(t.AlwaysIdentity, i)
@@ -243,6 +245,17 @@ func loadProbes(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error
 	}
 	slices.Sort(t.Probes)
 	return nil
+}
+
+// GeneratedOnTarget is the error for a published column that is generated
+// on the target: the target computes such a column and cannot take the
+// publisher's value, so the built-in subscription refuses it too
+// (PostgreSQL 18: "has incompatible generated column"; before: "is missing
+// replicated column"), and so does parapply, in the copy and the stream.
+func GeneratedOnTarget(table, column string) error {
+	col := parapply.QuoteIdent(column)
+	return fmt.Errorf("%w: column %s of published table %s is generated on the target, but the publisher sends its values (the built-in subscription refuses this too); make it a plain column on the target (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION), or leave it out of the publication (a column list, or publish_generated_columns = none where it is generated on the publisher)",
+		ErrSchema, col, table, table, col)
 }
 
 // CheckTables verifies, before anything is applied, that every published

@@ -600,8 +600,13 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 		pubs[i] = parapply.QuoteLiteral(p)
 	}
 	cols, filter := "NULL::text", "NULL::text"
-	if version >= 150000 {
+	if version >= 180000 {
 		cols, filter = "array_to_string(t.attnames, ',')", "t.rowfilter"
+	} else if version >= 150000 {
+		// Before 18 no generated column is published, but PostgreSQL 15's
+		// view lists them with the others: leave them out.
+		cols, filter = `array_to_string(ARRAY(SELECT n.attname FROM unnest(t.attnames) WITH ORDINALITY n (attname, ord)
+			JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = n.attname WHERE a.attgenerated = '' ORDER BY n.ord), ',')`, "t.rowfilter"
 	}
 	res, err := conn.Exec(ctx, `SELECT t.schemaname, t.tablename, `+cols+`, `+filter+`, p.pubviaroot, c.oid,
 			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid),

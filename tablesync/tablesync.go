@@ -382,39 +382,52 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 		}
 		j.pages, j.estRows = int64(pages), int64(tuples)
 	}
-	types := func(c *pgx.Conn) (map[string]string, error) {
-		rows, err := c.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, atttypmod), (atttypid >= 16384 OR coalesce((SELECT typelem >= 16384 FROM pg_catalog.pg_type WHERE oid = atttypid), false))
-			FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`, name)
+	// The columns of each side, generated ones included: a generated column
+	// the publications send (PostgreSQL 18: publish_generated_columns =
+	// stored, or named in a column list) is copied as the stream sends it,
+	// and one generated on the target cannot take a published value.
+	type column struct {
+		typ       string
+		generated bool
+	}
+	columns := func(c *pgx.Conn) (map[string]column, error) {
+		rows, err := c.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, atttypmod), (atttypid >= 16384 OR coalesce((SELECT typelem >= 16384 FROM pg_catalog.pg_type WHERE oid = atttypid), false)), attgenerated <> ''
+			FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, name)
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
-		out := map[string]string{}
+		out := map[string]column{}
 		for rows.Next() {
-			var n, typ string
+			var n string
+			var c column
 			var user bool
-			if err := rows.Scan(&n, &typ, &user); err != nil {
+			if err := rows.Scan(&n, &c.typ, &user, &c.generated); err != nil {
 				return nil, err
 			}
 			if user {
-				typ = "user:" + typ
+				c.typ = "user:" + c.typ
 			}
-			out[n] = typ
+			out[n] = c
 		}
 		return out, rows.Err()
 	}
-	st, err := types(src)
+	st, err := columns(src)
 	if err != nil {
 		return nil, fmt.Errorf("copy: columns of %s on the source: %w", name, err)
 	}
-	tt, err := types(dst)
+	tt, err := columns(dst)
 	if err != nil {
 		return nil, fmt.Errorf("copy: columns of %s on the target: %w", name, err)
 	}
 	cols := t.Columns
 	if len(cols) == 0 {
-		for c := range st {
-			cols = append(cols, c)
+		// No list (a PostgreSQL 14 publisher, which never publishes
+		// generated columns): every column but those.
+		for c, sc := range st {
+			if !sc.generated {
+				cols = append(cols, c)
+			}
 		}
 		sort.Strings(cols)
 	}
@@ -423,14 +436,16 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 	for _, c := range cols {
 		s, ok := st[c]
 		if !ok {
-			// Generated on the source: not published.
-			continue
+			return nil, fmt.Errorf("copy: published column %s of %s is not on the source (dropped since the start?); start again", parapply.QuoteIdent(c), name)
 		}
 		d, ok := tt[c]
 		if !ok {
 			return nil, fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
 		}
-		if s != d || strings.HasPrefix(s, "user:") {
+		if d.generated {
+			return nil, fmt.Errorf("copy: %w", apply.GeneratedOnTarget(name, c))
+		}
+		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") {
 			j.format = "text"
 		}
 		q = append(q, parapply.QuoteIdent(c))
