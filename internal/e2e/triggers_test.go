@@ -17,7 +17,9 @@ import (
 //     written;
 //   - plain: ordinary (ENABLE ORIGIN) triggers, which replicated changes
 //     must not fire: they would suppress everything and write audit;
-//   - audited: an ENABLE ALWAYS AFTER trigger writing audit.
+//   - audited: an ENABLE ALWAYS AFTER trigger writing audit;
+//   - fullrow: REPLICA IDENTITY FULL, BEFORE UPDATE and DELETE triggers
+//     as skipped's.
 //
 // audit is the subscriber's own, and must end the same under parapply
 // and the built-in subscription: every trigger fired once per change.
@@ -26,6 +28,8 @@ const triggerSchema = `CREATE TABLE skipped (id int PRIMARY KEY, v int, note tex
 	CREATE TABLE plain (id int PRIMARY KEY, v int);
 	CREATE TABLE audited (id int PRIMARY KEY, v int);
 	CREATE TABLE audit (tbl text, op text, id int, v int);
+	CREATE TABLE fullrow (id int, v int, note text);
+	ALTER TABLE fullrow REPLICA IDENTITY FULL;
 	CREATE FUNCTION skip_some() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
 		IF TG_OP = 'INSERT' THEN
@@ -51,6 +55,9 @@ const triggerSchema = `CREATE TABLE skipped (id int PRIMARY KEY, v int, note tex
 	CREATE TRIGGER skip_upd BEFORE UPDATE ON skipped FOR EACH ROW EXECUTE FUNCTION skip_some();
 	CREATE TRIGGER skip_del BEFORE DELETE ON skipped FOR EACH ROW EXECUTE FUNCTION skip_some();
 	ALTER TABLE skipped ENABLE REPLICA TRIGGER skip_ins, ENABLE REPLICA TRIGGER skip_upd, ENABLE ALWAYS TRIGGER skip_del;
+	CREATE TRIGGER skip_upd BEFORE UPDATE ON fullrow FOR EACH ROW EXECUTE FUNCTION skip_some();
+	CREATE TRIGGER skip_del BEFORE DELETE ON fullrow FOR EACH ROW EXECUTE FUNCTION skip_some();
+	ALTER TABLE fullrow ENABLE REPLICA TRIGGER skip_upd, ENABLE REPLICA TRIGGER skip_del;
 	CREATE FUNCTION rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
 		NEW.v := NEW.v * 10;
@@ -95,7 +102,9 @@ func TestTargetTriggers(t *testing.T) {
 					CREATE TABLE rewritten (id int PRIMARY KEY, v int, tag text);
 					CREATE TABLE plain (id int PRIMARY KEY, v int);
 					CREATE TABLE audited (id int PRIMARY KEY, v int);
-					CREATE PUBLICATION tp FOR TABLE skipped, rewritten, plain, audited`,
+					CREATE TABLE fullrow (id int, v int, note text);
+					ALTER TABLE fullrow REPLICA IDENTITY FULL;
+					CREATE PUBLICATION tp FOR TABLE skipped, rewritten, plain, audited, fullrow`,
 				sub:  triggerSchema,
 				pubs: []string{"tp"},
 				before: []string{
@@ -122,6 +131,11 @@ func TestTargetTriggers(t *testing.T) {
 					`DELETE FROM plain WHERE id % 7 = 0`,
 					`INSERT INTO audited SELECT g, g FROM generate_series(1, 300) g`,
 					`UPDATE audited SET v = v * 2 WHERE id % 3 = 0`,
+					// Each row changed once at most: a row whose change was
+					// suppressed no longer holds the publisher's old values.
+					`INSERT INTO fullrow SELECT g, g, CASE g % 10 WHEN 0 THEN 'frozen' WHEN 1 THEN 'keep' ELSE '' END FROM generate_series(1, 300) g`,
+					`UPDATE fullrow SET v = v + 1 WHERE id % 2 = 0`,
+					`DELETE FROM fullrow WHERE id % 2 = 1`,
 					`DELETE FROM audited WHERE id % 4 = 0`,
 					// One transaction over several tables, single rows.
 					`UPDATE skipped SET v = v + 5 WHERE id IN (2, 4, 30); UPDATE audited SET v = 0 WHERE id = 1; DELETE FROM skipped WHERE id IN (11, 12); INSERT INTO skipped VALUES (703, -3, '')`,
@@ -137,7 +151,7 @@ func TestTargetTriggers(t *testing.T) {
 					`UPDATE skipped SET v = v + 1 WHERE v >= 0 AND id BETWEEN 300 AND 350`,
 					`DELETE FROM skipped WHERE v >= 0 AND id BETWEEN 500 AND 550`,
 				},
-				tables: []string{"public.skipped", "public.rewritten", "public.plain", "public.audited", "public.audit"},
+				tables: []string{"public.skipped", "public.rewritten", "public.plain", "public.audited", "public.fullrow", "public.audit"},
 				config: func(c *subscriber.Config) { c.DetectConflicts = detect },
 				stopped: func(r *running) {
 					// Row 54's update only, logged with detection on.
