@@ -87,6 +87,11 @@ type Table struct {
 	// partition): every change must then reach it as it happened.
 	// parapply's own (package tombstones) does nothing in its sessions.
 	Triggers bool
+	// before holds the pg_trigger.tgtype event bits (tgInsert, tgUpdate,
+	// tgDelete) of the BEFORE row triggers that fire for replicated
+	// changes: such a trigger may suppress a change (RETURN NULL), which
+	// then changes fewer rows than it found (see triggers.go).
+	before int
 	// Probes are the published columns leading the table's large B-tree
 	// indexes (each larger than a quarter of shared_buffers, on a table
 	// larger than shared_buffers): an insert must read the leaf page where
@@ -203,7 +208,8 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
 			FROM pg_catalog.pg_partition_tree($1::oid::regclass))
 			> pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')),
-		(pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')) / pg_catalog.current_setting('block_size')::int)::int`, oid).Scan(&t.Triggers, &t.Large, &t.BufferPages)
+		(pg_catalog.pg_size_bytes(pg_catalog.current_setting('shared_buffers')) / pg_catalog.current_setting('block_size')::int)::int,
+		`+beforeTriggersSQL, oid).Scan(&t.Triggers, &t.Large, &t.BufferPages, &t.before)
 	if err != nil {
 		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}

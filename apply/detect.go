@@ -159,7 +159,11 @@ func (a *Applier) statement(r *run, which int) string {
 	if !ok {
 		switch which {
 		case checkedStatement:
-			sql = a.det.checkedSQL(r.sql, r.kind)
+			match := ""
+			if r.table.suppresses(r.kind) {
+				match = matchSQL(r)
+			}
+			sql = a.det.checkedSQL(r.sql, r.kind, match)
 		case fastStatement:
 			sql = a.det.fastSQL(r, a.cfg.Slot)
 		default:

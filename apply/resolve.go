@@ -82,8 +82,11 @@ const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, l
 // come in groups written by one transaction, so that is a few lookups per
 // run instead of one per row, and a conflict rolls the whole target
 // transaction back anyway. Otherwise rows another origin changed last are
-// left out and count as not found (one lookup per row).
-func (d *Detection) checkedSQL(sql string, kind byte) string {
+// left out and count as not found (one lookup per row). match, when not
+// "", selects the rows the statement finds (see matchSQL): on a table
+// whose BEFORE triggers may suppress a change, those are counted and
+// looked up instead of the rows changed.
+func (d *Detection) checkedSQL(sql string, kind byte, match string) string {
 	const n = "pg_catalog.count(*) AS n FROM c"
 	ret, check, from := "1", "", n
 	switch {
@@ -99,8 +102,16 @@ func (d *Detection) checkedSQL(sql string, kind byte) string {
 		from = "coalesce(pg_catalog.sum(g.n), 0)::int8 AS n, coalesce(pg_catalog.bool_or(NOT " + d.ours("g.x") + "), false) AS other FROM (SELECT c.x, " + n + " GROUP BY c.x) AS g"
 	default:
 		sql += " AND " + d.ours("t.xmin")
+		if match != "" {
+			match += " AND " + d.ours("t.xmin")
+		}
 	}
-	return "WITH c AS (" + sql + " RETURNING " + ret + " AS x) SELECT CASE WHEN w.n < pg_catalog.cardinality($1) THEN parapply.conflict_check(w.n, pg_catalog.cardinality($1))" +
+	head := "WITH c AS (" + sql + " RETURNING " + ret + " AS x)"
+	if match != "" {
+		// The change runs to completion though nothing reads it.
+		head = "WITH a AS (" + sql + "), c AS (" + match + ")"
+	}
+	return head + " SELECT CASE WHEN w.n < pg_catalog.cardinality($1) THEN parapply.conflict_check(w.n, pg_catalog.cardinality($1))" +
 		check + " ELSE w.n END FROM (SELECT " + from + ") AS w"
 }
 
@@ -142,7 +153,10 @@ func (d *Detection) fastSQL(r *run, slot string) string {
 func (d *Detection) examine(r *run, slot string, fast bool) string {
 	t := r.table
 	head, tail := r.cols[:r.split], r.cols[r.split:]
-	c := careful{d: d, t: t, slot: slot, fast: fast && r.kind != 'I'}
+	// A change a BEFORE trigger suppressed would be examined, and its
+	// trigger fired, a second time after the fast statement's w0.
+	c := careful{d: d, t: t, slot: slot, fast: fast && r.kind != 'I' && !t.suppresses(r.kind),
+		found: t.suppresses(r.kind) || (r.kind == 'I' && t.suppresses('U')) || (r.kind == 'U' && t.suppresses('I'))}
 	if !r.hasCareful() {
 		return ""
 	}
@@ -170,6 +184,10 @@ type careful struct {
 	// (CTE w0, leaving out rows another origin changed last), and only
 	// the rest (CTE rest: not found, or left out) are examined.
 	fast bool
+	// found: a BEFORE trigger may suppress a change the statement makes
+	// (see triggers.go), so the rows changed are not checked against
+	// those found to change.
+	found bool
 }
 
 // rows is the CTE of the rows to examine: src, or rest after w0.
@@ -343,8 +361,14 @@ func (c *careful) finish(key, remote, local string, changed []string) {
 		sum = append(sum, "(SELECT pg_catalog.count(*) FROM w0)")
 		done = " + (SELECT pg_catalog.count(*) FROM w0)"
 	}
-	c.w(" SELECT parapply.conflict_check(", strings.Join(sum, " + "),
-		", (SELECT pg_catalog.count(*) FROM d WHERE res NOT IN ('skip', 'error')) + (SELECT pg_catalog.count(*) FROM e)", done, ")::int8",
+	changedSum := strings.Join(sum, " + ")
+	expected := "(SELECT pg_catalog.count(*) FROM d WHERE res NOT IN ('skip', 'error')) + (SELECT pg_catalog.count(*) FROM e)" + done
+	if c.found {
+		// LEAST evaluates every argument: e still raises a conflict
+		// whose policy is error.
+		expected = "LEAST(" + changedSum + ", " + expected + ")"
+	}
+	c.w(" SELECT parapply.conflict_check(", changedSum, ", ", expected, ")::int8",
 		", coalesce((SELECT pg_catalog.array_agg(g ORDER BY g) FROM g AS g(g)), '{}')::text[]")
 }
 

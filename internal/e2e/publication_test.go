@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/internal/verify"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // Publication semantics, scenario by scenario, ported from PostgreSQL's own
@@ -33,6 +34,10 @@ type scenario struct {
 	// builtinFrom is the lowest PostgreSQL major version whose built-in
 	// subscription gets the scenario right (0: all).
 	builtinFrom int
+	// config, when set, changes parapply's configuration; stopped, when
+	// set, examines the run once parapply has stopped.
+	config  func(*subscriber.Config)
+	stopped func(*running)
 }
 
 func (e *env) runScenario(t *testing.T, sc scenario) {
@@ -47,6 +52,9 @@ func (e *env) runScenario(t *testing.T, sc scenario) {
 	cfg := e.config("scenario")
 	cfg.Source.Publications = sc.pubs
 	cfg.CopyData = true
+	if sc.config != nil {
+		sc.config(&cfg)
+	}
 	r := e.start(cfg)
 	for _, q := range sc.after {
 		e.exec(e.pub, q)
@@ -54,6 +62,9 @@ func (e *env) runScenario(t *testing.T, sc scenario) {
 	e.waitCaughtUp(r)
 	if err := r.stop(); err != nil {
 		t.Fatalf("parapply stopped with an error: %v", err)
+	}
+	if sc.stopped != nil {
+		sc.stopped(r)
 	}
 	if sc.publishers {
 		e.verify(sc.tables...)
