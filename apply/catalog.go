@@ -39,9 +39,9 @@ type Table struct {
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
 	// values, NULL-safe, one target row per change.
 	Full bool
-	// equality holds, per published column of a REPLICA IDENTITY FULL
-	// table, how the built-in apply compares its values (see
-	// loadEquality); nil otherwise.
+	// equality holds, per published column, how the built-in apply
+	// compares its values (see loadEquality): keys and whole old rows are
+	// compared under the column's collation.
 	equality []colEquality
 	// SyncLSN is the position the table's initial copy holds (its
 	// snapshot's consistent point): changes of transactions whose commit
@@ -209,7 +209,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if err != nil {
 		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}
-	if t.Full {
+	{
 		if err := loadEquality(ctx, conn, oid, t); err != nil {
 			return nil, err
 		}

@@ -74,7 +74,7 @@ func keyMatch(b *strings.Builder, t *Table, target string, key []int, k []string
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
-		b.WriteString(target + "." + colName(t, c) + " = " + cast(k[i], t.Types[c]))
+		b.WriteString(target + "." + colName(t, c) + " = " + t.columnEquality(c).value(k[i], t.Types[c]))
 	}
 }
 
@@ -152,7 +152,7 @@ func fullMatch(b *strings.Builder, t *Table, old []int, extra []string, extraCol
 		for i, c := range old {
 			e := t.columnEquality(c)
 			if e.hash != "" {
-				conds = append(conds, "pg_catalog.coalesce("+e.hash+"(c."+colName(t, c)+"), 0) = pg_catalog.coalesce("+e.hash+"("+e.value(o[i], t.Types[c])+"), 0)")
+				conds = append(conds, "coalesce("+e.hash+"(c."+colName(t, c)+"), 0) = coalesce("+e.hash+"("+e.value(o[i], t.Types[c])+"), 0)")
 			}
 		}
 		for i, c := range old {

@@ -11,14 +11,14 @@ import (
 
 // The target's tables keep their keys under a nondeterministic ICU
 // collation (case-insensitive, so also blind to the NFC/NFD difference), and
-// a trigger there rewrites every key it receives to lower case NFD: the
+// a trigger there rewrites every key it is given (insert or update) to lower case NFD: the
 // publisher's 'Émile' (NFC) is 'émile' (NFD) on the target, equal under the
 // column's collation only.
 const ciTarget = `CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
 	CREATE FUNCTION rewrite() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.k := lower(normalize(NEW.k, NFD)); RETURN NEW; END$$;`
 
 func rewritten(table string) string {
-	return "CREATE TRIGGER rewrite BEFORE INSERT ON " + table + " FOR EACH ROW EXECUTE FUNCTION rewrite(); ALTER TABLE " + table + " ENABLE ALWAYS TRIGGER rewrite;"
+	return "CREATE TRIGGER rewrite BEFORE INSERT OR UPDATE ON " + table + " FOR EACH ROW EXECUTE FUNCTION rewrite(); ALTER TABLE " + table + " ENABLE ALWAYS TRIGGER rewrite;"
 }
 
 // TestMatchUnderColumnCollation: updates and deletes find a row whose key
