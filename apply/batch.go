@@ -403,6 +403,25 @@ func checkIdentityKept(t *Table, old, new parapply.Tuple) error {
 	return nil
 }
 
+// checkComparable refuses, as the built-in apply does, to locate a row by
+// a non-NULL old value of a column whose type has no equality operator on
+// the target (json, point, xml): there is no telling which row it names.
+// The built-in fails only when it meets a candidate row whose earlier
+// columns are equal; this fails on every such change.
+func checkComparable(t *Table, kind byte, old parapply.Tuple, cols []int) error {
+	for _, c := range cols {
+		if e := t.columnEquality(c); !e.eq && old[c].Kind != parapply.ValueNull {
+			what := "an update of"
+			if kind == 'X' {
+				what = "a delete from"
+			}
+			return fmt.Errorf("%w: could not identify an equality operator for type %s: %s %s (REPLICA IDENTITY FULL) locates its row by every old value, and column %s has no equality operator on the target, as with the built-in apply; give the table a replica identity key on the publisher (a primary key, or REPLICA IDENTITY USING INDEX), or change the column's type (json to jsonb, for example)",
+				ErrSchema, e.typ, what, t.Name, colName(t, c))
+		}
+	}
+	return nil
+}
+
 // full adds an update ('F') or delete ('X') under REPLICA IDENTITY FULL.
 // The key of a row is its whole old image; an update also touches its new
 // image, which the next change of the row names as old.
@@ -420,6 +439,9 @@ func (b *batcher) full(t *Table, kind byte, old, new parapply.Tuple) (*run, erro
 		set = b.cols
 	}
 	b.mask, b.oldCols = present(t, old, nil, b.mask, b.oldCols)
+	if err := checkComparable(t, kind, old, b.oldCols); err != nil {
+		return nil, err
+	}
 	noCols := len(b.oldCols) == 0 // a table with no columns: any row will do
 	if noCols {
 		b.oldCols = append(b.oldCols, emptyRow...)

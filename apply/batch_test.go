@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -160,7 +161,7 @@ func queued(t *testing.T, a *Applier) []string {
 }
 
 func TestBatcherRules(t *testing.T) {
-	tables := testTables(simpleTable(), compositeTable(), generatedTable(), triggerTable(), wideTable(), fullTable(), extraUniqueTable(), emptyTable())
+	tables := testTables(simpleTable(), compositeTable(), generatedTable(), triggerTable(), wideTable(), fullTable(), extraUniqueTable(), emptyTable(), placesTable())
 	tests := []struct {
 		name      string
 		changes   []tc
@@ -222,6 +223,9 @@ func TestBatcherRules(t *testing.T) {
 		{"REPLICA IDENTITY FULL deletes are one statement",
 			[]tc{{'D', 3, []string{"1", "{}", "t0"}, nil}, {'D', 3, []string{"2", "-", "t0"}, nil}},
 			[]string{"DELETE docs {1,2} {{},NULL} {t0,t0}"}, 0, 0},
+		{"REPLICA IDENTITY FULL: a NULL old value of a type without equality is matched, as by the built-in",
+			[]tc{{'D', 14, []string{"1", "-", "a"}, nil}},
+			[]string{"DELETE places {1} {NULL} {a}"}, 0, 0},
 		{"rows of a table with no columns are counted by one NULL each",
 			[]tc{{'I', 13, nil, []string{}}, {'I', 13, nil, []string{}}, {'D', 13, []string{}, nil}},
 			[]string{"INSERT nocols {NULL,NULL}", "DELETE nocols {NULL}"}, 0, 0},
@@ -365,5 +369,23 @@ func TestApplierQueuesRuns(t *testing.T) {
 	}
 	if a.ops[0].sql != "BEGIN" {
 		t.Errorf("first op %q, want BEGIN", a.ops[0].sql)
+	}
+}
+
+// TestFullRefusesIncomparable checks that an update or delete under
+// REPLICA IDENTITY FULL whose old value in a column without an equality
+// operator is not NULL stops with the built-in's message, naming the
+// column and the fix.
+func TestFullRefusesIncomparable(t *testing.T) {
+	tables := testTables(placesTable())
+	for _, ch := range []tc{
+		{'D', 14, []string{"1", "(1,2)", "a"}, nil},
+		{'O', 14, []string{"1", "(1,2)", "a"}, []string{"1", "(1,2)", "b"}},
+	} {
+		b := newBatcher(1000, new(atomic.Int64))
+		err := ch.add(b, tables)
+		if err == nil || !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "could not identify an equality operator for type point") || !strings.Contains(err.Error(), `column "at"`) {
+			t.Errorf("change %c: got %v, want the refusal naming column at and type point", ch.kind, err)
+		}
 	}
 }

@@ -40,6 +40,10 @@ type Table struct {
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
 	// values, NULL-safe, one target row per change.
 	Full bool
+	// equality holds, per published column, how the built-in apply
+	// compares its values (see loadEquality): keys and whole old rows are
+	// compared under the column's collation.
+	equality []colEquality
 	// SyncLSN is the position the table's initial copy holds (its
 	// snapshot's consistent point): changes of transactions whose commit
 	// record starts before it are in the copy already.
@@ -213,6 +217,11 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	if err != nil {
 		return nil, fmt.Errorf("reading triggers and size of %s on the target: %w", t.Name, err)
 	}
+	{
+		if err := loadEquality(ctx, conn, oid, t); err != nil {
+			return nil, err
+		}
+	}
 	if t.Large && kind == "r" {
 		if err := loadProbes(ctx, conn, oid, t); err != nil {
 			return nil, err
@@ -353,6 +362,75 @@ func loadUniques(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) erro
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("reading indexes of %s on the target: %w", t.Name, err)
+	}
+	return nil
+}
+
+// colEquality is how a column's values are compared when a row is located
+// by its whole old image.
+type colEquality struct {
+	// eq is false when the column's type has no default equality operator
+	// (no default B-tree or hash operator class: json, point, xml): the
+	// built-in apply then fails with "could not identify an equality
+	// operator for type ...".
+	eq bool
+	// hash names the hash function of the type's default hash operator
+	// class, schema-qualified; "" when it has none.
+	hash string
+	// collate is the column's collation when it is not the database
+	// default, schema-qualified and quoted: values are compared under it,
+	// as the built-in apply does.
+	collate string
+	typ     string // the column's type, for messages
+}
+
+// loadEquality sets t.equality from the target's catalog, as PostgreSQL's
+// type cache finds a type's equality operator (lookup_type_cache with
+// TYPECACHE_EQ_OPR): the equality member of the default B-tree or hash
+// operator class for the column's type, its domain's base type, a type it
+// is binary coercible to, or the polymorphic class its kind falls under
+// (arrays, enums, ranges, composites).
+func loadEquality(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
+	rows, err := conn.Query(ctx, `WITH RECURSIVE d(name, coll, typ, shown) AS (
+			SELECT a.attname::text, a.attcollation, a.atttypid, pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
+			WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+			UNION ALL
+			SELECT d.name, d.coll, y.typbasetype, d.shown FROM d JOIN pg_catalog.pg_type y ON y.oid = d.typ WHERE y.typtype = 'd'),
+		b AS (SELECT d.name, d.coll, d.shown, y.oid AS typ, CASE WHEN y.typcategory = 'A' THEN 'anyarray'::regtype
+				WHEN y.typtype = 'e' THEN 'anyenum'::regtype WHEN y.typtype = 'r' THEN 'anyrange'::regtype
+				WHEN y.typtype = 'c' THEN 'record'::regtype END::oid AS poly
+			FROM d JOIN pg_catalog.pg_type y ON y.oid = d.typ AND y.typtype <> 'd'),
+		oc AS (SELECT b.name, am.amname, oc.opcfamily, oc.opcintype, oc.opcintype = b.typ AS exact FROM b
+			JOIN pg_catalog.pg_opclass oc ON oc.opcdefault AND (oc.opcintype IN (b.typ, b.poly) OR EXISTS (SELECT 1 FROM pg_catalog.pg_cast k
+				WHERE k.castsource = b.typ AND k.casttarget = oc.opcintype AND k.castmethod = 'b'))
+			JOIN pg_catalog.pg_am am ON am.oid = oc.opcmethod AND am.amname IN ('btree', 'hash'))
+		SELECT b.name, b.shown, EXISTS (SELECT 1 FROM oc WHERE oc.name = b.name),
+			coalesce((SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) FROM oc
+				JOIN pg_catalog.pg_amproc ap ON ap.amprocfamily = oc.opcfamily AND ap.amprocnum = 1
+					AND ap.amproclefttype = oc.opcintype AND ap.amprocrighttype = oc.opcintype
+				JOIN pg_catalog.pg_proc p ON p.oid = ap.amproc JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+				WHERE oc.name = b.name AND oc.amname = 'hash' ORDER BY oc.exact DESC LIMIT 1), ''),
+			coalesce((SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname) FROM pg_catalog.pg_collation c
+				JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = b.coll AND b.coll <> 100), '')
+		FROM b`, oid)
+	if err != nil {
+		return fmt.Errorf("reading the equality operators of %s's column types on the target: %w", t.Name, err)
+	}
+	byName := map[string]colEquality{}
+	for rows.Next() {
+		var name string
+		var e colEquality
+		if err := rows.Scan(&name, &e.typ, &e.eq, &e.hash, &e.collate); err != nil {
+			return err
+		}
+		byName[name] = e
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading the equality operators of %s's column types on the target: %w", t.Name, err)
+	}
+	t.equality = make([]colEquality, len(t.Rel.Columns))
+	for i, c := range t.Rel.Columns {
+		t.equality[i] = byName[c.Name]
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func keyMatch(b *strings.Builder, t *Table, target string, key []int, k []string
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
-		b.WriteString(target + "." + colName(t, c) + " = " + cast(k[i], t.Types[c]))
+		b.WriteString(target + "." + colName(t, c) + " = " + t.columnEquality(c).value(k[i], t.Types[c]))
 	}
 }
 
@@ -113,42 +113,75 @@ func DeleteSQL(t *Table, key []int) string {
 }
 
 // fullMatch selects, for each batch row (ordinality n), the ctid of one
-// target row whose old columns equal the batch row's old values. Values are
-// compared through their text form in a row constructor: NULL-safe, usable
-// for types without an equality operator, and hashable, so one sequential
-// scan serves the whole batch. DISTINCT ON picks exactly one target row even
-// when identical rows exist; the run builder never puts two changes with the
-// same old image in one batch. A ctid is unique only within one physical
-// table, so rows are matched by (tableoid, ctid): a partitioned target has
-// many.
+// target row whose old columns equal the batch row's old values, compared as
+// the built-in apply compares them (tuples_equal): NULL-safe, with the
+// default equality operator of the column's type, under the column's
+// collation (so that a key written in another form on the target, equal
+// under a nondeterministic collation, is found). A column whose type has no
+// equality operator only ever carries NULLs here (batcher.full refuses the
+// others, as the built-in does), which match NULLs only. One sequential
+// scan serves the whole batch: the hash of every column under its type's
+// hash function (which equal values share, under the collation) is the
+// hash join's key, and equality is checked on the pairs it gives.
+//
+// Equal old images select the same candidate rows, so the batch rows that
+// share one are paired with its candidates in order: the k-th such batch row
+// takes the k-th candidate (cn = bn), never one row for two changes, as the
+// built-in, changing them one at a time, does. A ctid is unique only within
+// one physical table, so rows are matched by (tableoid, ctid): a partitioned
+// target has many.
 func fullMatch(b *strings.Builder, t *Table, old []int, extra []string, extraCols []int) {
 	o := aliases("o", len(old))
-	b.WriteString("(SELECT DISTINCT ON (u.n) c.tableoid AS toid, c.ctid AS tid")
+	b.WriteString("(SELECT x.toid, x.tid")
+	for _, e := range extra {
+		b.WriteString(", x." + e)
+	}
+	b.WriteString(" FROM (SELECT c.tableoid AS toid, c.ctid AS tid")
 	for _, e := range extra {
 		b.WriteString(", u." + e)
 	}
-	b.WriteString(" FROM ")
+	b.WriteString(", pg_catalog.row_number() OVER (PARTITION BY u.n ORDER BY c.tableoid, c.ctid) AS cn" +
+		", pg_catalog.dense_rank() OVER (PARTITION BY c.tableoid, c.ctid ORDER BY u.n) AS bn FROM ")
 	unnest(b, t, append(slices.Clone(old), extraCols...), append(o, extra...), true)
+	b.WriteString(" JOIN " + t.Target() + " AS c ON ")
 	if len(old) == 1 && old[0] < 0 {
 		// No columns (emptyRow): any row matches.
-		b.WriteString(" JOIN " + t.Target() + " AS c ON true ORDER BY u.n) AS m")
-		return
-	}
-	b.WriteString(" JOIN " + t.Target() + " AS c ON ROW(")
-	for i, c := range old {
-		if i > 0 {
-			b.WriteString(", ")
+		b.WriteString("true")
+	} else {
+		var conds []string
+		for i, c := range old {
+			e := t.columnEquality(c)
+			if e.hash != "" {
+				conds = append(conds, "coalesce("+e.hash+"(c."+colName(t, c)+"), 0) = coalesce("+e.hash+"("+e.value(o[i], t.Types[c])+"), 0)")
+			}
 		}
-		b.WriteString("c." + colName(t, c))
-	}
-	b.WriteString(")::text = ROW(")
-	for i, c := range old {
-		if i > 0 {
-			b.WriteString(", ")
+		for i, c := range old {
+			if e := t.columnEquality(c); e.eq {
+				conds = append(conds, "c."+colName(t, c)+" IS NOT DISTINCT FROM "+e.value(o[i], t.Types[c]))
+			} else {
+				conds = append(conds, "(c."+colName(t, c)+" IS NULL AND u."+o[i]+" IS NULL)")
+			}
 		}
-		b.WriteString(cast(o[i], t.Types[c]))
+		b.WriteString(strings.Join(conds, " AND "))
 	}
-	b.WriteString(")::text ORDER BY u.n) AS m")
+	b.WriteString(") AS x WHERE x.cn = x.bn) AS m")
+}
+
+// columnEquality is how column c is compared in fullMatch.
+func (t *Table) columnEquality(c int) colEquality {
+	if c < len(t.equality) {
+		return t.equality[c]
+	}
+	return colEquality{eq: true}
+}
+
+// value casts parameter alias to the column's type, under the column's
+// collation.
+func (e colEquality) value(alias, typ string) string {
+	if e.collate != "" {
+		return "(" + cast(alias, typ) + " COLLATE " + e.collate + ")"
+	}
+	return cast(alias, typ)
 }
 
 // UpdateFullSQL updates, under REPLICA IDENTITY FULL, one row per change:

@@ -39,15 +39,38 @@ func compositeTable() *Table {
 	return &Table{Rel: rel, Name: rel.QualifiedName(), Types: []string{"bigint", "text", "character varying"}, Key: []int{0, 1}}
 }
 
-// fullTable: REPLICA IDENTITY FULL with a json column.
+// fullTable: REPLICA IDENTITY FULL with a jsonb column, as loadEquality
+// reads it.
 func fullTable() *Table {
 	rel := &parapply.Relation{ID: 3, Namespace: "public", Name: "docs", ReplicaIdentity: parapply.IdentityFull,
 		Columns: []parapply.Column{
 			{Name: "id", TypeOID: 23, TypeMod: -1, Key: true},
-			{Name: "doc", TypeOID: 114, TypeMod: -1, Key: true},
+			{Name: "doc", TypeOID: 3802, TypeMod: -1, Key: true},
 			{Name: "ts", TypeOID: 1184, TypeMod: -1, Key: true},
 		}}
-	return &Table{Rel: rel, Name: rel.QualifiedName(), Types: []string{"integer", "json", "timestamp with time zone"}, Key: []int{0, 1, 2}, Full: true, ExtraUnique: true}
+	return &Table{Rel: rel, Name: rel.QualifiedName(), Types: []string{"integer", "jsonb", "timestamp with time zone"}, Key: []int{0, 1, 2}, Full: true, ExtraUnique: true,
+		equality: []colEquality{
+			{eq: true, hash: "pg_catalog.hashint4", typ: "integer"},
+			{eq: true, hash: "pg_catalog.jsonb_hash", typ: "jsonb"},
+			{eq: true, hash: "pg_catalog.timestamp_hash", typ: "timestamp with time zone"},
+		}}
+}
+
+// placesTable: REPLICA IDENTITY FULL with a point column (no equality
+// operator) and a text column under a nondeterministic collation.
+func placesTable() *Table {
+	rel := &parapply.Relation{ID: 14, Namespace: "public", Name: "places", ReplicaIdentity: parapply.IdentityFull,
+		Columns: []parapply.Column{
+			{Name: "id", TypeOID: 23, TypeMod: -1, Key: true},
+			{Name: "at", TypeOID: 600, TypeMod: -1, Key: true},
+			{Name: "name", TypeOID: 25, TypeMod: -1, Key: true},
+		}}
+	return &Table{Rel: rel, Name: rel.QualifiedName(), Types: []string{"integer", "point", "text"}, Key: []int{0, 1, 2}, Full: true,
+		equality: []colEquality{
+			{eq: true, hash: "pg_catalog.hashint4", typ: "integer"},
+			{typ: "point"},
+			{eq: true, hash: "pg_catalog.hashtext", collate: `"public"."ci"`, typ: "text"},
+		}}
 }
 
 // generatedTable: column 2 (total) is generated on the target, so Types
@@ -99,6 +122,7 @@ func sqlCases() []sqlCase {
 
 		{"full_update", UpdateFullSQL(f, []int{0, 1, 2}, []int{0, 1, 2}), 6},
 		{"full_update_partial", UpdateFullSQL(f, []int{0, 2}, []int{1}), 3},
+		{"full_delete_collated", DeleteFullSQL(placesTable(), []int{0, 1, 2}), 3},
 		{"full_delete", DeleteFullSQL(f, []int{0, 1, 2}), 3},
 		{"full_delete_one_column", DeleteFullSQL(f, []int{1}), 1},
 
@@ -209,9 +233,9 @@ func TestSQLUnnestArity(t *testing.T) {
 				}
 			}
 			full := strings.Contains(tc.name, "full")
-			if full != ordinality || full != strings.Contains(tc.sql, "DISTINCT ON (u.n)") {
-				t.Errorf("full=%v but WITH ORDINALITY=%v, DISTINCT ON=%v: %s", full, ordinality,
-					strings.Contains(tc.sql, "DISTINCT ON (u.n)"), tc.sql)
+			if full != ordinality || full != strings.Contains(tc.sql, "WHERE x.cn = x.bn") {
+				t.Errorf("full=%v but WITH ORDINALITY=%v, pairing by rank=%v: %s", full, ordinality,
+					strings.Contains(tc.sql, "WHERE x.cn = x.bn"), tc.sql)
 			}
 		})
 	}
@@ -238,9 +262,20 @@ func TestSQLCastsUseTableTypes(t *testing.T) {
 	if !strings.HasPrefix(q, want) {
 		t.Errorf("InsertSQL with reordered columns:\n got: %s\nwant prefix: %s", q, want)
 	}
-	f := fullTable()
-	q = DeleteFullSQL(f, []int{0, 1, 2})
-	if !strings.Contains(q, `ROW(c."id", c."doc", c."ts")::text = ROW(u.o1::integer, u.o2::json, u.o3::timestamp with time zone)::text`) {
-		t.Errorf("DeleteFullSQL does not compare old values by their text form: %s", q)
+
+	q = DeleteFullSQL(placesTable(), []int{0, 1, 2})
+	for _, want := range []string{
+		`coalesce(pg_catalog.hashint4(c."id"), 0) = coalesce(pg_catalog.hashint4(u.o1::integer), 0)`,
+		`c."id" IS NOT DISTINCT FROM u.o1::integer`,
+		`(c."at" IS NULL AND u.o2 IS NULL)`,
+		`coalesce(pg_catalog.hashtext(c."name"), 0) = coalesce(pg_catalog.hashtext((u.o3::text COLLATE "public"."ci")), 0)`,
+		`c."name" IS NOT DISTINCT FROM (u.o3::text COLLATE "public"."ci")`,
+	} {
+		if !strings.Contains(q, want) {
+			t.Errorf("DeleteFullSQL does not compare with %s: %s", want, q)
+		}
+	}
+	if strings.Contains(q, "::text = ") {
+		t.Errorf("DeleteFullSQL compares text forms: %s", q)
 	}
 }
