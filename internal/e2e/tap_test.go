@@ -264,6 +264,28 @@ var tapScenarios = []scenario{{
 	},
 	tables: []string{"public.gn"},
 }, {
+	// 012_collation.pl: the target's key and REPLICA IDENTITY FULL
+	// columns have a nondeterministic (case-insensitive) collation, the
+	// publisher's the default one.
+	name: "collation",
+	pub: `CREATE TABLE co1 (a text PRIMARY KEY, b text);
+		CREATE TABLE co2 (a text, b text); ALTER TABLE co2 REPLICA IDENTITY FULL;
+		CREATE PUBLICATION pub_co FOR TABLE co1, co2`,
+	sub: `CREATE COLLATION co_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+		CREATE TABLE co1 (a text COLLATE co_ci PRIMARY KEY, b text);
+		CREATE TABLE co2 (a text COLLATE co_ci, b text)`,
+	pubs:   []string{"pub_co"},
+	before: []string{`INSERT INTO co1 VALUES ('abc', 'one')`, `INSERT INTO co2 VALUES ('abc', 'one')`},
+	after: []string{
+		`UPDATE co1 SET b = 'two' WHERE a = 'abc'`,
+		`INSERT INTO co1 VALUES ('def', 'three')`,
+		`UPDATE co1 SET a = 'DEF' WHERE a = 'def'`,
+		`UPDATE co2 SET b = 'two'`,
+		`INSERT INTO co2 VALUES ('xyz', 'x')`,
+		`DELETE FROM co2 WHERE a = 'xyz'`,
+	},
+	tables: []string{"public.co1", "public.co2"},
+}, {
 	// 013_partition.pl, partitions published as themselves: each leaf's
 	// changes go to the subscriber's table of its name, there itself
 	// partitioned, or plain; updates moving rows between the publisher's
