@@ -170,7 +170,9 @@ func (e *env) builtinSubscription(t *testing.T, scenario, schema string, pubs []
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), "DROP SUBSCRIPTION IF EXISTS "+name)
+		if _, err := c.Exec(context.Background(), "DROP SUBSCRIPTION IF EXISTS "+name); err != nil {
+			t.Logf("dropping the built-in subscription %s: %v", name, err)
+		}
 		c.Close(context.Background())
 	})
 	e.exec(c, schema)
@@ -178,7 +180,7 @@ func (e *env) builtinSubscription(t *testing.T, scenario, schema string, pubs []
 	// Its copy takes a snapshot of its own when it gets to it: wait for
 	// every table to be copied, so that both copies see the rows written
 	// before the changes that follow.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var copying int
 		err := c.QueryRow(ctx, `SELECT count(*) FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid
@@ -190,7 +192,7 @@ func (e *env) builtinSubscription(t *testing.T, scenario, schema string, pubs []
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the built-in subscription %s has %d tables still to copy after a minute", name, copying)
+			t.Fatalf("the built-in subscription %s has %d tables still to copy after two minutes; subscriber sessions: %s", name, copying, e.targetSessions())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
