@@ -71,7 +71,7 @@ func TestFullWithoutEquality(t *testing.T) {
 			e.exec(e.pub, "INSERT INTO shapes VALUES (1, "+val+")")
 			e.exec(e.pub, "CREATE PUBLICATION pub_shapes FOR TABLE shapes")
 			ctx := context.Background()
-			builtin := e.builtinSubscription(t, "CREATE TABLE shapes (id int, s "+typ+")", []string{"pub_shapes"}, 0)
+			builtin := e.builtinSubscription(t, "", "CREATE TABLE shapes (id int, s "+typ+")", []string{"pub_shapes"}, 0)
 			cfg := e.config("shapes")
 			cfg.Source.Publications = []string{"pub_shapes"}
 			cfg.CopyData = true

@@ -23,6 +23,8 @@ import (
 // scenario is one ported test: the publisher's schema and publications,
 // the subscriber's schema (the same on both subscriber databases), what the
 // publisher writes before the copy and after it, and the tables compared.
+// Scenarios that share one pair of servers (runScenarios) each need a name
+// and tables and publications of their own.
 type scenario struct {
 	name       string
 	pub, sub   string
@@ -38,19 +40,56 @@ type scenario struct {
 	// set, examines the run once parapply has stopped.
 	config  func(*subscriber.Config)
 	stopped func(*running)
+	// from is the lowest PostgreSQL major version the scenario can run on
+	// (0: all): its schema needs a later server.
+	from int
+	// streaming asks the publisher to stream large in-progress
+	// transactions (the pair's logical_decoding_work_mem is set low).
+	streaming bool
+	// skip, when not empty, is why the scenario is skipped: a known
+	// difference from the built-in subscription, named.
+	skip string
+	// check, when set, asserts more of parapply's target after the run.
+	check func(t *testing.T, e *env)
+}
+
+// runScenarios runs each scenario on one pair of servers, one after the
+// other, as a subtest of its name.
+func (e *env) runScenarios(t *testing.T, scs []scenario) {
+	t.Helper()
+	for _, sc := range scs {
+		t.Run(sc.name, func(t *testing.T) {
+			if sc.skip != "" {
+				t.Skip(sc.skip)
+			}
+			if v := e.pair.Publisher.Version; v < sc.from {
+				t.Skipf("needs PostgreSQL %d or later (the servers run %d)", sc.from, v)
+			}
+			e.runScenario(t, sc)
+		})
+	}
 }
 
 func (e *env) runScenario(t *testing.T, sc scenario) {
 	t.Helper()
 	ctx := context.Background()
+	// runScenario may run as a subtest: its failures are the subtest's.
+	t0 := e.t
+	e.t = t
+	defer func() { e.t = t0 }()
 	e.exec(e.pub, sc.pub)
 	e.exec(e.sub, sc.sub)
 	for _, q := range sc.before {
 		e.exec(e.pub, q)
 	}
-	builtin := e.builtinSubscription(t, sc.sub, sc.pubs, sc.builtinFrom)
-	cfg := e.config("scenario")
+	builtin := e.builtinSubscription(t, sc.name, sc.sub, sc.pubs, sc.builtinFrom)
+	slot := "scenario"
+	if sc.name != "" {
+		slot = "sc_" + sc.name
+	}
+	cfg := e.config(slot)
 	cfg.Source.Publications = sc.pubs
+	cfg.Source.Streaming = sc.streaming
 	cfg.CopyData = true
 	if sc.config != nil {
 		sc.config(&cfg)
@@ -66,8 +105,16 @@ func (e *env) runScenario(t *testing.T, sc scenario) {
 	if sc.stopped != nil {
 		sc.stopped(r)
 	}
+	if sc.name != "" {
+		// The next scenario on these servers needs no slot of this one
+		// (its walsender may take a moment to end).
+		e.dropSlot(slot)
+	}
 	if sc.publishers {
 		e.verify(sc.tables...)
+	}
+	if sc.check != nil {
+		sc.check(t, e)
 	}
 	if builtin == nil {
 		return
@@ -84,35 +131,91 @@ func (e *env) runScenario(t *testing.T, sc scenario) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the built-in subscription (database builtin) and parapply (database postgres) differ: %v", err)
+			t.Fatalf("the built-in subscription (database %s) and parapply (database postgres) differ: %v", builtinName(sc.name), err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-// builtinSubscription creates database builtin on the subscriber server
-// with the schema, and a built-in subscription there to the publications;
-// nil when the servers' version predates from (the built-in is known to
-// get the scenario wrong there).
-func (e *env) builtinSubscription(t *testing.T, schema string, pubs []string, from int) *pgx.Conn {
+// dropSlot drops a slot on the publisher once no walsender holds it
+// (within 30 seconds).
+func (e *env) dropSlot(slot string) {
+	e.t.Helper()
+	retry := func(c *pgx.Conn, sql string) {
+		e.t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := c.Exec(context.Background(), sql, slot)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("retiring slot %s: %s: %v", slot, sql, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	retry(e.pub, "SELECT pg_drop_replication_slot($1)")
+	// Its origins hold origin states of the subscriber cluster, which the
+	// next scenarios' built-in subscriptions need too; its progress row
+	// would keep its claim on the scenario's tables.
+	retry(e.sub, "SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname ~ ('^parapply_' || $1 || '(_[wsc][0-9]+)?$')")
+	retry(e.sub, "DELETE FROM parapply.progress WHERE slot_name = $1")
+}
+
+// builtinName is the database, and the subscription, a scenario's
+// built-in subscription uses.
+func builtinName(scenario string) string {
+	if scenario == "" {
+		return "builtin"
+	}
+	return "builtin_" + scenario
+}
+
+// builtinSubscription creates a database on the subscriber server with the
+// schema, and a built-in subscription there to the publications; nil when
+// the servers' version predates from (the built-in is known to get the
+// scenario wrong there). The subscription is dropped when t ends.
+func (e *env) builtinSubscription(t *testing.T, scenario, schema string, pubs []string, from int) *pgx.Conn {
 	t.Helper()
 	if v := e.pair.Subscriber.Version; v < from {
 		t.Logf("the built-in subscription of PostgreSQL %d gets this scenario wrong (fixed in %d): not compared with it", v, from)
 		return nil
 	}
 	ctx := context.Background()
-	e.exec(e.sub, "CREATE DATABASE builtin")
-	c, err := pgx.Connect(ctx, e.pair.Subscriber.DSN("builtin"))
+	name := builtinName(scenario)
+	e.exec(e.sub, "CREATE DATABASE "+name)
+	c, err := pgx.Connect(ctx, e.pair.Subscriber.DSN(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), "DROP SUBSCRIPTION IF EXISTS builtin_sub")
+		if _, err := c.Exec(context.Background(), "DROP SUBSCRIPTION IF EXISTS "+name); err != nil {
+			t.Logf("dropping the built-in subscription %s: %v", name, err)
+		}
 		c.Close(context.Background())
 	})
 	e.exec(c, schema)
-	e.exec(c, fmt.Sprintf("CREATE SUBSCRIPTION builtin_sub CONNECTION '%s' PUBLICATION %s", e.pair.Publisher.DSN("postgres"), strings.Join(pubs, ", ")))
-	return c
+	e.exec(c, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s", name, e.pair.Publisher.DSN("postgres"), strings.Join(pubs, ", ")))
+	// Its copy takes a snapshot of its own when it gets to it: wait for
+	// every table to be copied, so that both copies see the rows written
+	// before the changes that follow.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var copying int
+		err := c.QueryRow(ctx, `SELECT count(*) FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid
+			WHERE s.subname = $1 AND r.srsubstate NOT IN ('r', 's')`, name).Scan(&copying)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if copying == 0 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the built-in subscription %s has %d tables still to copy after two minutes; subscriber sessions: %s", name, copying, e.targetSessions())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestPartitionsViaRoot ports 013_partition.pl's publish_via_partition_root
