@@ -93,7 +93,7 @@ func TestFullWithoutEquality(t *testing.T) {
 			deadline := time.Now().Add(time.Minute)
 			for {
 				var errs int64
-				if err := builtin.QueryRow(ctx, `SELECT coalesce(sum(apply_error_count), 0)::int8 FROM pg_stat_subscription_stats WHERE subname = 'builtin_sub'`).Scan(&errs); err != nil {
+				if err := builtin.QueryRow(ctx, `SELECT coalesce(sum(apply_error_count), 0)::int8 FROM pg_stat_subscription_stats WHERE subname = $1`, builtinName("")).Scan(&errs); err != nil {
 					t.Fatal(err)
 				}
 				var id int
