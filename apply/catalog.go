@@ -389,7 +389,10 @@ type colEquality struct {
 // TYPECACHE_EQ_OPR): the equality member of the default B-tree or hash
 // operator class for the column's type, its domain's base type, a type it
 // is binary coercible to, or the polymorphic class its kind falls under
-// (arrays, enums, ranges, composites).
+// (arrays, enums, ranges, composites). The hash function is kept only where
+// it is declared for the class's input type, so that it can be called on
+// the column: bool's class on PostgreSQL 15 lists hashchar("char"), which
+// is not (without one, rows are matched by equality alone).
 func loadEquality(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error {
 	rows, err := conn.Query(ctx, `WITH RECURSIVE d(name, coll, typ, shown) AS (
 			SELECT a.attname::text, a.attcollation, a.atttypid, pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
@@ -408,7 +411,7 @@ func loadEquality(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) err
 			coalesce((SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) FROM oc
 				JOIN pg_catalog.pg_amproc ap ON ap.amprocfamily = oc.opcfamily AND ap.amprocnum = 1
 					AND ap.amproclefttype = oc.opcintype AND ap.amprocrighttype = oc.opcintype
-				JOIN pg_catalog.pg_proc p ON p.oid = ap.amproc JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+				JOIN pg_catalog.pg_proc p ON p.oid = ap.amproc AND p.proargtypes[0] = oc.opcintype JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 				WHERE oc.name = b.name AND oc.amname = 'hash' ORDER BY oc.exact DESC LIMIT 1), ''),
 			coalesce((SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname) FROM pg_catalog.pg_collation c
 				JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = b.coll AND b.coll <> 100), '')
