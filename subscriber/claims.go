@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,9 +100,9 @@ func (s *Subscriber) claimTables(ctx context.Context, conn *pgx.Conn, tables []s
 // slotHolder names another parapply that holds the slot on this target,
 // for a start that found the slot busy on the publisher: the process the
 // target's claim records, if the target session that claimed the slot
-// still holds the slot's lock there and the process is not this one. ""
-// when there is none (a walsender still ending, say), or it cannot be
-// told.
+// still holds the slot's lock there and the process, on this host, is
+// alive and not this one. "" when there is none (a walsender still
+// ending, say), or it cannot be told.
 func (s *Subscriber) slotHolder(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, holderTimeout)
 	defer cancel()
@@ -119,8 +120,12 @@ func (s *Subscriber) slotHolder(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
+	// Only a process seen alive counts: the target session of one just
+	// killed holds the lock until its backend notices, as its walsender
+	// holds the slot (Run waits for those). A holder on another host cannot
+	// be seen from here; it is named when Run gives up waiting.
 	me, _ := os.Hostname()
-	if host == me && pid == os.Getpid() {
+	if host != me || pid == os.Getpid() || syscall.Kill(pid, 0) != nil {
 		return ""
 	}
 	return fmt.Sprintf("parapply pid %d on host %s (application_name %s), applying to this target since %s", pid, host, app, since.UTC().Format("2006-01-02 15:04:05 UTC"))
