@@ -83,14 +83,19 @@ func (s *Subscriber) keepSequences(ctx context.Context, published []source.Publi
 	if s.cfg.SequenceSyncInterval <= 0 || s.cfg.Sequences == "" || s.cfg.Sequences == sequences.None {
 		return
 	}
-	t := time.NewTicker(s.cfg.SequenceSyncInterval)
+	every(ctx, s.cfg.SequenceSyncInterval, func() { s.syncSequences(ctx, published) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.syncSequences(ctx, published)
+			f()
 		}
 	}
 }

@@ -140,16 +140,7 @@ func (s *Subscriber) watchSlotWAL(ctx context.Context) (stop func()) {
 				conn.Close(context.Background())
 			}
 		}()
-		t := time.NewTicker(slotWALEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				read()
-			}
-		}
+		every(ctx, slotWALEvery, read)
 	}()
 	return func() {
 		cancel()
