@@ -142,13 +142,33 @@ func TestParallelAdversarial(t *testing.T) {
 				r = e.start(cfg)
 			}
 			e.waitCaughtUp(r)
-			e.verify("hot", "uniq", "reborn", "parent", "child", "nokey", "scratch")
-			st := r.s.Status()
-			var units, batches int64
-			for _, w := range st.Workers {
-				units += w.UnitsApplied
-				batches += w.Units
+			counts := func() (st subscriber.Status, units, batches int64) {
+				st = r.s.Status()
+				for _, w := range st.Workers {
+					units += w.UnitsApplied
+					batches += w.Units
+				}
+				return st, units, batches
 			}
+			if rn.switching {
+				// Which way each group went hangs on when it was ready
+				// (under the race detector a backlog can come as a few
+				// large groups, all met in one mode). Until both ways
+				// have applied, one more small transaction at a time,
+				// each its own group, spaced across the switches.
+				deadline := time.Now().Add(30 * time.Second)
+				for n := 0; time.Now().Before(deadline); n++ {
+					st, units, batches := counts()
+					if units > 0 && st.Groups > batches {
+						break
+					}
+					e.exec(e.pub, fmt.Sprintf("UPDATE hot SET v = v + 1 WHERE id = %d", n%3+1))
+					time.Sleep(7 * time.Millisecond)
+				}
+				e.waitCaughtUp(r)
+			}
+			e.verify("hot", "uniq", "reborn", "parent", "child", "nokey", "scratch")
+			st, units, batches := counts()
 			t.Logf("%d source transactions in %d target transactions, %d workers (%d units in %d batches)", st.Txns, st.Groups, len(st.Workers), units, batches)
 			if !rn.batches && st.Groups < txns {
 				t.Errorf("only %d target transactions: the units were not small", st.Groups)
