@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
+
+	"github.com/parapply/parapply/subscriber"
 )
 
 // PostgreSQL's own subscription tests (src/test/subscription/t), the
@@ -557,11 +561,32 @@ var tapScenarios = []scenario{{
 }}
 
 // TestSubscriptionTAP runs the ported scenarios of PostgreSQL's
-// subscription tests (tapScenarios) on one pair of servers.
+// subscription tests (tapScenarios), at workers 0 and 4 (or at the
+// PARAPPLY_TEST_WORKERS count when set), each count on a pair of servers
+// of its own.
 func TestSubscriptionTAP(t *testing.T) {
-	e := newEnv(t, "")
-	// Streamed scenarios need large transactions streamed early.
-	e.exec(e.pub, `ALTER SYSTEM SET logical_decoding_work_mem = '64kB'`)
-	e.exec(e.pub, `SELECT pg_reload_conf()`)
-	e.runScenarios(t, tapScenarios)
+	counts := []int{0, 4}
+	if os.Getenv("PARAPPLY_TEST_WORKERS") != "" {
+		counts = []int{testWorkers()}
+	}
+	for _, w := range counts {
+		t.Run(fmt.Sprintf("workers=%d", w), func(t *testing.T) {
+			e := newEnv(t, "")
+			// Streamed scenarios need large transactions streamed early.
+			e.exec(e.pub, `ALTER SYSTEM SET logical_decoding_work_mem = '64kB'`)
+			e.exec(e.pub, `SELECT pg_reload_conf()`)
+			scs := make([]scenario, len(tapScenarios))
+			for i, sc := range tapScenarios {
+				own := sc.config
+				sc.config = func(c *subscriber.Config) {
+					c.Workers = w
+					if own != nil {
+						own(c)
+					}
+				}
+				scs[i] = sc
+			}
+			e.runScenarios(t, scs)
+		})
+	}
 }
