@@ -59,12 +59,13 @@
 //     schedule.InOrder), paired with the target's WAL position after it.
 //     The tracker releases a position as durable only once the target has
 //     flushed that commit (Tracker.Flushed, or at once for a synchronous
-//     commit; loop.checkFlush asks the target every 200 ms while a flush is
-//     due), and the stream reader reports only durable positions as
-//     flushed (source.Stream). A keepalive, or a transaction skipped, moves
-//     the position through Tracker.Reached only once everything taken from
-//     the stream before it is committed (loop.frame, loop.commitTxn), so
-//     the slot never moves past a transaction the target could still lose.
+//     commit; between groups, loop.checkFlush asks the target every 200 ms
+//     while a flush is due), and the stream reader reports only durable
+//     positions as flushed (source.Stream). A keepalive, or a transaction
+//     skipped, moves the position through Tracker.Reached only once
+//     everything taken from the stream before it is committed (loop.frame,
+//     loop.commitTxn), so the slot never moves past a transaction the
+//     target could still lose.
 //
 //  6. Relations. A relation message applies to every later change of its
 //     table: the reader's applier loads it at once; the pool logs them in
