@@ -1,12 +1,3 @@
-// Package apply writes decoded changes to the target database. Consecutive
-// changes of the same kind and shape on the same table form a run that becomes
-// one set-based statement (INSERT ... SELECT FROM unnest, UPDATE ... FROM
-// unnest, DELETE ... USING unnest); statements are queued and sent pipelined,
-// so a small source transaction costs one round trip, BEGIN to COMMIT.
-//
-// Order within a source transaction is kept: a run is closed before a change
-// whose key (old or new replica identity value) the run already touches, so
-// a statement never sees two changes of one row.
 package apply
 
 import (

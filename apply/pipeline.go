@@ -14,8 +14,8 @@ import (
 // run's parameters are already in PostgreSQL's binary format (rawArray),
 // and pgx's batch copies each parameter into a buffer of its own (grown
 // from a few hundred bytes for every statement) before copying it again
-// into the Bind message. For one-row updates of 1 kB rows that first copy
-// and its growth were 12% of the process's CPU samples. Here a rawArray
+// into the Bind message. For rows with large values that first copy and its
+// growth are a visible share of the process's CPU (docs/benchmarks.md). Here a rawArray
 // goes into the Bind message as it is; other parameters are encoded by
 // pgx.
 

@@ -560,9 +560,9 @@ const (
 // for their rows to be read ahead, given shared_buffers in pages: an
 // eighth of them (two round trips, each row on a page of its own, within a
 // quarter of the cache: pages read ahead must not be evicted before their
-// statement runs), at least 16, at most 2048 (measured best with
-// shared_buffers at 128MB, slow-read: 1024 rows were 7% slower, 4096 40%
-// slower).
+// statement runs), at least 16, at most 2048 (smaller round trips wait
+// more often, larger ones lose pages read ahead before their statement
+// runs; figures: docs/benchmarks.md).
 func readAheadRows(bufferPages int) int {
 	return min(max(bufferPages/8, 16), 2048)
 }

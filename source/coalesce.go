@@ -69,9 +69,9 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 // walsender sends row after row as fast as it decodes; a reader that
 // empties the socket at every read keeps the TCP window open, and each of
 // the walsender's sends is then carried through loopback TCP in its own
-// time (measured on a 1M-row transaction: 6.4-7.6 s of walsender CPU and a
-// 5.6-6.5 s delay after commit, against 4.4-5.0 s and 4.2-4.4 s with reads
-// of 8 kB). A reader a little behind keeps the window mostly closed and the
+// time (on a 1M-row transaction, more walsender CPU and a longer delay
+// after commit than with reads of 8 kB; docs/benchmarks.md). A reader a
+// little behind keeps the window mostly closed and the
 // walsender's sends cheap.
 const largeTxnRead = 8 << 10
 

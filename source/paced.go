@@ -136,8 +136,8 @@ var trickleOff = os.Getenv("PARAPPLY_TRICKLE") == "off"
 // queue, and reach the socket in bulk when a read reopens the window); a
 // reader that empties the socket keeps the window open and each send
 // crosses loopback TCP in the walsender's own time (perf on the walsender
-// during an insert catch-up: 60% of its samples in send, 6.4-8.1 s of CPU
-// against the built-in's 4.0-4.5 s). So while the window this side
+// during an insert catch-up: most of its samples in send, and more CPU than
+// beside the built-in; docs/benchmarks.md). So while the window this side
 // advertises is closed it takes trickleRead at a time without pausing:
 // each read reopens the window a little, the walsender's sends keep
 // queueing, and the rate is not capped. Otherwise it waits, a pause at a

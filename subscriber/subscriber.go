@@ -1,6 +1,3 @@
-// Package subscriber wires the stream reader, the decoder and the applier
-// into the loop that keeps a target in step with a publisher, and owns their
-// goroutines and shutdown.
 package subscriber
 
 import (

@@ -30,9 +30,9 @@ import (
 // a window holds fewer than tuneWindow/tuneSample); a read share of
 // tuneToPool or more moves to the pool after tuneToPoolWindows windows in
 // a row (two seconds: a move costs a drain and a trial, which a catch-up
-// of a few seconds does not win back, and on this project's slow-read
-// workloads the reader with its prefetch connections is within a few
-// percent of the workers), tuneBackWindows windows in a row (3 s) under
+// of a few seconds does not win back, and on a slow disk the reader with
+// its prefetch connections already keeps many reads in flight;
+// docs/benchmarks.md), tuneBackWindows windows in a row (3 s) under
 // tuneToLoop move back. The gap between the two keeps a run from going
 // back and forth.
 const (
@@ -66,11 +66,11 @@ const tuneSQL = `SELECT count(*) FILTER (WHERE active AND pid = ANY($1)),
 // which they spent prefetchWaitShare of their active samples waiting on a
 // read; they do not, and the prefetcher goes back to one connection, after
 // prefetchFastWindows windows in a row under prefetchFastShare. From the
-// operating system's cache a read takes microseconds of a row's tens, and
-// the share stays under a fifth or so, however busy the CPU (point-update:
-// mostly 0 to 0.2, a few windows up to 0.45, PostgreSQL 18's I/O workers
-// waiting for a core too), hence the gap and the windows in a row; reads
-// delayed by 0.1 ms (slow-read) keep it at 0.8 to 0.98. Until the sessions
+// operating system's cache a read is short beside the rest of a row's
+// work, and the share stays low however busy the CPU, though a few windows
+// run higher (PostgreSQL 18's I/O workers waiting for a core too), hence
+// the gap and the windows in a row; reads that wait on a disk keep it near
+// one (figures: docs/benchmarks.md). Until the sessions
 // are seen waiting, the prefetcher keeps one connection.
 const (
 	prefetchWaitShare   = 0.6

@@ -215,9 +215,9 @@ type tableJob struct {
 }
 
 // DefaultWorkers is the copy's connection pairs unless told otherwise: as
-// many as the built-in's max_sync_workers_per_subscription. On the 2-core
-// development machine the 816 MB initial-sync workload took 15.0-15.7 s with
-// 2, 16.5-18.0 with 3, 17.4-18.2 with 4 and 18.3-20.9 with 8 (docs/benchmarks.md).
+// many as the built-in's max_sync_workers_per_subscription. The copy waits
+// on the target's heap, index and WAL writes, which more pairs only contend
+// for (figures: docs/benchmarks.md, "Figures behind the code's constants").
 const DefaultWorkers = 2
 
 // Copy copies tables under cfg.Snapshot and records each as synced at
