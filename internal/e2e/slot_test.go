@@ -60,6 +60,7 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 		name  string
 		setup func(e *env, cfg *subscriber.Config) // makes the start fail
 		want  string                               // in the start's error
+		or    string                               // or this instead
 		// undone: the refused start's records and copied rows are gone
 		// from the target (not so for an earlier slot's).
 		undone bool
@@ -93,7 +94,10 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 					CREATE TRIGGER die BEFORE INSERT ON b FOR EACH ROW EXECUTE FUNCTION die();
 					ALTER TABLE b ENABLE ALWAYS TRIGGER die`)
 			},
-			want:   "terminating connection due to administrator command",
+			want: "terminating connection due to administrator command",
+			// (When the copy's write meets the closed socket before
+			// the server's message is read.)
+			or:     "write: broken pipe",
 			undone: true,
 			fix:    func(e *env, _ *subscriber.Config) { e.exec(e.sub, `DROP TRIGGER die ON b`) },
 		},
@@ -128,7 +132,7 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 			c.setup(e, &cfg)
 			err := e.failStart(cfg)
 			t.Logf("refused: %v", err)
-			if !strings.Contains(err.Error(), c.want) {
+			if !strings.Contains(err.Error(), c.want) && (c.or == "" || !strings.Contains(err.Error(), c.or)) {
 				t.Fatalf("the start failed with %q, want it to say %q", err, c.want)
 			}
 			if s := e.slots("refused"); len(s) != 0 {
