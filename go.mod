@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/fergusstrange/embedded-postgres v1.34.0
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pglogrepl v0.0.0-20260824121319-4ae5c490f7ce
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
