@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -54,7 +55,7 @@ func writePlots(dir string, rs []result) error {
 			s.X, s.Y = append(s.X, float64(r.Workers)), append(s.Y, y)
 		}
 		if len(s.X) > 0 {
-			c.Series = append(c.Series, s)
+			c.Series, c.XTicks = append(c.Series, s), s.X
 		}
 		if len(c.Series) > 0 {
 			if err := c.writePNG(filepath.Join(dir, w+"-workers.png")); err != nil {
@@ -103,6 +104,8 @@ type lineChart struct {
 	Title, XLabel, YLabel string
 	Series                []series
 	RefLines              []refLine
+	// XTicks, if set, are the only labelled X values (worker counts).
+	XTicks []float64
 }
 
 // series is one named line through points (X[i], Y[i]), in that order;
@@ -169,6 +172,13 @@ func (c lineChart) writePNG(path string) error {
 		l.Color, l.Width, l.Dashes = plotutil.Color(len(c.Series)+k), vg.Points(1.5), []vg.Length{vg.Points(6), vg.Points(4)}
 		p.Add(l)
 		p.Legend.Add(r.Name, l)
+	}
+	if c.XTicks != nil {
+		var ticks []plot.Tick
+		for _, x := range c.XTicks {
+			ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	}
 	p.Y.Min, p.Y.Max = math.Min(0, p.Y.Min), math.Max(0, p.Y.Max)
 	p.Y.Max += (p.Y.Max - p.Y.Min) / 5 // room for the legend above the lines
