@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -280,7 +281,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
 			a.Close(ctx)
 			var pe *pgconn.PgError
-			if s.hint != "" && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code[:2] == "22") {
+			if s.hint != "" && errors.As(err, &pe) && (pe.Code == pgerrcode.InsufficientPrivilege || pe.Code[:2] == pgerrcode.DataException[:2]) {
 				return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
 			}
 			return nil, fmt.Errorf("setting %s = %s on the target: %w", s.name, s.value, err)

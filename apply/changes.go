@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 )
@@ -241,7 +242,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	err := a.send(ctx)
 	a.inFallback = false
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || pe.Code != "23505" || r.rows == 1 {
+	if err == nil || !errors.As(err, &pe) || pe.Code != pgerrcode.UniqueViolation || r.rows == 1 {
 		return err
 	}
 	a.Stats.Replays.Add(1)

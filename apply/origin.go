@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/tombstones"
@@ -150,11 +151,11 @@ func OriginError(name string, err error) error {
 		return nil
 	}
 	switch pe.Code {
-	case "42501":
+	case pgerrcode.InsufficientPrivilege:
 		return fmt.Errorf("the target role may not use replication origins, under which parapply commits what it applies (so that a subscription downstream with origin = none does not send it back): %s; as a superuser on the target, GRANT EXECUTE ON FUNCTION %s TO <role>", pe.Message, originFunctions)
-	case "53400":
+	case pgerrcode.ConfigurationLimitExceeded:
 		return fmt.Errorf("the target has no free replication origin state for %s (%s): parapply keeps one origin active per target session that applies (the stream reader, each worker, each session of a streamed transaction, each copy worker); raise max_active_replication_origins on the target (max_replication_slots before PostgreSQL 18; a restart is needed), or lower workers", name, pe.Message)
-	case "55006":
+	case pgerrcode.ObjectInUse:
 		return fmt.Errorf("%w: %s: %s (a session of an earlier run that is still ending, or another parapply on the same slot and target)", ErrOriginInUse, name, pe.Message)
 	}
 	return fmt.Errorf("setting up replication origin %s on the target: %w", name, err)

@@ -63,12 +63,6 @@ type Detection struct {
 	OldReturning bool
 }
 
-// Conflict SQLSTATEs raised by the functions of parapply's schema.
-const (
-	codeConflictFound = "PC001" // a fast statement met a conflict
-	codeConflictError = "PC002" // a conflict whose policy is error
-)
-
 // conflictColumns are the columns of parapply.conflicts a careful
 // statement fills.
 const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied"

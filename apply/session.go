@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
@@ -229,14 +230,14 @@ func (a *Applier) alone() bool { return a.MayResolve == nil || a.MayResolve() }
 // (see MayResolve).
 func ConflictFound(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == codeConflictFound
+	return errors.As(err, &pe) && pe.Code == progress.SQLStateConflictFound
 }
 
 // conflictFound reports whether err is a fast statement's sign of a
 // conflict (see resolve.go) that careful statements resolve.
 func (a *Applier) conflictFound(err error) bool {
 	var pe *pgconn.PgError
-	return a.det != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == "23505" && !a.inFallback)
+	return a.det != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && !a.inFallback)
 }
 
 // Bounds of conflict replays: a target transaction is applied again with
@@ -427,7 +428,7 @@ func (a *Applier) FinishPrepared(ctx context.Context, gid string, commit bool, t
 	}
 	if _, err := a.conn.Exec(ctx, verb+parapply.QuoteLiteral(gid)); err != nil {
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42704" {
+		if !errors.As(err, &pe) || pe.Code != pgerrcode.UndefinedObject {
 			return c, fmt.Errorf("%sof source transaction %d on the target: %w", verb, txn.XID, err)
 		}
 		if commit {
@@ -570,7 +571,7 @@ func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
 func (a *Applier) explain(ctx context.Context, o op, err error, desc txns) error {
 	var pe *pgconn.PgError
 	col := ""
-	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == "22" || pe.Code == "23502" || pe.Code == "23514") && !a.conn.IsClosed() {
+	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == pgerrcode.DataException[:2] || pe.Code == pgerrcode.NotNullViolation || pe.Code == pgerrcode.CheckViolation) && !a.conn.IsClosed() {
 		// Roll back, then cast each parameter on its own to find the column.
 		_, _ = a.conn.Exec(ctx, "ROLLBACK")
 		for i, c := range o.cols {

@@ -20,6 +20,18 @@ import (
 // Schema is the target schema holding parapply's own state.
 const Schema = "parapply"
 
+// SQLSTATEs raised by the functions of parapply's schema (class PC is not
+// PostgreSQL's), named once here for the SQL that raises them and the Go
+// code that tells them apart.
+const (
+	// SQLStateConflictFound: a replicated change met a conflict; parapply
+	// applies the transaction again, resolving it.
+	SQLStateConflictFound = "PC001"
+	// SQLStateConflictError: a conflict whose policy in
+	// conflict_resolution is error.
+	SQLStateConflictError = "PC002"
+)
+
 // Position is what the progress row says was applied last.
 type Position struct {
 	// CommitLSN is the publisher's commit LSN of the last applied
@@ -116,7 +128,7 @@ IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
 	BEGIN
 		IF changed < expected THEN
-			RAISE EXCEPTION USING ERRCODE = 'PC001',
+			RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictFound + `',
 				MESSAGE = pg_catalog.format('a replicated change met a conflict (%s of %s rows changed as expected)', changed, expected),
 				HINT = 'parapply applies the transaction again, resolving the conflict';
 		END IF;
@@ -126,7 +138,7 @@ END IF;
 IF to_regprocedure('parapply.conflict_other_origin(bigint)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_other_origin(changed bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
 	BEGIN
-		RAISE EXCEPTION USING ERRCODE = 'PC001',
+		RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictFound + `',
 			MESSAGE = pg_catalog.format('a replicated change met a conflict (of %s rows changed, one or more were last changed by another origin or a local session)', changed),
 			HINT = 'parapply applies the transaction again, resolving the conflict';
 	END $f$;
@@ -134,7 +146,7 @@ END IF;
 IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,jsonb,jsonb,text,text)') IS NULL THEN
 	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, remote jsonb, local jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
 	BEGIN
-		RAISE EXCEPTION USING ERRCODE = 'PC002',
+		RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictError + `',
 			MESSAGE = pg_catalog.format('conflict %s on %s, key %s, in source transaction %s (commit %s), whose policy is error: remote row %s, local row %s',
 				ctype, tbl, coalesce(key::text, '(none)'), xid, coalesce(lsn, 'unknown'), coalesce(remote::text, '(none)'), coalesce(local::text, '(none)')),
 			HINT = pg_catalog.format('choose another policy for %s in conflict_resolution, change the local row, or skip the transaction: parapply skip --slot %s --lsn %s', ctype, slot, coalesce(lsn, '<commit LSN>'));

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -54,7 +55,7 @@ END $do$;`
 func SetSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn parapply.LSN, reason string) error {
 	p, _, found, err := readRow(ctx, conn, slot)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" {
+	if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
 		found, err = false, nil // no parapply.progress: parapply never ran here
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -131,7 +132,7 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42501" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
 			return nil, fmt.Errorf("connecting to the source %s: %w; the source role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", describe(pc), err, parapply.QuoteIdent(pc.User))
 		}
 		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)

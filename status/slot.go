@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -67,7 +68,7 @@ func SlotNames(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 		var more []string
 		err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(slot_name::text), '{}') FROM `+table).Scan(&more)
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
 			continue // no such table: parapply never got that far
 		}
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -310,7 +311,7 @@ func createRetrying(ctx context.Context, conn *pgx.Conn, sql string) error {
 			return nil
 		}
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != "42P06" && pe.Code != "42P07") {
+		if !errors.As(err, &pe) || (pe.Code != pgerrcode.UniqueViolation && pe.Code != pgerrcode.DuplicateSchema && pe.Code != pgerrcode.DuplicateTable) {
 			break
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -108,10 +109,11 @@ func transient(err error) bool {
 		return true // not the server's refusal of a statement
 	}
 	switch pe.Code[:2] {
-	case "40", "53", "57", "58", "XX", "08":
+	case pgerrcode.TransactionRollback[:2], pgerrcode.InsufficientResources[:2], pgerrcode.OperatorIntervention[:2],
+		pgerrcode.SystemError[:2], pgerrcode.InternalError[:2], pgerrcode.ConnectionException[:2]: // classes 40, 53, 57, 58, XX, 08
 		return true
 	}
-	return pe.Code == "55P03" || pe.Code == "55006"
+	return pe.Code == pgerrcode.LockNotAvailable || pe.Code == pgerrcode.ObjectInUse
 }
 
 // readSkips reads the slot's pending skip requests (parapply.skip), after

@@ -7,6 +7,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
@@ -92,12 +93,12 @@ func faultCause(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03":
+		case pe.Code == pgerrcode.AdminShutdown || pe.Code == pgerrcode.CrashShutdown || pe.Code == pgerrcode.CannotConnectNow:
 			// admin_shutdown, crash_shutdown, cannot_connect_now
 			return FaultServer
-		case pe.Code[:2] == "08":
+		case pe.Code[:2] == pgerrcode.ConnectionException[:2]:
 			return FaultConnection
-		case pe.Code == "55006" || pe.Code == "53300":
+		case pe.Code == pgerrcode.ObjectInUse || pe.Code == pgerrcode.TooManyConnections:
 			// object_in_use (a slot still active), too_many_connections
 			return FaultSlotBusy
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
@@ -148,7 +149,7 @@ func heldOrigins(ctx context.Context, conn *pgx.Conn) (names []string, ok bool, 
 	rows, _ := conn.Query(ctx, "SELECT external_id FROM pg_catalog.pg_show_replication_origin_status() WHERE external_id IS NOT NULL ORDER BY local_id")
 	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42501" {
+	if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -281,7 +282,7 @@ func recordedSlots(ctx context.Context, conn *pgx.Conn, dsn string) (slots, unre
 		rows, _ := c.Query(ctx, "SELECT slot_name FROM parapply.progress")
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
 			return nil, nil
 		}
 		return got, err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -496,7 +497,7 @@ func (p *pool) execute(ctx context.Context, w *worker, b *batch) error {
 // isLockTimeout reports a statement cancelled by lock_timeout.
 func isLockTimeout(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "55P03"
+	return errors.As(err, &pe) && pe.Code == pgerrcode.LockNotAvailable
 }
 
 // retryCause names why a failed unit may be tried again, or returns "";
@@ -504,13 +505,13 @@ func isLockTimeout(err error) bool {
 func retryCause(err error, alone bool) string {
 	var pe *pgconn.PgError
 	switch {
-	case errors.As(err, &pe) && pe.Code == "40P01":
+	case errors.As(err, &pe) && pe.Code == pgerrcode.DeadlockDetected:
 		return RetryCauses[0]
-	case errors.As(err, &pe) && pe.Code == "40001":
+	case errors.As(err, &pe) && pe.Code == pgerrcode.SerializationFailure:
 		return RetryCauses[1]
 	case isLockTimeout(err) && !alone:
 		return RetryCauses[2]
-	case errors.As(err, &pe) && pe.Code == "23505" && !alone:
+	case errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && !alone:
 		return RetryCauses[3]
 	case apply.ConflictFound(err) && !alone:
 		// Not resolved: earlier units were in flight (see

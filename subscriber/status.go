@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
@@ -315,12 +318,12 @@ func (s *Subscriber) Status() Status {
 // behind).
 var DelayBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
-// Histogram counts observations in fixed buckets without locks, so that
-// the commit path pays a few atomic adds.
+// Histogram counts observations in fixed buckets: client_golang's
+// histogram counts without locks, so that the commit path pays a few atomic
+// adds, and reads its buckets, count and sum as of one moment.
 type Histogram struct {
 	bounds []float64
-	counts []atomic.Uint64 // per bucket, the last one for +Inf
-	sum    atomic.Uint64   // float64 bits
+	h      prometheus.Histogram
 }
 
 // HistogramSnapshot is a Histogram's content at one moment; Counts[i]
@@ -332,36 +335,31 @@ type HistogramSnapshot struct {
 	Sum    float64
 }
 
-// NewHistogram returns an empty histogram with the given bucket bounds.
+// NewHistogram returns an empty histogram with the given bucket bounds
+// (increasing; client_golang panics on others).
 func NewHistogram(bounds []float64) *Histogram {
-	return &Histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+	// Not registered: package metrics exports Status.CommitDelay at
+	// scrape time, read with the rest of the status.
+	return &Histogram{bounds: bounds, h: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "parapply_commit_delay_seconds",
+		Help:    "Time from a source commit to the target commit that applied it.",
+		Buckets: bounds,
+	})}
 }
 
 // Observe adds one value.
-func (h *Histogram) Observe(v float64) {
-	i := 0
-	for i < len(h.bounds) && v > h.bounds[i] {
-		i++
-	}
-	h.counts[i].Add(1)
-	for {
-		old := h.sum.Load()
-		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
-			return
-		}
-	}
-}
+func (h *Histogram) Observe(v float64) { h.h.Observe(v) }
 
 // Snapshot returns the cumulative counts.
 func (h *Histogram) Snapshot() HistogramSnapshot {
-	s := HistogramSnapshot{Bounds: h.bounds, Counts: make([]uint64, len(h.bounds)), Sum: math.Float64frombits(h.sum.Load())}
-	var n uint64
-	for i := range h.counts {
-		n += h.counts[i].Load()
-		if i < len(h.bounds) {
-			s.Counts[i] = n
+	var m dto.Metric
+	_ = h.h.Write(&m) // a histogram's Write does not fail
+	ph := m.GetHistogram()
+	s := HistogramSnapshot{Bounds: h.bounds, Counts: make([]uint64, len(h.bounds)), Count: ph.GetSampleCount(), Sum: ph.GetSampleSum()}
+	for i, b := range ph.GetBucket() {
+		if i < len(s.Counts) {
+			s.Counts[i] = b.GetCumulativeCount()
 		}
 	}
-	s.Count = n
 	return s
 }

@@ -47,6 +47,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -713,7 +714,7 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 	}
 	if err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Where != "" && strings.HasPrefix(pe.Code, "22") {
+		if errors.As(err, &pe) && pe.Where != "" && strings.HasPrefix(pe.Code, pgerrcode.DataException[:2]) {
 			// A data exception: a value the target column rejects.
 			return fmt.Errorf("copy %s: writing to the target: %w (%s); the target's column types must accept the publisher's values", name, err, pe.Where)
 		}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
@@ -104,7 +105,7 @@ func Install(ctx context.Context, conn *pgx.Conn, slot string, tables []Table) (
 			"ALTER TABLE " + t.Name + " ENABLE ALWAYS TRIGGER " + TriggerName
 		err = inTxn(ctx, conn, sql)
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "0A000" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.FeatureNotSupported {
 			if skipped == nil {
 				skipped = map[string]string{}
 			}
@@ -178,9 +179,9 @@ func privilege(err error, what, fix string) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case "42501":
+		case pgerrcode.InsufficientPrivilege:
 			return fmt.Errorf("detect_update_deleted: cannot set up tombstones for %s on the target: %s; %s, or turn detect_update_deleted off", what, pe.Message, fix)
-		case "55P03":
+		case pgerrcode.LockNotAvailable:
 			return fmt.Errorf("%w: detect_update_deleted: %s is locked on the target by a transaction that runs longer than %s: %s (parapply tries again)", ErrLocked, what, lockTimeout, pe.Message)
 		}
 	}

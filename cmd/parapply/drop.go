@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
@@ -67,7 +68,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	for _, t := range slotTables {
 		tag, err := conn.Exec(ctx, "DELETE FROM parapply."+t+" WHERE slot_name = $1", slot)
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
 			continue // made by a later release, or never used here
 		}
 		if err != nil {
@@ -125,7 +126,7 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 		var n int
 		err := conn.QueryRow(ctx, "SELECT count(*) FROM parapply."+table+" WHERE slot_name = $1", slot).Scan(&n)
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
 			return 0, nil
 		}
 		return n, err
