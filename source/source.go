@@ -56,6 +56,14 @@ type Config struct {
 	// the initial copy (Source.Snapshot); the connection must then stay
 	// idle until the copy is done.
 	ExportSnapshot bool
+	// Unpaced keeps the replication socket in Go's poller, read as data
+	// comes, instead of paced reads (see pacedConn): for diagnosis and
+	// measurement (the commands set it from PARAPPLY_PACED=off).
+	Unpaced bool
+	// NoTrickle makes paced reads pause before every read, even while the
+	// receive window is closed (see paced): for measurement (the commands
+	// set it from PARAPPLY_TRICKLE=off).
+	NoTrickle bool
 }
 
 // Origin says which changes the publisher sends, as CREATE SUBSCRIPTION's

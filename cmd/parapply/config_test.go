@@ -656,6 +656,28 @@ func TestHelpShowsKinds(t *testing.T) {
 	}
 }
 
+func TestWithSourceEnv(t *testing.T) {
+	tests := []struct {
+		paced, trickle     string
+		unpaced, noTrickle bool
+	}{
+		{"", "", false, false},
+		{"off", "", true, false},
+		{"", "off", false, true},
+		{"off", "off", true, true},
+		{"on", "on", false, false},
+	}
+	for _, tt := range tests {
+		t.Setenv("PARAPPLY_PACED", tt.paced)
+		t.Setenv("PARAPPLY_TRICKLE", tt.trickle)
+		c := withSourceEnv(source.Config{Slot: "s"})
+		if c.Unpaced != tt.unpaced || c.NoTrickle != tt.noTrickle || c.Slot != "s" {
+			t.Errorf("PARAPPLY_PACED=%q PARAPPLY_TRICKLE=%q: Unpaced %v, NoTrickle %v, Slot %q; want %v, %v, s",
+				tt.paced, tt.trickle, c.Unpaced, c.NoTrickle, c.Slot, tt.unpaced, tt.noTrickle)
+		}
+	}
+}
+
 // validConfig returns the defaults plus the three required settings.
 func validConfig() config {
 	c := config{}

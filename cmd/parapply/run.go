@@ -63,6 +63,16 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// withSourceEnv sets the source's switches for diagnosis and measurement,
+// which are not settings (no flag, no file entry, not in -h), from the
+// environment: PARAPPLY_PACED=off and PARAPPLY_TRICKLE=off (see
+// source.Config's Unpaced and NoTrickle).
+func withSourceEnv(c source.Config) source.Config {
+	c.Unpaced = os.Getenv("PARAPPLY_PACED") == "off"
+	c.NoTrickle = os.Getenv("PARAPPLY_TRICKLE") == "off"
+	return c
+}
+
 // newLogger makes the logger log_format and log_level ask for.
 func newLogger(c config, w io.Writer) (*slog.Logger, error) {
 	o, err := c.options("log_format", "log_level")
@@ -106,6 +116,7 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return subscriber.Permanent(err)
 	}
+	cfg.Source = withSourceEnv(cfg.Source)
 	if !con.tty {
 		cfg.CopyProgress = copyProgressLogger(log)
 	}
