@@ -892,3 +892,47 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Errorf("parapply run --no-such-flag: exit status %d, want %d (a restart does not change it)", code, exitPermanent)
 	}
 }
+
+// TestLoadConfigTyped: values from the file, the environment and flags are
+// read by the same kinds, and a bad value gets the same error from each.
+func TestLoadConfigTyped(t *testing.T) {
+	clearEnv(t)
+	path := writeFile(t, "group_max_delay = 5\ncommit_order = dependency\nworkers = 2\nlogical_decoding_work_mem = '256 kB'\n")
+	t.Setenv("PARAPPLY_WORKERS", "4")
+	t.Setenv("PARAPPLY_LOCK_TIMEOUT", "2min")
+	c, err := loadConfig(newFlagSet(), []string{"--config", path, "--group-max-bytes", "1MB", "--lock-timeout", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := c.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GroupMaxDelay != 5*time.Millisecond || o.CommitOrder != subscriber.CommitDependency || o.Workers != 4 || o.AutoWorkers ||
+		o.DecodingWorkMem != 256<<10 || o.GroupMaxBytes != 1<<20 || o.LockTimeout != 0 {
+		t.Errorf("read %+v", o)
+	}
+
+	const want = `batch_rows = "zero" is not valid: an integer of at least 1`
+	for _, src := range []string{"file", "environment", "flag"} {
+		t.Run(src, func(t *testing.T) {
+			clearEnv(t)
+			var args []string
+			switch src {
+			case "file":
+				args = []string{"--config", writeFile(t, "batch_rows = zero\n")}
+			case "environment":
+				t.Setenv("PARAPPLY_BATCH_ROWS", "zero")
+			case "flag":
+				args = []string{"--batch-rows", "zero"}
+			}
+			c, err := loadConfig(newFlagSet(), append(args, "--source", "s", "--target", "t", "--publication", "p"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := subscriberConfig(c, nil); err == nil || err.Error() != want {
+				t.Errorf("batch_rows = zero from the %s: %v, want %s", src, err, want)
+			}
+		})
+	}
+}
