@@ -12,14 +12,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/internal/enum"
 )
+
+// Mode says which publisher sequences are brought to the target (the
+// sequences setting).
+type Mode string
 
 // Modes of the sequences setting.
 const (
-	None  = "none"  // leave sequences alone
-	Owned = "owned" // the sequences owned by published tables' columns (serial, identity)
-	All   = "all"   // every sequence of the publisher database
+	None  Mode = "none"  // leave sequences alone
+	Owned Mode = "owned" // the sequences owned by published tables' columns (serial, identity)
+	All   Mode = "all"   // every sequence of the publisher database
 )
+
+// Modes lists the sequences setting's values, for ParseMode and the help
+// text.
+var Modes = []Mode{None, Owned, All}
+
+// ParseMode reads the sequences setting, naming it and its values when s is
+// none of them.
+func ParseMode(s string) (Mode, error) { return enum.Parse("sequences", s, Modes) }
 
 // Sequence is one publisher sequence's position.
 type Sequence struct {
@@ -70,7 +83,7 @@ type Table struct{ Schema, Name string }
 // the root, whether the publication sends the root or its leaves), and a
 // partitioned table published through its root carries its partitions'
 // rows, so with Owned the sequences of those relations count too.
-func Read(ctx context.Context, conn *pgx.Conn, mode string, tables []Table) ([]Sequence, error) {
+func Read(ctx context.Context, conn *pgx.Conn, mode Mode, tables []Table) ([]Sequence, error) {
 	if mode == None {
 		return nil, nil
 	}
@@ -234,7 +247,7 @@ func Summarize(rs []Result) Summary {
 func (s Summary) Failed() int { return s.Missing + s.Unread + s.Refused }
 
 // Sync reads the publisher's sequences on src and applies them on dst.
-func Sync(ctx context.Context, src, dst *pgx.Conn, mode string, tables []Table) ([]Result, error) {
+func Sync(ctx context.Context, src, dst *pgx.Conn, mode Mode, tables []Table) ([]Result, error) {
 	seqs, err := Read(ctx, src, mode, tables)
 	if err != nil {
 		return nil, err

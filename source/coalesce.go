@@ -3,7 +3,6 @@ package source
 import (
 	"context"
 	"net"
-	"os"
 	"sync/atomic"
 	"time"
 )
@@ -54,10 +53,11 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 		if err != nil {
 			return nil, err
 		}
-		// PARAPPLY_PACED=off keeps the socket in Go's poller (for
-		// diagnosis); so does a connection pacedConn cannot take over.
-		if os.Getenv("PARAPPLY_PACED") != "off" {
+		// Config.Unpaced keeps the socket in Go's poller (for diagnosis);
+		// so does a connection pacedConn cannot take over.
+		if !s.cfg.Unpaced {
 			if pc, err := newPacedConn(c, s.pace); err == nil {
+				pc.trickleOff = s.cfg.NoTrickle
 				return pc, nil
 			}
 		}

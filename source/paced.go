@@ -37,6 +37,7 @@ type pacedConn struct {
 	buf           []byte
 	r, w          int
 	waited        bool // the last read found nothing and had to wait
+	trickleOff    bool // Config.NoTrickle: pause before every read, even while the window is closed
 }
 
 // pacedReadBuffer is the most one read takes: far more than a walsender
@@ -129,8 +130,6 @@ const (
 	fillWait     = 20 * time.Millisecond
 )
 
-var trickleOff = os.Getenv("PARAPPLY_TRICKLE") == "off"
-
 // paced pauses before a read and returns how much it may take. The
 // walsender's sends are cheap only while the TCP window is closed (they
 // queue, and reach the socket in bulk when a read reopens the window); a
@@ -147,7 +146,7 @@ var trickleOff = os.Getenv("PARAPPLY_TRICKLE") == "off"
 // time), and reads at once what arrives on an empty socket. Where the
 // kernel does not report the window, it pauses once and takes up to limit.
 func (p *pacedConn) paced(limit int) int {
-	if trickleOff {
+	if p.trickleOff {
 		time.Sleep(readPause)
 		return limit
 	}

@@ -182,3 +182,56 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 		t.Errorf("read with a limit of 100 took %d bytes (%v)", n, err)
 	}
 }
+
+// TestDialerSwitches: Config.Unpaced leaves the connection in Go's poller
+// (coalescingConn), and Config.NoTrickle reaches the paced connection, as
+// PARAPPLY_PACED=off and PARAPPLY_TRICKLE=off did when package source read
+// them itself.
+func TestDialerSwitches(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	tests := []struct {
+		cfg        Config
+		paced      bool
+		trickleOff bool
+	}{
+		{Config{}, true, false},
+		{Config{NoTrickle: true}, true, true},
+		{Config{Unpaced: true}, false, false},
+		{Config{Unpaced: true, NoTrickle: true}, false, false},
+	}
+	var d net.Dialer
+	for _, tt := range tests {
+		s := &Source{cfg: tt.cfg}
+		c, err := s.coalescingDialer(d.DialContext)(t.Context(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch pc := c.(type) {
+		case *pacedConn:
+			if !tt.paced || pc.trickleOff != tt.trickleOff {
+				t.Errorf("Unpaced %v, NoTrickle %v: a paced connection, trickleOff %v; want paced %v, trickleOff %v",
+					tt.cfg.Unpaced, tt.cfg.NoTrickle, pc.trickleOff, tt.paced, tt.trickleOff)
+			}
+		case *coalescingConn:
+			if tt.paced {
+				t.Errorf("Unpaced %v, NoTrickle %v: a coalescing connection; want a paced one", tt.cfg.Unpaced, tt.cfg.NoTrickle)
+			}
+		default:
+			t.Errorf("Unpaced %v: a %T", tt.cfg.Unpaced, c)
+		}
+		c.Close()
+	}
+}

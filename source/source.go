@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/enum"
 )
 
 // Config says where to read from and what to ask the publisher for.
@@ -39,7 +40,7 @@ type Config struct {
 	// Origin is OriginNone to receive only the changes made on the
 	// publisher itself, not those replicated to it (pgoutput's origin
 	// option, PostgreSQL 16 and later); "" or OriginAny for all.
-	Origin string
+	Origin Origin
 	// AppName is shown in the publisher's pg_stat_replication.
 	AppName string
 	// DecodingWorkMem, if set, is the publisher session's
@@ -56,13 +57,33 @@ type Config struct {
 	// the initial copy (Source.Snapshot); the connection must then stay
 	// idle until the copy is done.
 	ExportSnapshot bool
+	// Unpaced keeps the replication socket in Go's poller, read as data
+	// comes, instead of paced reads (see pacedConn): for diagnosis and
+	// measurement (the commands set it from PARAPPLY_PACED=off).
+	Unpaced bool
+	// NoTrickle makes paced reads pause before every read, even while the
+	// receive window is closed (see paced): for measurement (the commands
+	// set it from PARAPPLY_TRICKLE=off).
+	NoTrickle bool
 }
+
+// Origin says which changes the publisher sends, as CREATE SUBSCRIPTION's
+// origin option (the origin setting).
+type Origin string
 
 // Values of Config.Origin, as CREATE SUBSCRIPTION's origin option.
 const (
-	OriginAny  = "any"
-	OriginNone = "none"
+	OriginAny  Origin = "any"
+	OriginNone Origin = "none"
 )
+
+// Origins lists the origin setting's values, for ParseOrigin and the help
+// text.
+var Origins = []Origin{OriginAny, OriginNone}
+
+// ParseOrigin reads the origin setting, naming it and its values when s is
+// none of them.
+func ParseOrigin(s string) (Origin, error) { return enum.Parse("origin", s, Origins) }
 
 // Source is an open replication connection to the publisher.
 type Source struct {

@@ -34,7 +34,7 @@ type Config struct {
 	CopyWorkers int
 	// ExistingData is the policy for target tables that already hold rows
 	// when they are to be copied (tablesync.Existing*).
-	ExistingData string
+	ExistingData tablesync.ExistingData
 	// CopyDeferIndexes builds the indexes of empty target tables after
 	// their copy instead of during it.
 	CopyDeferIndexes bool
@@ -61,14 +61,14 @@ type Config struct {
 	// temporary directory).
 	SpillDir string
 	// CommitOrder is CommitPreserve ("" too) or CommitDependency.
-	CommitOrder string
+	CommitOrder CommitOrder
 	// ReconnectTimeout is how long faults are ridden out (see Run); 0
 	// stops at the first.
 	ReconnectTimeout time.Duration
 	// Sequences says which publisher sequences are brought to the target
 	// (sequences.None, Owned or All): after the copy, and every
 	// SequenceSyncInterval while streaming (0: only after the copy).
-	Sequences            string
+	Sequences            sequences.Mode
 	SequenceSyncInterval time.Duration
 	// DetectConflicts detects conflicts, resolves them by Conflicts and
 	// logs them in parapply.conflicts (see apply.Detection); off, rows
@@ -78,7 +78,7 @@ type Config struct {
 	Conflicts       *conflict.Rules
 	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
 	// transaction that cannot be applied does to the run.
-	OnError string
+	OnError OnError
 	// DetectUpdateDeleted records the target's own deletes from published
 	// tables (package tombstones), so that an update whose row they
 	// deleted is update_deleted; off, the records and triggers are
@@ -92,20 +92,6 @@ type Config struct {
 	// applies to as well (see claims.go); off, such a start is refused.
 	SharedTables bool
 }
-
-// What a source transaction that cannot be applied does: stop parapply,
-// naming it, or be skipped, its changes written to parapply.conflicts.
-const (
-	OnErrorStop = "stop"
-	OnErrorSkip = "skip_transaction"
-)
-
-// Commit orders: with workers, a transaction commits after every earlier
-// one (preserve), or as soon as those it depends on have (dependency).
-const (
-	CommitPreserve   = "preserve"
-	CommitDependency = "dependency"
-)
 
 // GroupLimits bound a group: consecutive source transactions applied as one
 // target transaction. A group is committed when the stream has nothing more

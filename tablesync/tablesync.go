@@ -52,15 +52,30 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/progress"
 )
 
+// ExistingData is what the copy does with a target table that already
+// holds rows parapply did not copy (the existing_data setting).
+type ExistingData string
+
 // Existing-data policies for target tables that already hold rows.
 const (
-	ExistingError    = "error"
-	ExistingTruncate = "truncate"
-	ExistingKeep     = "keep"
+	ExistingError    ExistingData = "error"
+	ExistingTruncate ExistingData = "truncate"
+	ExistingKeep     ExistingData = "keep"
 )
+
+// ExistingDatas lists existing_data's values, for ParseExistingData and the
+// help text.
+var ExistingDatas = []ExistingData{ExistingError, ExistingTruncate, ExistingKeep}
+
+// ParseExistingData reads the existing_data setting, naming it and its
+// values when s is none of them.
+func ParseExistingData(s string) (ExistingData, error) {
+	return enum.Parse("existing_data", s, ExistingDatas)
+}
 
 // Table is one published table to copy.
 type Table struct {
@@ -96,7 +111,7 @@ type Config struct {
 	// Existing says what to do with a target table that already holds rows
 	// parapply did not copy: ExistingError (default), ExistingTruncate or
 	// ExistingKeep.
-	Existing string
+	Existing ExistingData
 	// DeferIndexes drops the indexes of an empty target table before its
 	// copy and builds them once its rows are in: a sorted index build is
 	// far cheaper than inserting every row into every index. Definitions

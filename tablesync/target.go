@@ -50,7 +50,7 @@ type emptyCandidate struct {
 // table that holds rows under existing_data = error, or the foreign key of
 // a table outside the copy that references a table to truncate), or says
 // which tables to empty and how.
-func examine(ctx context.Context, q querier, existing string, tables []Table, state map[string]State) (*examined, error) {
+func examine(ctx context.Context, q querier, existing ExistingData, tables []Table, state map[string]State) (*examined, error) {
 	if existing == "" {
 		existing = ExistingError
 	}
@@ -194,7 +194,7 @@ func (ex *examined) empty(ctx context.Context, tx pgx.Tx) error {
 // that the existing-data policy would refuse (see Copy), so that a start
 // can refuse before it creates its slot; it returns the tables that hold
 // rows.
-func Check(ctx context.Context, conn *pgx.Conn, slot, existing string, tables []Table) ([]string, error) {
+func Check(ctx context.Context, conn *pgx.Conn, slot string, existing ExistingData, tables []Table) ([]string, error) {
 	state, err := LoadState(ctx, conn, slot)
 	if err != nil {
 		return nil, err

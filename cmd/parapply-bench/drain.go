@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,10 @@ type drain struct {
 func newDrain(pubDSN string) *drain { return &drain{dsn: pubDSN, moved: make(chan struct{}, 1)} }
 
 func (d *drain) start(ctx context.Context) error {
-	src, err := source.Connect(ctx, source.Config{DSN: d.dsn, Slot: "bench", Publications: []string{"bench"}, AppName: d.appName(), StatusInterval: time.Second})
+	// PARAPPLY_PACED and PARAPPLY_TRICKLE switch the drain's reads as they
+	// switch parapply's (see source.Config), for measurements alike.
+	src, err := source.Connect(ctx, source.Config{DSN: d.dsn, Slot: "bench", Publications: []string{"bench"}, AppName: d.appName(), StatusInterval: time.Second,
+		Unpaced: os.Getenv("PARAPPLY_PACED") == "off", NoTrickle: os.Getenv("PARAPPLY_TRICKLE") == "off"})
 	if err != nil {
 		return err
 	}

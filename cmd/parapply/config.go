@@ -5,60 +5,109 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // setting is one configuration parameter. It can be given, from lowest to
 // highest precedence, as its default, in the configuration file (name =
 // value, as in postgresql.conf), in the environment (PARAPPLY_NAME) or as a
-// flag (--name, with dashes for underscores).
+// flag (--name, with dashes for underscores). Its kind, bound to its field
+// of options, says how its value is written (shown by -h) and reads it.
 type setting struct {
 	name, def, help string
+	kind            func(o *options) kind
 }
 
 var settings = []setting{
-	{"source", "", "connection string of the publisher database (libpq keyword/value or URI)"},
-	{"target", "", "connection string of the target database"},
-	{"publication", "", "publication name(s) on the source, comma separated"},
-	{"slot", "parapply", "logical replication slot on the source; created (pgoutput) if missing"},
-	{"application_name", "parapply", "application_name shown in the publisher's pg_stat_replication and on the target"},
-	{"synchronous_commit", "off", "synchronous_commit of the target sessions; the publisher is told only flushed positions either way"},
-	{"streaming", "on", "ask the publisher to stream large in-progress transactions (on/off); they are applied as they arrive and kept in spill files until they commit"},
-	{"logical_decoding_work_mem", "1MB", "set on parapply's session on the publisher: how much of in-progress transactions it holds before streaming the largest (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)"},
-	{"two_phase", "off", "apply transactions prepared on the publisher (PREPARE TRANSACTION) as prepared transactions on the target, committed or rolled back when the publisher does; needs max_prepared_transactions > 0 on the target"},
-	{"origin", "any", "which changes the publisher sends, as CREATE SUBSCRIPTION's origin: any, or none for only those made on the publisher itself, not replicated to it (bidirectional setups; PostgreSQL 16 or later on the publisher). parapply commits what it applies under replication origins of its own (parapply_<slot>...), so that subscribers of the target with origin = none do not send it back"},
-	{"detect_conflicts", "on", "detect conflicts (a replicated change meeting a row changed on the target, or missing there), resolve them by conflict_resolution and log each in parapply.conflicts on the target; off only counts rows an update or delete did not find, and stops at an insert that meets an existing row"},
-	{"conflict_resolution", "", "policies by conflict type, for every table or one: type=policy or schema.table:type=policy, comma separated (e.g. update_origin_differs=last_update_wins, public.accounts:insert_exists=apply_remote); types insert_exists, update_exists, update_missing, update_origin_differs, delete_missing, delete_origin_differs, multiple_unique_conflicts; policies error, apply_remote, keep_local, skip, last_update_wins, first_update_wins (the last two need track_commit_timestamp on the target); unset types act as the built-in subscription does (see docs/conflicts.md)"},
-	{"detect_update_deleted", "off", "tell an update whose row was deleted on the target (update_deleted) from one whose row never was there (update_missing): parapply records the rows other sessions delete from published tables in parapply.tombstones (a trigger on each, installed and removed by parapply), until every remote transaction that could have been concurrent with the delete is applied; needs detect_conflicts"},
-	{"max_retention_duration", "0", "with detect_update_deleted, the longest a record of a delete is kept even if remote transactions concurrent with it may still come (then an update of that row is reported as update_missing); 0: no limit, as PostgreSQL 19's subscription option"},
-	{"max_clock_skew", "1s", "with detect_update_deleted, how far the publisher's and the target's clocks may be apart: a record of a delete is kept until the remote commit times applied pass the delete's commit time by this much"},
-	{"on_error", "stop", "what a source transaction that cannot be applied (an error no conflict_resolution policy covers: a value the target refuses, a constraint, a conflict whose policy is error) does: stop names it and stops, as the built-in subscription does; skip_transaction rolls it back, logs each of its changes in parapply.conflicts (type apply_error, with the error) and goes on, exactly once"},
-	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)"},
-	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)"},
-	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync"},
-	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks"},
-	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)"},
-	{"shared_tables", "off", "let this slot apply to target tables another slot applies to as well (each slot claims its tables in parapply.table_claims); off refuses the start, naming both slots: two slots writing one table interleave their changes in no order the publisher had"},
-	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep"},
-	{"workers", "auto", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader (the fastest where the CPU is full); auto applies as 0 does until the target sessions wait on data reads (a slow disk, data larger than memory), then on max_workers workers, and back"},
-	{"max_workers", "8", "with workers = auto, the workers it applies on while reads wait"},
-	{"commit_order", "preserve", "with workers: preserve commits in the publisher's commit order (a reader only sees states the publisher had); dependency commits each transaction as soon as those it conflicts with have (faster, but a reader may see later transactions before unrelated earlier ones)"},
-	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory"},
-	{"prefetch_connections", "16", "the most connections that read ahead at once (one, and more while key sets wait for one and the prefetch sessions wait on reads; each reads one row after another): the reads in flight on a slow disk"},
-	{"batch_rows", "10000", "most rows in one set-based statement"},
-	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)"},
-	{"group_max_bytes", "16MB", "... or this many bytes of values"},
-	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting"},
-	{"sequences", "owned", "publisher sequences brought to the target (never moved backwards there): owned (those of the published tables' serial and identity columns, and of their partitioned roots and inheritance parents), all (every sequence of the database) or none"},
-	{"sequence_sync_interval", "30s", "how often sequences are synced while streaming (also after the initial copy, and with parapply sync-sequences); 0: only then"},
-	{"lock_timeout", "10s", "the target sessions' lock_timeout: a wait this long on a lock ends in a retry of the transaction after the earlier ones, or, for the oldest, in a new run from what the target recorded (a lock held by a session outside parapply); 0 turns it off"},
-	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s; 0 stops at the first fault"},
-	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines"},
-	{"metrics_addr", "", "host:port to serve Prometheus metrics on (/metrics); empty turns them off"},
-	{"log_format", "text", "log format: text or json"},
-	{"log_level", "info", "log level: debug, info, warn or error"},
+	{"source", "", "connection string of the publisher database (libpq keyword/value or URI)",
+		func(o *options) kind { return str(&o.Source) }},
+	{"target", "", "connection string of the target database",
+		func(o *options) kind { return str(&o.Target) }},
+	{"publication", "", "publication name(s) on the source, comma separated",
+		func(o *options) kind { return list(&o.Publications) }},
+	{"slot", "parapply", "logical replication slot on the source; created (pgoutput) if missing",
+		func(o *options) kind { return str(&o.Slot) }},
+	{"application_name", "parapply", "application_name shown in the publisher's pg_stat_replication and on the target",
+		func(o *options) kind { return str(&o.ApplicationName) }},
+	{"synchronous_commit", "off", "synchronous_commit of the target sessions; the publisher is told only flushed positions either way",
+		func(o *options) kind { return choice(&o.SynchronousCommit, synchronousCommits, parseSynchronousCommit) }},
+	{"streaming", "on", "ask the publisher to stream large in-progress transactions (on/off); they are applied as they arrive and kept in spill files until they commit",
+		func(o *options) kind { return boolean(&o.Streaming) }},
+	{"logical_decoding_work_mem", "1MB", "set on parapply's session on the publisher: how much of in-progress transactions it holds before streaming the largest (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)",
+		func(o *options) kind { return size(&o.DecodingWorkMem, 64<<10, true) }},
+	{"two_phase", "off", "apply transactions prepared on the publisher (PREPARE TRANSACTION) as prepared transactions on the target, committed or rolled back when the publisher does; needs max_prepared_transactions > 0 on the target",
+		func(o *options) kind { return boolean(&o.TwoPhase) }},
+	{"origin", "any", "which changes the publisher sends, as CREATE SUBSCRIPTION's origin: any, or none for only those made on the publisher itself, not replicated to it (bidirectional setups; PostgreSQL 16 or later on the publisher). parapply commits what it applies under replication origins of its own (parapply_<slot>...), so that subscribers of the target with origin = none do not send it back",
+		func(o *options) kind { return choice(&o.Origin, source.Origins, source.ParseOrigin) }},
+	{"detect_conflicts", "on", "detect conflicts (a replicated change meeting a row changed on the target, or missing there), resolve them by conflict_resolution and log each in parapply.conflicts on the target; off only counts rows an update or delete did not find, and stops at an insert that meets an existing row",
+		func(o *options) kind { return boolean(&o.DetectConflicts) }},
+	{"conflict_resolution", "", "policies by conflict type, for every table or one: type=policy or schema.table:type=policy, comma separated (e.g. update_origin_differs=last_update_wins, public.accounts:insert_exists=apply_remote); types insert_exists, update_exists, update_missing, update_origin_differs, delete_missing, delete_origin_differs, multiple_unique_conflicts; policies error, apply_remote, keep_local, skip, last_update_wins, first_update_wins (the last two need track_commit_timestamp on the target); unset types act as the built-in subscription does (see docs/conflicts.md)",
+		func(o *options) kind { return rules(&o.Conflicts) }},
+	{"detect_update_deleted", "off", "tell an update whose row was deleted on the target (update_deleted) from one whose row never was there (update_missing): parapply records the rows other sessions delete from published tables in parapply.tombstones (a trigger on each, installed and removed by parapply), until every remote transaction that could have been concurrent with the delete is applied; needs detect_conflicts",
+		func(o *options) kind { return boolean(&o.DetectUpdateDeleted) }},
+	{"max_retention_duration", "0", "with detect_update_deleted, the longest a record of a delete is kept even if remote transactions concurrent with it may still come (then an update of that row is reported as update_missing); 0: no limit, as PostgreSQL 19's subscription option",
+		func(o *options) kind { return duration(&o.MaxRetention, true) }},
+	{"max_clock_skew", "1s", "with detect_update_deleted, how far the publisher's and the target's clocks may be apart: a record of a delete is kept until the remote commit times applied pass the delete's commit time by this much",
+		func(o *options) kind { return duration(&o.MaxClockSkew, true) }},
+	{"on_error", "stop", "what a source transaction that cannot be applied (an error no conflict_resolution policy covers: a value the target refuses, a constraint, a conflict whose policy is error) does: stop names it and stops, as the built-in subscription does; skip_transaction rolls it back, logs each of its changes in parapply.conflicts (type apply_error, with the error) and goes on, exactly once",
+		func(o *options) kind { return choice(&o.OnError, subscriber.OnErrors, subscriber.ParseOnError) }},
+	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)",
+		func(o *options) kind { return integer(&o.StreamWorkers, 0, maxInt) }},
+	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)",
+		func(o *options) kind { return str(&o.SpillDirectory) }},
+	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync",
+		func(o *options) kind { return boolean(&o.CopyData) }},
+	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks",
+		func(o *options) kind { return integer(&o.CopyWorkers, 1, maxInt) }},
+	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)",
+		func(o *options) kind { return boolean(&o.CopyDeferIndexes) }},
+	{"shared_tables", "off", "let this slot apply to target tables another slot applies to as well (each slot claims its tables in parapply.table_claims); off refuses the start, naming both slots: two slots writing one table interleave their changes in no order the publisher had",
+		func(o *options) kind { return boolean(&o.SharedTables) }},
+	{"existing_data", "error", "what the copy does with a target table that already holds rows: error, truncate or keep",
+		func(o *options) kind {
+			return choice(&o.ExistingData, tablesync.ExistingDatas, tablesync.ParseExistingData)
+		}},
+	{"workers", "auto", "target connections applying transactions in parallel (1 to 64); 0 applies on one connection, in the stream reader (the fastest where the CPU is full); auto applies as 0 does until the target sessions wait on data reads (a slow disk, data larger than memory), then on max_workers workers, and back",
+		func(o *options) kind { return workers(&o.Workers, &o.AutoWorkers) }},
+	{"max_workers", "8", "with workers = auto, the workers it applies on while reads wait",
+		func(o *options) kind { return integer(&o.MaxWorkers, 1, 64) }},
+	{"commit_order", "preserve", "with workers: preserve commits in the publisher's commit order (a reader only sees states the publisher had); dependency commits each transaction as soon as those it conflicts with have (faster, but a reader may see later transactions before unrelated earlier ones)",
+		func(o *options) kind {
+			return choice(&o.CommitOrder, subscriber.CommitOrders, subscriber.ParseCommitOrder)
+		}},
+	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory",
+		func(o *options) kind { return boolean(&o.Prefetch) }},
+	{"prefetch_connections", "16", "the most connections that read ahead at once (one, and more while key sets wait for one and the prefetch sessions wait on reads; each reads one row after another): the reads in flight on a slow disk",
+		func(o *options) kind { return integer(&o.PrefetchConnections, 1, maxInt) }},
+	{"batch_rows", "10000", "most rows in one set-based statement",
+		func(o *options) kind { return integer(&o.BatchRows, 1, maxInt) }},
+	{"group_max_changes", "20000", "consecutive small source transactions are applied as one target transaction until it holds this many row changes (1 turns grouping off)",
+		func(o *options) kind { return integer(&o.GroupMaxChanges, 1, maxInt) }},
+	{"group_max_bytes", "16MB", "... or this many bytes of values",
+		func(o *options) kind { return size(&o.GroupMaxBytes, 1, false) }},
+	{"group_max_delay", "200ms", "... or has been open this long; a group is also committed whenever the stream has nothing more waiting",
+		func(o *options) kind { return duration(&o.GroupMaxDelay, false) }},
+	{"sequences", "owned", "publisher sequences brought to the target (never moved backwards there): owned (those of the published tables' serial and identity columns, and of their partitioned roots and inheritance parents), all (every sequence of the database) or none",
+		func(o *options) kind { return choice(&o.Sequences, sequences.Modes, sequences.ParseMode) }},
+	{"sequence_sync_interval", "30s", "how often sequences are synced while streaming (also after the initial copy, and with parapply sync-sequences); 0: only then",
+		func(o *options) kind { return duration(&o.SequenceSyncInterval, true) }},
+	{"lock_timeout", "10s", "the target sessions' lock_timeout: a wait this long on a lock ends in a retry of the transaction after the earlier ones, or, for the oldest, in a new run from what the target recorded (a lock held by a session outside parapply); 0 turns it off",
+		func(o *options) kind { return duration(&o.LockTimeout, true) }},
+	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s; 0 stops at the first fault",
+		func(o *options) kind { return duration(&o.ReconnectTimeout, true) }},
+	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines",
+		func(o *options) kind { return duration(&o.StatusInterval, false) }},
+	{"metrics_addr", "", "host:port to serve Prometheus metrics on (/metrics); empty turns them off",
+		func(o *options) kind { return str(&o.MetricsAddr) }},
+	{"log_format", "text", "log format: text or json",
+		func(o *options) kind { return choice(&o.LogFormat, logFormats, parseLogFormat) }},
+	{"log_level", "info", "log level: debug, info, warn or error",
+		func(o *options) kind { return level(&o.LogLevel) }},
 }
 
 // config holds resolved setting values by name.
@@ -66,12 +115,33 @@ type config map[string]string
 
 func flagName(name string) string { return strings.ReplaceAll(name, "_", "-") }
 
+// settingFlag is a setting's flag. It keeps the text given, read by the
+// setting's kind with the other sources once they are merged, so that a bad
+// value gets the same error from a flag as from the environment or the file
+// (and flag's usage dump is not printed on top of it).
+type settingFlag struct{ v string }
+
+func (f *settingFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return f.v
+}
+
+func (f *settingFlag) Set(v string) error { f.v = v; return nil }
+
+// usage is a setting's help for -h: the help, then how a value is written,
+// its kind's word in backquotes so that flag.PrintDefaults shows it after
+// the flag's name (and the default after it).
+func (s setting) usage() string {
+	return s.help + " (" + s.kind(&options{}).note() + ")"
+}
+
 // loadConfig resolves settings from defaults, --config file, environment and
 // flags, in that order of precedence.
 func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
-	vals := map[string]*string{}
 	for _, s := range settings {
-		vals[s.name] = fs.String(flagName(s.name), "", s.help+" (default "+strconv.Quote(s.def)+")")
+		fs.Var(&settingFlag{s.def}, flagName(s.name), s.usage())
 	}
 	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file in postgresql.conf syntax")
 	if err := fs.Parse(args); err != nil {
@@ -99,9 +169,8 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 		}
 	}
 	fs.Visit(func(f *flag.Flag) {
-		name := strings.ReplaceAll(f.Name, "-", "_")
-		if _, ok := vals[name]; ok {
-			c[name] = f.Value.String()
+		if _, ok := f.Value.(*settingFlag); ok {
+			c[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
 		}
 	})
 	return c, nil
@@ -180,64 +249,4 @@ func parseValue(s string) (string, error) {
 		s = s[:i]
 	}
 	return strings.TrimSpace(s), nil
-}
-
-func (c config) bool(name string) (bool, error) {
-	switch strings.ToLower(c[name]) {
-	case "on", "true", "yes", "1":
-		return true, nil
-	case "off", "false", "no", "0", "":
-		return false, nil
-	}
-	return false, fmt.Errorf("invalid value for %s: %q (use on or off)", name, c[name])
-}
-
-func (c config) int(name string, min int) (int, error) {
-	v, err := strconv.Atoi(c[name])
-	if err != nil || v < min {
-		return 0, fmt.Errorf("invalid value for %s: %q (an integer of at least %d)", name, c[name], min)
-	}
-	return v, nil
-}
-
-// size parses a byte count with an optional unit (B, kB, MB, GB, TB), as
-// PostgreSQL's memory settings are written; a bare number is bytes.
-func (c config) size(name string) (int, error) {
-	s := strings.TrimSpace(c[name])
-	i := len(s)
-	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
-		i--
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(s[:i]))
-	mult := map[string]int{"": 1, "b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}[strings.ToLower(strings.TrimSpace(s[i:]))]
-	if err != nil || mult == 0 || n <= 0 {
-		return 0, fmt.Errorf("invalid value for %s: %q (a size such as 16MB; units B, kB, MB, GB, TB)", name, c[name])
-	}
-	return n * mult, nil
-}
-
-// durationOrOff is duration, with 0 for off.
-func (c config) durationOrOff(name string) (time.Duration, error) {
-	if strings.TrimSpace(c[name]) == "0" {
-		return 0, nil
-	}
-	return c.duration(name)
-}
-
-func (c config) duration(name string) (time.Duration, error) {
-	s := strings.TrimSpace(c[name])
-	if n, ok := strings.CutSuffix(s, "min"); ok {
-		s = n + "m" // postgresql.conf's unit for minutes
-	}
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 {
-			return 0, fmt.Errorf("invalid value for %s: %q (a duration above zero, such as 10s)", name, s)
-		}
-		return time.Duration(n) * time.Millisecond, nil // bare numbers are milliseconds, as in postgresql.conf
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("invalid value for %s: %q (a duration such as 10s)", name, s)
-	}
-	return d, nil
 }

@@ -2,14 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 func TestParseValue(t *testing.T) {
@@ -320,63 +329,105 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 }
 
-func TestConfigBool(t *testing.T) {
+// readKind reads v with k as setting "x" and returns the error, if any.
+func readKind(k kind, v string) error { return k.set("x", v) }
+
+func TestBoolKind(t *testing.T) {
 	for _, v := range []string{"on", "ON", "true", "True", "yes", "1"} {
-		got, err := config{"x": v}.bool("x")
-		if err != nil || !got {
+		var got bool
+		if err := readKind(boolean(&got), v); err != nil || !got {
 			t.Errorf("bool(%q) = %v, %v; want true, nil", v, got, err)
 		}
 	}
 	for _, v := range []string{"off", "OFF", "false", "no", "0", ""} {
-		got, err := config{"x": v}.bool("x")
-		if err != nil || got {
+		got := true
+		if err := readKind(boolean(&got), v); err != nil || got {
 			t.Errorf("bool(%q) = %v, %v; want false, nil", v, got, err)
 		}
 	}
 	for _, v := range []string{"2", "y", "enable", " on", "tru"} {
-		_, err := config{"x": v}.bool("x")
-		if err == nil || !strings.Contains(err.Error(), "invalid value for x") {
-			t.Errorf("bool(%q) error = %v; want invalid value for x", v, err)
+		var got bool
+		err := readKind(boolean(&got), v)
+		if want := `x = "` + v + `" is not valid: choose on or off`; err == nil || err.Error() != want {
+			t.Errorf("bool(%q) error = %v; want %s", v, err, want)
 		}
 	}
 }
 
-func TestConfigInt(t *testing.T) {
+func TestIntKind(t *testing.T) {
 	tests := []struct {
-		v       string
-		min     int
-		want    int
-		wantErr bool
+		v        string
+		min, max int
+		want     int
+		wantErr  string
 	}{
-		{v: "1", min: 1, want: 1},
-		{v: "10000", min: 1, want: 10000},
-		{v: "0", min: 0, want: 0},
-		{v: "-3", min: -5, want: -3},
-		{v: "0", min: 1, wantErr: true},
-		{v: "-1", min: 0, wantErr: true},
-		{v: "", min: 0, wantErr: true},
-		{v: "1.5", min: 0, wantErr: true},
-		{v: "1e3", min: 0, wantErr: true},
-		{v: "ten", min: 0, wantErr: true},
-		{v: " 5", min: 0, wantErr: true},
+		{v: "1", min: 1, max: maxInt, want: 1},
+		{v: "10000", min: 1, max: maxInt, want: 10000},
+		{v: "0", min: 0, max: maxInt, want: 0},
+		{v: "-3", min: -5, max: maxInt, want: -3},
+		{v: "64", min: 1, max: 64, want: 64},
+		{v: "65", min: 1, max: 64, wantErr: `x = "65" is not valid: an integer from 1 to 64`},
+		{v: "0", min: 1, max: 64, wantErr: `x = "0" is not valid: an integer from 1 to 64`},
+		{v: "0", min: 1, max: maxInt, wantErr: `x = "0" is not valid: an integer of at least 1`},
+		{v: "-1", min: 0, max: maxInt, wantErr: `x = "-1" is not valid: an integer of at least 0`},
+		{v: "", min: 0, max: maxInt, wantErr: `x = "" is not valid`},
+		{v: "1.5", min: 0, max: maxInt, wantErr: `x = "1.5" is not valid`},
+		{v: "1e3", min: 0, max: maxInt, wantErr: `x = "1e3" is not valid`},
+		{v: "ten", min: 0, max: maxInt, wantErr: `x = "ten" is not valid`},
+		{v: " 5", min: 0, max: maxInt, wantErr: `x = " 5" is not valid`},
 	}
 	for _, tt := range tests {
-		got, err := config{"n": tt.v}.int("n", tt.min)
-		if tt.wantErr {
-			if err == nil || !strings.Contains(err.Error(), "invalid value for n") {
-				t.Errorf("int(%q, %d) = %d, %v; want an invalid value error", tt.v, tt.min, got, err)
+		got := -42
+		err := readKind(integer(&got, tt.min, tt.max), tt.v)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || got != -42 {
+				t.Errorf("int(%q, %d..%d) = %d, %v; want error %q and the field left alone", tt.v, tt.min, tt.max, got, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("int(%q, %d) = %d, %v; want %d", tt.v, tt.min, got, err, tt.want)
+			t.Errorf("int(%q, %d..%d) = %d, %v; want %d", tt.v, tt.min, tt.max, got, err, tt.want)
 		}
 	}
 }
 
-func TestConfigDuration(t *testing.T) {
+func TestWorkersKind(t *testing.T) {
 	tests := []struct {
 		v       string
+		want    int
+		auto    bool
+		wantErr bool
+	}{
+		{v: "auto", auto: true},
+		{v: "AUTO", auto: true},
+		{v: " auto ", auto: true},
+		{v: "0", want: 0},
+		{v: "4", want: 4},
+		{v: "64", want: 64},
+		{v: "65", wantErr: true},
+		{v: "-1", wantErr: true},
+		{v: "many", wantErr: true},
+		{v: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		n, auto := -1, !tt.auto
+		err := readKind(workers(&n, &auto), tt.v)
+		if tt.wantErr {
+			if want := `x = "` + tt.v + `" is not valid: an integer from 0 to 64, or auto`; err == nil || err.Error() != want {
+				t.Errorf("workers(%q) error = %v; want %s", tt.v, err, want)
+			}
+			continue
+		}
+		if err != nil || auto != tt.auto || (!tt.auto && n != tt.want) {
+			t.Errorf("workers(%q) = %d, auto %v, %v; want %d, auto %v", tt.v, n, auto, err, tt.want, tt.auto)
+		}
+	}
+}
+
+func TestDurationKind(t *testing.T) {
+	tests := []struct {
+		v       string
+		off     bool // 0 allowed
 		want    time.Duration
 		wantErr bool
 	}{
@@ -384,59 +435,245 @@ func TestConfigDuration(t *testing.T) {
 		{v: "1m30s", want: 90 * time.Second},
 		{v: "250ms", want: 250 * time.Millisecond},
 		{v: "1.5s", want: 1500 * time.Millisecond},
+		{v: "5min", want: 5 * time.Minute}, // postgresql.conf's unit for minutes
+		{v: "2h", want: 2 * time.Hour},
 		{v: "1500", want: 1500 * time.Millisecond}, // bare numbers are milliseconds
 		{v: "1", want: time.Millisecond},
-		{v: "", wantErr: true},
+		{v: "5", want: 5 * time.Millisecond}, // group_max_delay = 5 is 5 ms, as in postgresql.conf
+		{v: " 10s ", want: 10 * time.Second},
 		{v: "10", want: 10 * time.Millisecond},
+		{v: "0", off: true, want: 0},
+		{v: " 0 ", off: true, want: 0},
+		{v: "30s", off: true, want: 30 * time.Second},
+		{v: "", wantErr: true},
 		{v: "10 s", wantErr: true},
 		{v: "soon", wantErr: true},
+		{v: "0", wantErr: true},
 		{v: "0s", wantErr: true},
+		{v: "0s", off: true, wantErr: true}, // only 0 itself is off
 		{v: "-1s", wantErr: true},
+		{v: "-5", wantErr: true},
 		{v: "1.5", wantErr: true}, // not an integer, and no unit
+		{v: "1d", wantErr: true},
 	}
 	for _, tt := range tests {
-		got, err := config{"d": tt.v}.duration("d")
+		got := time.Duration(-1)
+		err := readKind(duration(&got, tt.off), tt.v)
 		if tt.wantErr {
-			if err == nil || !strings.Contains(err.Error(), "invalid value for d") {
-				t.Errorf("duration(%q) = %v, %v; want an invalid value error", tt.v, got, err)
+			if want := `x = "` + tt.v + `" is not valid: a duration above zero, such as 10s (a bare number is milliseconds)`; err == nil || err.Error() != want {
+				t.Errorf("duration(%q, off %v) = %v, %v; want error %s", tt.v, tt.off, got, err, want)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("duration(%q) = %v, %v; want %v", tt.v, got, err, tt.want)
+			t.Errorf("duration(%q, off %v) = %v, %v; want %v", tt.v, tt.off, got, err, tt.want)
 		}
 	}
 }
 
-func TestSizeSetting(t *testing.T) {
+func TestSizeKind(t *testing.T) {
 	tests := []struct {
-		v       string
-		want    int
-		wantErr bool
+		v        string
+		min      int
+		optional bool
+		want     int
+		wantErr  string
 	}{
 		{v: "16MB", want: 16 << 20},
 		{v: "16 MB", want: 16 << 20},
+		{v: "16mb", want: 16 << 20},
 		{v: "64kB", want: 64 << 10},
 		{v: "1GB", want: 1 << 30},
-		{v: "4096", want: 4096},
+		{v: "2TB", want: 2 << 40},
+		{v: "4096", want: 4096}, // a bare number is bytes
 		{v: "100B", want: 100},
-		{v: "", wantErr: true},
-		{v: "MB", wantErr: true},
-		{v: "0MB", wantErr: true},
-		{v: "-1MB", wantErr: true},
-		{v: "16XB", wantErr: true},
-		{v: "1.5MB", wantErr: true},
+		{v: "", optional: true, want: 0},
+		{v: "64kB", min: 64 << 10, want: 64 << 10},
+		{v: "1MB", min: 64 << 10, optional: true, want: 1 << 20},
+		{v: "63kB", min: 64 << 10, wantErr: `x = "63kB" is not valid: a size of at least 64kB`},
+		{v: "65535", min: 64 << 10, wantErr: `x = "65535" is not valid: a size of at least 64kB`},
+		{v: "", wantErr: `x = "" is not valid: a size such as 16MB`},
+		{v: "MB", wantErr: `x = "MB" is not valid`},
+		{v: "0MB", wantErr: `x = "0MB" is not valid`},
+		{v: "0", optional: true, wantErr: `x = "0" is not valid`},
+		{v: "-1MB", wantErr: `x = "-1MB" is not valid`},
+		{v: "16XB", wantErr: `x = "16XB" is not valid`},
+		{v: "1.5MB", wantErr: `x = "1.5MB" is not valid`},
 	}
 	for _, tt := range tests {
-		got, err := config{"s": tt.v}.size("s")
-		if tt.wantErr {
-			if err == nil || !strings.Contains(err.Error(), "invalid value for s") {
-				t.Errorf("size(%q) = %v, %v; want an invalid value error", tt.v, got, err)
+		got := -1
+		err := readKind(size(&got, max(tt.min, 1), tt.optional), tt.v)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("size(%q) = %v, %v; want error %q", tt.v, got, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("size(%q) = %v, %v; want %v", tt.v, got, err, tt.want)
+		}
+	}
+}
+
+func TestSizeText(t *testing.T) {
+	for n, want := range map[int]string{1: "1B", 1023: "1023B", 1 << 10: "1kB", 64 << 10: "64kB", 1536 << 10: "1536kB", 16 << 20: "16MB", 1 << 30: "1GB", 3 << 40: "3TB"} {
+		if got := sizeText(n); got != want {
+			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestListKinds(t *testing.T) {
+	var l []string
+	if err := readKind(list(&l), " a ,b,, c "); err != nil || !reflect.DeepEqual(l, []string{"a", "b", "c"}) {
+		t.Errorf("list = %q, %v; want [a b c]", l, err)
+	}
+	var r *conflict.Rules
+	if err := readKind(rules(&r), "insert_exists=skip"); err != nil || r.String() != "insert_exists=skip" {
+		t.Errorf("rules = %q, %v; want insert_exists=skip", r.String(), err)
+	}
+	if err := readKind(rules(&r), "insert_exist=skip"); err == nil || !strings.Contains(err.Error(), "conflict_resolution") {
+		t.Errorf("rules(insert_exist=skip) error = %v; want one naming conflict_resolution", err)
+	}
+	var lv slog.Level
+	for v, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError, "info+2": slog.LevelInfo + 2} {
+		if err := readKind(level(&lv), v); err != nil || lv != want {
+			t.Errorf("level(%q) = %v, %v; want %v", v, lv, err, want)
+		}
+	}
+	if err := readKind(level(&lv), "loud"); err == nil || err.Error() != `x = "loud" is not valid: choose debug, info, warn or error` {
+		t.Errorf("level(loud) error = %v", err)
+	}
+}
+
+// TestEnumSettings reads every value of each setting that takes one of a
+// set of words, and a bad one, whose error names the setting, the value
+// and the choices.
+func TestEnumSettings(t *testing.T) {
+	tests := []struct {
+		name  string
+		good  []string
+		field func(o options) string
+		bad   string
+	}{
+		{"commit_order", []string{"preserve", "dependency"}, func(o options) string { return string(o.CommitOrder) },
+			`commit_order = "fast" is not valid: choose preserve or dependency`},
+		{"on_error", []string{"stop", "skip_transaction"}, func(o options) string { return string(o.OnError) },
+			`on_error = "fast" is not valid: choose stop or skip_transaction`},
+		{"existing_data", []string{"error", "truncate", "keep"}, func(o options) string { return string(o.ExistingData) },
+			`existing_data = "fast" is not valid: choose error, truncate or keep`},
+		{"sequences", []string{"none", "owned", "all"}, func(o options) string { return string(o.Sequences) },
+			`sequences = "fast" is not valid: choose none, owned or all`},
+		{"origin", []string{"any", "none"}, func(o options) string { return string(o.Origin) },
+			`origin = "fast" is not valid: choose any or none`},
+		{"synchronous_commit", []string{"on", "off", "local", "remote_write", "remote_apply"}, func(o options) string { return o.SynchronousCommit },
+			`synchronous_commit = "fast" is not valid: choose on, off, local, remote_write or remote_apply`},
+		{"log_format", []string{"text", "json"}, func(o options) string { return o.LogFormat },
+			`log_format = "fast" is not valid: choose text or json`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, v := range tt.good {
+				o, err := config{tt.name: v}.options(tt.name)
+				if err != nil || tt.field(o) != v {
+					t.Errorf("%s = %q: read %q, %v", tt.name, v, tt.field(o), err)
+				}
+			}
+			for _, v := range []string{"fast", "", strings.ToUpper(tt.good[0]), " " + tt.good[0]} {
+				_, err := config{tt.name: v}.options(tt.name)
+				want := strings.Replace(tt.bad, `"fast"`, strconv.Quote(v), 1)
+				if err == nil || err.Error() != want {
+					t.Errorf("%s = %q: error %v, want %s", tt.name, v, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDefaultsRead: every setting's default is a value its kind takes, and
+// reads to the value parapply always had.
+func TestDefaultsRead(t *testing.T) {
+	c := config{}
+	for _, s := range settings {
+		c[s.name] = s.def
+		if _, err := c.options(s.name); err != nil {
+			t.Errorf("default of %s: %v", s.name, err)
+		}
+	}
+	o, err := c.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20,
+		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, StreamWorkers: 2,
+		CopyData: true, CopyWorkers: 2, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
+		CommitOrder: subscriber.CommitPreserve, Prefetch: true, PrefetchConnections: 16, BatchRows: 10000,
+		GroupMaxChanges: 20000, GroupMaxBytes: 16 << 20, GroupMaxDelay: 200 * time.Millisecond, Sequences: sequences.Owned,
+		SequenceSyncInterval: 30 * time.Second, LockTimeout: 10 * time.Second, ReconnectTimeout: 5 * time.Minute,
+		StatusInterval: 10 * time.Second, LogFormat: "text", LogLevel: slog.LevelInfo}
+	if o.Conflicts.String() != "" {
+		t.Errorf("default conflict_resolution read as %q, want none", o.Conflicts)
+	}
+	want.Conflicts = o.Conflicts // a pointer
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("defaults read as\n%+v\nwant\n%+v", o, want)
+	}
+}
+
+// TestHelpShowsKinds: run -h shows each flag with the word for its kind
+// and its default, and says how a duration's bare number is read.
+func TestHelpShowsKinds(t *testing.T) {
+	clearEnv(t)
+	var out strings.Builder
+	fs := newFlagSet()
+	fs.SetOutput(&out)
+	if _, err := loadConfig(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("loadConfig(-h) = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	for _, want := range []string{
+		"-batch-rows integer\n",
+		"-commit-order preserve|dependency\n",
+		"-existing-data error|truncate|keep\n",
+		"-group-max-bytes size\n",
+		"-group-max-delay duration\n",
+		"a bare number is milliseconds",
+		"(default 200ms)",
+		"-log-level debug|info|warn|error\n",
+		"-streaming on|off\n",
+		"-workers auto|integer\n",
+		"(default auto)",
+		"-publication list\n",
+		"-source string\n",
+		"-conflict-resolution list\n",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("run -h does not show %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "`") {
+		t.Errorf("run -h shows a backquote:\n%s", help)
+	}
+}
+
+func TestWithSourceEnv(t *testing.T) {
+	tests := []struct {
+		paced, trickle     string
+		unpaced, noTrickle bool
+	}{
+		{"", "", false, false},
+		{"off", "", true, false},
+		{"", "off", false, true},
+		{"off", "off", true, true},
+		{"on", "on", false, false},
+	}
+	for _, tt := range tests {
+		t.Setenv("PARAPPLY_PACED", tt.paced)
+		t.Setenv("PARAPPLY_TRICKLE", tt.trickle)
+		c := withSourceEnv(source.Config{Slot: "s"})
+		if c.Unpaced != tt.unpaced || c.NoTrickle != tt.noTrickle || c.Slot != "s" {
+			t.Errorf("PARAPPLY_PACED=%q PARAPPLY_TRICKLE=%q: Unpaced %v, NoTrickle %v, Slot %q; want %v, %v, s",
+				tt.paced, tt.trickle, c.Unpaced, c.NoTrickle, c.Slot, tt.unpaced, tt.noTrickle)
 		}
 	}
 }
@@ -474,6 +711,20 @@ func TestSubscriberConfigErrors(t *testing.T) {
 		{name: "too many workers", change: map[string]string{"workers": "65"}, wantErr: []string{"workers", "0 to 64"}},
 		{name: "zero max_workers", change: map[string]string{"workers": "auto", "max_workers": "0"}, wantErr: []string{"max_workers", `"0"`}},
 		{name: "too many max_workers", change: map[string]string{"workers": "auto", "max_workers": "65"}, wantErr: []string{"max_workers", "1 to 64"}},
+		{name: "a missing source is named before a bad setting", change: map[string]string{"source": "", "batch_rows": "0"}, wantErr: []string{"no source", "--source"}},
+		{name: "bad commit_order", change: map[string]string{"commit_order": "fast"}, wantErr: []string{`commit_order = "fast" is not valid: choose preserve or dependency`}},
+		{name: "bad on_error", change: map[string]string{"on_error": "skip"}, wantErr: []string{`on_error = "skip" is not valid: choose stop or skip_transaction`}},
+		{name: "bad existing_data", change: map[string]string{"existing_data": "replace"}, wantErr: []string{`existing_data = "replace" is not valid: choose error, truncate or keep`}},
+		{name: "bad sequences", change: map[string]string{"sequences": "some"}, wantErr: []string{`sequences = "some" is not valid: choose none, owned or all`}},
+		{name: "bad origin", change: map[string]string{"origin": "local"}, wantErr: []string{"origin", "any or none"}},
+		{name: "small logical_decoding_work_mem", change: map[string]string{"logical_decoding_work_mem": "32kB"}, wantErr: []string{"logical_decoding_work_mem", `"32kB"`, "at least 64kB"}},
+		{name: "bad group_max_delay", change: map[string]string{"group_max_delay": "0"}, wantErr: []string{`group_max_delay = "0" is not valid`, "a bare number is milliseconds"}},
+		{name: "bad lock_timeout", change: map[string]string{"lock_timeout": "0s"}, wantErr: []string{`lock_timeout = "0s"`}},
+		{name: "bad conflict_resolution", change: map[string]string{"conflict_resolution": "insert_exist=skip"}, wantErr: []string{"conflict_resolution", `"insert_exist"`}},
+		{name: "update_deleted without detection", change: map[string]string{"detect_conflicts": "off", "detect_update_deleted": "on"},
+			wantErr: []string{"detect_update_deleted is on, but detect_conflicts is off"}},
+		{name: "policies without detection", change: map[string]string{"detect_conflicts": "off", "conflict_resolution": "insert_exists=skip"},
+			wantErr: []string{"conflict_resolution is set, but detect_conflicts is off"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -639,5 +890,49 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	if code := exitCode(run(context.Background(), []string{"run", "--no-such-flag"})); code != exitPermanent {
 		t.Errorf("parapply run --no-such-flag: exit status %d, want %d (a restart does not change it)", code, exitPermanent)
+	}
+}
+
+// TestLoadConfigTyped: values from the file, the environment and flags are
+// read by the same kinds, and a bad value gets the same error from each.
+func TestLoadConfigTyped(t *testing.T) {
+	clearEnv(t)
+	path := writeFile(t, "group_max_delay = 5\ncommit_order = dependency\nworkers = 2\nlogical_decoding_work_mem = '256 kB'\n")
+	t.Setenv("PARAPPLY_WORKERS", "4")
+	t.Setenv("PARAPPLY_LOCK_TIMEOUT", "2min")
+	c, err := loadConfig(newFlagSet(), []string{"--config", path, "--group-max-bytes", "1MB", "--lock-timeout", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := c.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GroupMaxDelay != 5*time.Millisecond || o.CommitOrder != subscriber.CommitDependency || o.Workers != 4 || o.AutoWorkers ||
+		o.DecodingWorkMem != 256<<10 || o.GroupMaxBytes != 1<<20 || o.LockTimeout != 0 {
+		t.Errorf("read %+v", o)
+	}
+
+	const want = `batch_rows = "zero" is not valid: an integer of at least 1`
+	for _, src := range []string{"file", "environment", "flag"} {
+		t.Run(src, func(t *testing.T) {
+			clearEnv(t)
+			var args []string
+			switch src {
+			case "file":
+				args = []string{"--config", writeFile(t, "batch_rows = zero\n")}
+			case "environment":
+				t.Setenv("PARAPPLY_BATCH_ROWS", "zero")
+			case "flag":
+				args = []string{"--batch-rows", "zero"}
+			}
+			c, err := loadConfig(newFlagSet(), append(args, "--source", "s", "--target", "t", "--publication", "p"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := subscriberConfig(c, nil); err == nil || err.Error() != want {
+				t.Errorf("batch_rows = zero from the %s: %v, want %s", src, err, want)
+			}
+		})
 	}
 }

@@ -9,11 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/parapply/parapply/apply"
-	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -30,173 +28,62 @@ func usageFor(fs *flag.FlagSet, synopsis string) {
 // subscriberConfig turns resolved settings into a subscriber configuration,
 // rejecting bad values with a message that names the setting.
 func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
-	var cfg subscriber.Config
-	if c["source"] == "" {
-		return cfg, errors.New("no source given: set --source (or source in the config file, or PARAPPLY_SOURCE) to the publisher's connection string")
+	o, err := c.options()
+	// The settings a run cannot start without come first among settings,
+	// so they are read even when a later one is bad; missing, they are
+	// the error.
+	if verr := o.validate(); verr != nil {
+		return subscriber.Config{}, verr
 	}
-	if c["target"] == "" {
-		return cfg, errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
-	}
-	pubs := splitList(c["publication"])
-	if len(pubs) == 0 {
-		return cfg, errors.New("no publication given: set --publication to the publication(s) to subscribe to")
-	}
-	streaming, err := c.bool("streaming")
 	if err != nil {
-		return cfg, err
+		return subscriber.Config{}, err
 	}
-	twoPhase, err := c.bool("two_phase")
-	if err != nil {
-		return cfg, err
+	cfg := subscriber.Config{
+		Source: source.Config{DSN: o.Source, Slot: o.Slot, Publications: o.Publications, Streaming: o.Streaming,
+			AppName: o.ApplicationName, StatusInterval: o.StatusInterval, TwoPhase: o.TwoPhase, Origin: o.Origin},
+		Target: apply.Config{DSN: o.Target, AppName: o.ApplicationName + " apply", Slot: o.Slot, SynchronousCommit: o.SynchronousCommit,
+			BatchRows: o.BatchRows, LockTimeout: fmt.Sprintf("%dms", o.LockTimeout.Milliseconds()),
+			Prefetch: o.Prefetch, PrefetchConns: o.PrefetchConnections},
+		Log:      log,
+		CopyData: o.CopyData, CopyWorkers: o.CopyWorkers, ExistingData: o.ExistingData, CopyDeferIndexes: o.CopyDeferIndexes,
+		Group:   subscriber.GroupLimits{MaxChanges: o.GroupMaxChanges, MaxBytes: o.GroupMaxBytes, MaxDelay: o.GroupMaxDelay},
+		Workers: o.Workers, AutoWorkers: o.AutoWorkers, StreamWorkers: o.StreamWorkers, SpillDir: o.SpillDirectory,
+		CommitOrder: o.CommitOrder, ReconnectTimeout: o.ReconnectTimeout,
+		Sequences: o.Sequences, SequenceSyncInterval: o.SequenceSyncInterval,
+		DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts, OnError: o.OnError,
+		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
+		SharedTables: o.SharedTables,
 	}
-	switch c["origin"] {
-	case source.OriginAny, source.OriginNone:
-	default:
-		return cfg, fmt.Errorf("invalid value for origin: %q (any or none)", c["origin"])
+	if o.AutoWorkers {
+		cfg.Workers = o.MaxWorkers
 	}
-	if cfg.DetectConflicts, err = c.bool("detect_conflicts"); err != nil {
-		return cfg, err
+	if o.DecodingWorkMem > 0 {
+		cfg.Source.DecodingWorkMem = fmt.Sprintf("%dkB", o.DecodingWorkMem>>10)
 	}
-	if cfg.Conflicts, err = conflict.Parse(c["conflict_resolution"]); err != nil {
-		return cfg, err
-	}
-	switch cfg.OnError = c["on_error"]; cfg.OnError {
-	case subscriber.OnErrorStop, subscriber.OnErrorSkip:
-	default:
-		return cfg, fmt.Errorf("invalid value for on_error: %q (stop or skip_transaction)", c["on_error"])
-	}
-	if cfg.DetectUpdateDeleted, err = c.bool("detect_update_deleted"); err != nil {
-		return cfg, err
-	}
-	if cfg.DetectUpdateDeleted && !cfg.DetectConflicts {
-		return cfg, errors.New("detect_update_deleted is on, but detect_conflicts is off: turn detect_conflicts on, or detect_update_deleted off")
-	}
-	if cfg.MaxRetention, err = c.durationOrOff("max_retention_duration"); err != nil {
-		return cfg, err
-	}
-	if cfg.MaxClockSkew, err = c.durationOrOff("max_clock_skew"); err != nil {
-		return cfg, err
-	}
-	if !cfg.DetectConflicts && cfg.Conflicts.String() != "" {
-		return cfg, errors.New("conflict_resolution is set, but detect_conflicts is off: turn detect_conflicts on, or leave conflict_resolution empty")
-	}
-	prefetch, err := c.bool("prefetch")
-	if err != nil {
-		return cfg, err
-	}
-	pfConns, err := c.int("prefetch_connections", 1)
-	if err != nil {
-		return cfg, err
-	}
-	rows, err := c.int("batch_rows", 1)
-	if err != nil {
-		return cfg, err
-	}
-	interval, err := c.duration("status_interval")
-	if err != nil {
-		return cfg, err
-	}
-	switch c["synchronous_commit"] {
-	case "on", "off", "local", "remote_write", "remote_apply":
-	default:
-		return cfg, fmt.Errorf("invalid value for synchronous_commit: %q (on, off, local, remote_write or remote_apply)", c["synchronous_commit"])
-	}
-	if cfg.CopyData, err = c.bool("copy_data"); err != nil {
-		return cfg, err
-	}
-	if cfg.SharedTables, err = c.bool("shared_tables"); err != nil {
-		return cfg, err
-	}
-	if cfg.CopyDeferIndexes, err = c.bool("copy_defer_indexes"); err != nil {
-		return cfg, err
-	}
-	if cfg.CopyWorkers, err = c.int("copy_workers", 1); err != nil {
-		return cfg, err
-	}
-	switch c["existing_data"] {
-	case tablesync.ExistingError, tablesync.ExistingTruncate, tablesync.ExistingKeep:
-		cfg.ExistingData = c["existing_data"]
-	default:
-		return cfg, fmt.Errorf("invalid value for existing_data: %q (error, truncate or keep)", c["existing_data"])
-	}
-	if strings.EqualFold(strings.TrimSpace(c["workers"]), "auto") {
-		cfg.AutoWorkers = true
-		if cfg.Workers, err = c.int("max_workers", 1); err != nil {
-			return cfg, err
-		}
-		if cfg.Workers > 64 {
-			return cfg, fmt.Errorf("invalid value for max_workers: %d (1 to 64)", cfg.Workers)
-		}
-	} else if cfg.Workers, err = c.int("workers", 0); err != nil {
-		return cfg, fmt.Errorf("%w, or auto", err)
-	}
-	switch c["commit_order"] {
-	case subscriber.CommitPreserve, subscriber.CommitDependency:
-		cfg.CommitOrder = c["commit_order"]
-	default:
-		return cfg, fmt.Errorf("invalid value for commit_order: %q (preserve or dependency)", c["commit_order"])
-	}
-	if cfg.StreamWorkers, err = c.int("stream_workers", 0); err != nil {
-		return cfg, err
-	}
-	cfg.SpillDir = c["spill_directory"]
-	if cfg.ReconnectTimeout, err = c.durationOrOff("reconnect_timeout"); err != nil {
-		return cfg, err
-	}
-	if cfg.Sequences, err = sequencesMode(c); err != nil {
-		return cfg, err
-	}
-	if cfg.SequenceSyncInterval, err = c.durationOrOff("sequence_sync_interval"); err != nil {
-		return cfg, err
-	}
-	lockTimeout, err := c.durationOrOff("lock_timeout")
-	if err != nil {
-		return cfg, err
-	}
-	if v := c["logical_decoding_work_mem"]; v != "" {
-		n, err := c.size("logical_decoding_work_mem")
-		if err != nil {
-			return cfg, err
-		}
-		if n < 64<<10 {
-			return cfg, fmt.Errorf("invalid value for logical_decoding_work_mem: %q (at least 64kB, as on the publisher)", v)
-		}
-		c["logical_decoding_work_mem"] = fmt.Sprintf("%dkB", n>>10)
-	}
-	if cfg.Workers > 64 {
-		return cfg, fmt.Errorf("invalid value for workers: %d (0 to 64)", cfg.Workers)
-	}
-	if cfg.Group.MaxChanges, err = c.int("group_max_changes", 1); err != nil {
-		return cfg, err
-	}
-	if cfg.Group.MaxBytes, err = c.size("group_max_bytes"); err != nil {
-		return cfg, err
-	}
-	if cfg.Group.MaxDelay, err = c.duration("group_max_delay"); err != nil {
-		return cfg, err
-	}
-	cfg.Source = source.Config{DSN: c["source"], Slot: c["slot"], Publications: pubs, Streaming: streaming, AppName: c["application_name"], StatusInterval: interval,
-		DecodingWorkMem: c["logical_decoding_work_mem"], TwoPhase: twoPhase, Origin: c["origin"]}
-	cfg.Target = apply.Config{DSN: c["target"], AppName: c["application_name"] + " apply", Slot: c["slot"], SynchronousCommit: c["synchronous_commit"], BatchRows: rows,
-		LockTimeout: fmt.Sprintf("%dms", lockTimeout.Milliseconds()),
-		Prefetch:    prefetch, PrefetchConns: pfConns}
-	cfg.Log = log
-	return cfg, nil
+	return cfg, cfg.Validate()
 }
 
+// withSourceEnv sets the source's switches for diagnosis and measurement,
+// which are not settings (no flag, no file entry, not in -h), from the
+// environment: PARAPPLY_PACED=off and PARAPPLY_TRICKLE=off (see
+// source.Config's Unpaced and NoTrickle).
+func withSourceEnv(c source.Config) source.Config {
+	c.Unpaced = os.Getenv("PARAPPLY_PACED") == "off"
+	c.NoTrickle = os.Getenv("PARAPPLY_TRICKLE") == "off"
+	return c
+}
+
+// newLogger makes the logger log_format and log_level ask for.
 func newLogger(c config, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c["log_level"])); err != nil {
-		return nil, fmt.Errorf("invalid value for log_level: %q (debug, info, warn or error)", c["log_level"])
+	o, err := c.options("log_format", "log_level")
+	if err != nil {
+		return nil, err
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch c["log_format"] {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
+	opts := &slog.HandlerOptions{Level: o.LogLevel}
+	if o.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("invalid value for log_format: %q (text or json)", c["log_format"])
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
 func runCommand(ctx context.Context, args []string) error {
@@ -229,6 +116,7 @@ func runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return subscriber.Permanent(err)
 	}
+	cfg.Source = withSourceEnv(cfg.Source)
 	if !con.tty {
 		cfg.CopyProgress = copyProgressLogger(log)
 	}

@@ -13,16 +13,6 @@ import (
 	"github.com/parapply/parapply/source"
 )
 
-// sequencesMode reads the sequences setting.
-func sequencesMode(c config) (string, error) {
-	switch m := c["sequences"]; m {
-	case sequences.None, sequences.Owned, sequences.All:
-		return m, nil
-	default:
-		return "", fmt.Errorf("invalid value for sequences: %q (none, owned or all)", m)
-	}
-}
-
 // syncSequencesCommand brings the publisher's sequences to the target once
 // and says what it did to each: the cut-over step of a migration, run once
 // writes on the publisher have stopped and parapply has caught up.
@@ -33,10 +23,11 @@ func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	mode, err := sequencesMode(c)
+	o, err := c.options("sequences")
 	if err != nil {
 		return err
 	}
+	mode := o.Sequences
 	if mode == sequences.None {
 		mode = sequences.Owned
 	}

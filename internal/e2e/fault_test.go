@@ -106,7 +106,7 @@ func (w *faultWriter) batch() *pgx.Batch {
 // faultRun is one run of the fault workload.
 type faultRun struct {
 	workers int
-	order   string
+	order   subscriber.CommitOrder
 	// switching: workers = auto, switching between the reader and the
 	// workers every 20 ms whatever the load.
 	switching bool
@@ -249,9 +249,9 @@ func (fr faultRun) name() string {
 		return "workers0"
 	}
 	if fr.switching {
-		return "auto" + strconv.Itoa(fr.workers) + "_switching_" + fr.order
+		return "auto" + strconv.Itoa(fr.workers) + "_switching_" + string(fr.order)
 	}
-	return "workers" + strconv.Itoa(fr.workers) + "_" + fr.order
+	return "workers" + strconv.Itoa(fr.workers) + "_" + string(fr.order)
 }
 
 // durable are server settings under which a crash loses only what was not

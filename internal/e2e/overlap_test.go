@@ -21,9 +21,9 @@ import (
 func TestWorkersOverlapSlowReads(t *testing.T) {
 	const rows = 2000
 	e := slowReadEnv(t, 2*time.Millisecond, rows)
-	for _, order := range []string{subscriber.CommitPreserve, subscriber.CommitDependency} {
-		t.Run(order, func(t *testing.T) {
-			cfg := e.config("overlap_" + order)
+	for _, order := range []subscriber.CommitOrder{subscriber.CommitPreserve, subscriber.CommitDependency} {
+		t.Run(string(order), func(t *testing.T) {
+			cfg := e.config("overlap_" + string(order))
 			cfg.Workers = 4
 			cfg.CommitOrder = order
 			cfg.SharedTables = true // each order's slot in turn

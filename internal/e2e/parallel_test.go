@@ -20,7 +20,7 @@ import (
 func TestParallelAdversarial(t *testing.T) {
 	type run struct {
 		workers int
-		order   string
+		order   subscriber.CommitOrder
 		batches bool // default unit sizes: workers merge ready units
 		// switching: workers = auto, made to switch between the reader
 		// and the workers every few milliseconds whatever the load.

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/internal/enum"
+)
+
+// kind is how a setting's value is written and read: the word -h shows
+// after the flag, a note after the help on how to write a value (the word
+// in backquotes, for flag.PrintDefaults), and set, which reads a value into
+// the setting's field of options or returns an error that names the
+// setting, the value and what it takes.
+type kind interface {
+	note() string
+	set(name, v string) error
+}
+
+const maxInt = math.MaxInt
+
+// invalid is the error for a value a setting does not take: the setting,
+// the value as given, and what it takes.
+func invalid(name, v, want string) error {
+	return fmt.Errorf("%s = %q is not valid: %s", name, v, want)
+}
+
+// boolKind is on or off, as postgresql.conf writes booleans (true, yes, 1
+// and false, no, 0 too, in any case; empty is off).
+type boolKind struct{ p *bool }
+
+func boolean(p *bool) kind { return boolKind{p} }
+
+func (boolKind) note() string { return "`on|off`" }
+
+func (k boolKind) set(name, v string) error {
+	b, ok := parseBool(v)
+	if !ok {
+		return invalid(name, v, "choose on or off")
+	}
+	*k.p = b
+	return nil
+}
+
+func parseBool(v string) (b, ok bool) {
+	switch strings.ToLower(v) {
+	case "on", "true", "yes", "1":
+		return true, true
+	case "off", "false", "no", "0", "":
+		return false, true
+	}
+	return false, false
+}
+
+// intKind is a whole number within bounds.
+type intKind struct {
+	p        *int
+	min, max int
+}
+
+func integer(p *int, min, max int) kind { return intKind{p, min, max} }
+
+func (k intKind) want() string {
+	if k.max == maxInt {
+		return fmt.Sprintf("an integer of at least %d", k.min)
+	}
+	return fmt.Sprintf("an integer from %d to %d", k.min, k.max)
+}
+
+func (k intKind) note() string { return strings.Replace(k.want(), "integer", "`integer`", 1) }
+
+func (k intKind) set(name, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < k.min || n > k.max {
+		return invalid(name, v, k.want())
+	}
+	*k.p = n
+	return nil
+}
+
+// workersKind is auto or a number of workers (0 to 64).
+type workersKind struct {
+	p    *int
+	auto *bool
+}
+
+func workers(p *int, auto *bool) kind { return workersKind{p, auto} }
+
+func (workersKind) note() string { return "`auto|integer`: auto, or 0 to 64" }
+
+func (k workersKind) set(name, v string) error {
+	if strings.EqualFold(strings.TrimSpace(v), "auto") {
+		*k.p, *k.auto = 0, true
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 64 {
+		return invalid(name, v, "an integer from 0 to 64, or auto")
+	}
+	*k.p, *k.auto = n, false
+	return nil
+}
+
+// sizeKind is a byte count with PostgreSQL's memory units; a bare number
+// is bytes (where postgresql.conf would take kB for
+// logical_decoding_work_mem: parapply always read bytes). optional lets it
+// be empty (0).
+type sizeKind struct {
+	p        *int
+	min      int
+	optional bool
+}
+
+func size(p *int, min int, optional bool) kind { return sizeKind{p, min, optional} }
+
+func (k sizeKind) note() string {
+	n := "a `size` with unit B, kB, MB, GB or TB (a bare number is bytes)"
+	if k.min > 1 {
+		n += ", at least " + sizeText(k.min)
+	}
+	if k.optional {
+		n += ", or empty"
+	}
+	return n
+}
+
+func (k sizeKind) set(name, v string) error {
+	if k.optional && v == "" {
+		*k.p = 0
+		return nil
+	}
+	n, ok := parseSize(v)
+	if !ok {
+		return invalid(name, v, "a size such as 16MB; units B, kB, MB, GB, TB")
+	}
+	if n < k.min {
+		return invalid(name, v, "a size of at least "+sizeText(k.min)+", as on the publisher")
+	}
+	*k.p = n
+	return nil
+}
+
+// parseSize reads a byte count with an optional unit (B, kB, MB, GB, TB),
+// as PostgreSQL's memory settings are written; a bare number is bytes.
+func parseSize(v string) (int, bool) {
+	s := strings.TrimSpace(v)
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s[:i]))
+	mult := map[string]int{"": 1, "b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if err != nil || mult == 0 || n <= 0 {
+		return 0, false
+	}
+	return n * mult, true
+}
+
+// sizeText writes n bytes in the largest unit that divides it, as
+// PostgreSQL shows memory settings.
+func sizeText(n int) string {
+	for _, u := range []struct {
+		name string
+		b    int
+	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}} {
+		if n%u.b == 0 {
+			return strconv.Itoa(n/u.b) + u.name
+		}
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+// durationKind is a time with PostgreSQL's units (or Go's, 1m30s); a bare
+// number is milliseconds, as in postgresql.conf. off lets it be 0 (written
+// exactly so), whose meaning each such setting's help gives.
+type durationKind struct {
+	p   *time.Duration
+	off bool
+}
+
+func duration(p *time.Duration, off bool) kind { return durationKind{p, off} }
+
+func (durationKind) note() string {
+	return "a `duration` with unit ms, s, min or h, or as Go writes it (1m30s); a bare number is milliseconds"
+}
+
+func (k durationKind) set(name, v string) error {
+	if k.off && strings.TrimSpace(v) == "0" {
+		*k.p = 0
+		return nil
+	}
+	d, ok := parseDuration(v)
+	if !ok {
+		return invalid(name, v, "a duration above zero, such as 10s (a bare number is milliseconds)")
+	}
+	*k.p = d
+	return nil
+}
+
+// parseDuration reads a positive duration: Go's form, min for minutes as
+// postgresql.conf writes them, and a bare number as milliseconds.
+func parseDuration(v string) (time.Duration, bool) {
+	s := strings.TrimSpace(v)
+	if n, ok := strings.CutSuffix(s, "min"); ok {
+		s = n + "m" // postgresql.conf's unit for minutes
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		return time.Duration(n) * time.Millisecond, n > 0
+	}
+	d, err := time.ParseDuration(s)
+	return d, err == nil && d > 0
+}
+
+// choiceKind is one of a fixed set of words, read by the function of the
+// package that owns the choice.
+type choiceKind[T ~string] struct {
+	p      *T
+	values []T
+	parse  func(string) (T, error)
+}
+
+func choice[T ~string](p *T, values []T, parse func(string) (T, error)) kind {
+	return choiceKind[T]{p, values, parse}
+}
+
+func (k choiceKind[T]) note() string {
+	s := make([]string, len(k.values))
+	for i, v := range k.values {
+		s[i] = string(v)
+	}
+	return "`" + strings.Join(s, "|") + "`"
+}
+
+func (k choiceKind[T]) set(_, v string) error {
+	c, err := k.parse(v)
+	if err != nil {
+		return err
+	}
+	*k.p = c
+	return nil
+}
+
+// synchronousCommits are synchronous_commit's values on the target, as
+// PostgreSQL takes them (without its boolean spellings, which parapply
+// never took).
+var synchronousCommits = []string{"on", "off", "local", "remote_write", "remote_apply"}
+
+func parseSynchronousCommit(s string) (string, error) {
+	return enum.Parse("synchronous_commit", s, synchronousCommits)
+}
+
+// logFormats are log_format's values.
+var logFormats = []string{"text", "json"}
+
+func parseLogFormat(s string) (string, error) { return enum.Parse("log_format", s, logFormats) }
+
+// levelKind is a log level, as log/slog reads one (debug, info, warn,
+// error, in any case, with an offset such as info+2).
+type levelKind struct{ p *slog.Level }
+
+func level(p *slog.Level) kind { return levelKind{p} }
+
+func (levelKind) note() string { return "`debug|info|warn|error`" }
+
+func (k levelKind) set(name, v string) error {
+	if err := k.p.UnmarshalText([]byte(v)); err != nil {
+		return invalid(name, v, "choose debug, info, warn or error")
+	}
+	return nil
+}
+
+// strKind is text taken as it is.
+type strKind struct{ p *string }
+
+func str(p *string) kind { return strKind{p} }
+
+func (strKind) note() string { return "a `string`" }
+
+func (k strKind) set(_, v string) error { *k.p = v; return nil }
+
+// listKind is comma-separated names; blanks around them and empty entries
+// are dropped.
+type listKind struct{ p *[]string }
+
+func list(p *[]string) kind { return listKind{p} }
+
+func (listKind) note() string { return "a comma-separated `list`" }
+
+func (k listKind) set(_, v string) error { *k.p = splitList(v); return nil }
+
+// rulesKind is conflict_resolution's policies, read by package conflict.
+type rulesKind struct{ p **conflict.Rules }
+
+func rules(p **conflict.Rules) kind { return rulesKind{p} }
+
+func (rulesKind) note() string { return "a comma-separated `list` of [schema.table:]type=policy" }
+
+func (k rulesKind) set(_, v string) error {
+	r, err := conflict.Parse(v)
+	if err != nil {
+		return err
+	}
+	*k.p = r
+	return nil
+}
