@@ -7,11 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/internal/pgtest"
 )
 
 // oldSkipForms are the forms of parapply.skip that releases before skip
@@ -40,13 +38,7 @@ COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit L
 // marks one done, and ReadSkips returns the pending ones and removes those
 // the progress row passed.
 func TestSkipTableUpgrade(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "progress-skip"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	ctx, srv := startServer(t, "progress-skip")
 	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
