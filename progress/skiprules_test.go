@@ -34,8 +34,8 @@ type skipOp struct {
 // which the target has passed. Every case has a slot of its own in one
 // database, and no case's steps change another's requests.
 func TestSkipRules(t *testing.T) {
-	ctx, srv := startServer(t, "progress-skiprules")
-	conn := connect(ctx, t, srv.DSN("postgres"))
+	ctx, srv := pgtest.ForTest(t, "progress-skiprules", 3*time.Minute)
+	conn := pgtest.Connect(ctx, t, srv.DSN("postgres"))
 
 	// Before parapply ever ran here: no parapply.progress.
 	if err := SetSkip(ctx, conn, "s", 0x200, ""); !errors.Is(err, ErrNoSlot) {
@@ -190,18 +190,4 @@ func skipStep(ctx context.Context, conn *pgx.Conn, slot string, o skipOp) (strin
 		return "", fmt.Errorf("no step %q", o.op)
 	}
 	return "", err
-}
-
-// startServer starts a PostgreSQL server for a test, stopped when it
-// ends, and returns it with the test's context, bounded to three minutes.
-func startServer(t *testing.T, name string) (context.Context, *pgtest.Server) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	return ctx, srv
 }
