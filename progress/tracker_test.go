@@ -150,87 +150,69 @@ func TestTracker(t *testing.T) {
 
 // TestTrackerWorkers: workers commit units in any order (commit_order =
 // dependency), their reports reach the tracker in source order through
-// schedule.InOrder, as the pool feeds it, while the stream reader reports
-// flushes; the publisher is never told a position as durable before every
-// target commit up to it is flushed, nor one older than before, and in the
-// end every position is. Seeded; the seed is logged.
+// schedule.InOrder, as the pool feeds it, and the target's flush position
+// trails the commits; the publisher is never told a position as durable
+// before every target commit up to it is flushed, nor one older than
+// before, and in the end every position is. A reader polls the positions
+// meanwhile, as the stream reader does. Seeded; the seed is logged.
 func TestTrackerWorkers(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	const units = 400
-	// Unit i (from 1) is source position 100*i, committed on the target
-	// at a WAL position of its own, in a shuffled order.
+	// Unit i (from 1) is source position 100*i; the n-th commit on the
+	// target, whichever unit it is, is at WAL position 1000+10n.
 	order := rng.Perm(units)
 	local := make([]parapply.LSN, units+1) // by unit
 	for n, i := range order {
 		local[i+1] = parapply.LSN(1000 + 10*n)
 	}
 	tr := progress.NewTracker(0)
-	var (
-		mu       sync.Mutex // the pool's lock around InOrder
-		in       = schedule.NewInOrder[schedule.ID]()
-		flushed  parapply.LSN // how far the target has flushed, as reported
-		released = make(chan struct{})
-	)
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
-		// The stream reader: polls the target's flush position and
-		// checks what the tracker would tell the publisher.
 		defer wg.Done()
 		var told parapply.LSN
 		for {
-			mu.Lock()
-			f := flushed
-			mu.Unlock()
-			tr.Flushed(f)
-			_, durable, _ := tr.Positions()
-			if durable < told {
-				t.Errorf("durable moved back from %v to %v", told, durable)
+			select {
+			case <-stop:
+				return
+			case <-tr.Moved():
+			}
+			applied, durable, _ := tr.Positions()
+			if durable < told || durable > applied {
+				t.Errorf("reader: durable %v after %v, applied %v", durable, told, applied)
+				return
 			}
 			told = durable
-			// Every unit up to durable committed at or below f.
-			for i := 1; i <= int(durable/100); i++ {
-				if local[i] > f {
-					t.Errorf("position %v told durable with the flush at %v, but unit %d committed at %v", durable, f, i, local[i])
-					return
-				}
-			}
-			select {
-			case <-released:
-				return
-			default:
-			}
 		}
 	}()
-	// Workers complete units in the shuffled order, each commit moving
-	// the target's flush position along with some lag.
-	var done []parapply.LSN
+	in := schedule.NewInOrder[schedule.ID]()
+	var flushed, told parapply.LSN
 	for n, i := range order {
-		id := schedule.ID(i + 1)
-		mu.Lock()
-		out := in.Put(id, id, nil)
-		if n%3 == 0 {
-			// The target flushes what committed a few commits ago.
-			flushed = max(flushed, parapply.LSN(1000+10*max(0, n-rng.IntN(4))))
-		}
-		mu.Unlock()
-		for _, r := range out {
+		for _, r := range in.Put(schedule.ID(i+1), schedule.ID(i+1), nil) {
 			tr.Committed(parapply.LSN(100*r), local[r], base.Add(time.Duration(r)*time.Millisecond))
-			done = append(done, parapply.LSN(100*r))
+		}
+		// The target has flushed up to a commit a few commits back.
+		flushed = max(flushed, parapply.LSN(1000+10*max(0, n-rng.IntN(4))))
+		tr.Flushed(flushed)
+		_, durable, _ := tr.Positions()
+		if durable < told {
+			t.Fatalf("after commit %d: durable moved back from %v to %v", n, told, durable)
+		}
+		told = durable
+		for u := 1; u <= int(durable/100); u++ {
+			if local[u] > flushed {
+				t.Fatalf("after commit %d: position %v told durable with the target flushed to %v, but unit %d committed at %v", n, durable, flushed, u, local[u])
+			}
 		}
 	}
-	mu.Lock()
-	flushed = parapply.LSN(1000 + 10*units)
-	mu.Unlock()
 	tr.Flushed(parapply.LSN(1000 + 10*units))
-	close(released)
+	close(stop)
 	wg.Wait()
-	if !slices.IsSorted(done) || len(done) != units || in.Waiting() != 0 {
-		t.Fatalf("InOrder released %d of %d units, in order %v", len(done), units, slices.IsSorted(done))
-	}
-	if a, d, last := tr.Positions(); a != 100*units || d != 100*units || tr.NeedsFlush() || !last.Equal(base.Add(units*time.Millisecond)) {
-		t.Fatalf("at the end: applied %v, durable %v, pending %v, last commit %v; want %v, %v, none, %v", a, d, tr.NeedsFlush(), last, parapply.LSN(100*units), parapply.LSN(100*units), base.Add(units*time.Millisecond))
+	if a, d, last := tr.Positions(); a != 100*units || d != 100*units || tr.NeedsFlush() || in.Waiting() != 0 || !last.Equal(base.Add(units*time.Millisecond)) {
+		t.Fatalf("at the end: applied %v, durable %v, pending %v, %d held back, last commit %v; want %v, %v, none, none, %v",
+			a, d, tr.NeedsFlush(), in.Waiting(), last, parapply.LSN(100*units), parapply.LSN(100*units), base.Add(units*time.Millisecond))
 	}
 }
