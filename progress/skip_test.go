@@ -1,7 +1,6 @@
 package progress
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,13 +39,7 @@ COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit L
 // marks one done, and ReadSkips returns the pending ones and removes those
 // the progress row passed.
 func TestSkipTableUpgrade(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "progress-skip"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	ctx, srv := pgtest.ForTest(t, "progress-skip", 3*time.Minute)
 	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +54,7 @@ func TestSkipTableUpgrade(t *testing.T) {
 				if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 					t.Fatal(err)
 				}
-				conn := connect(ctx, t, srv.DSN(db))
+				conn := pgtest.Connect(ctx, t, srv.DSN(db))
 				exec := func(sql string, args ...any) {
 					t.Helper()
 					if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -89,7 +82,7 @@ func TestSkipTableUpgrade(t *testing.T) {
 					var wg sync.WaitGroup
 					errs := make([]error, 2)
 					for k := range errs {
-						c := connect(ctx, t, srv.DSN(db))
+						c := pgtest.Connect(ctx, t, srv.DSN(db))
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
@@ -176,14 +169,4 @@ func TestSkipTableUpgrade(t *testing.T) {
 			})
 		}
 	}
-}
-
-func connect(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
 }

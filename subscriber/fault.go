@@ -3,9 +3,11 @@ package subscriber
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,4 +119,63 @@ func faultCause(err error) string {
 		return FaultConnection
 	}
 	return ""
+}
+
+// fault is what Run's decision after an error of a run depends on: the
+// error's cause, what the process has done so far, and how long the faults
+// have lasted. Run gathers it; retryAfter decides, without I/O or a clock.
+type fault struct {
+	cause        string        // faultCause of the error ("" for none)
+	holder       string        // a live process holding the slot, for source.ErrSlotBusy ("" for none, or not asked)
+	everStreamed bool          // some run of this process streamed
+	timeout      time.Duration // reconnect_timeout (0: faults are not ridden out)
+	elapsed      time.Duration // since the first run of these faults began
+	try          int           // the attempt within these faults, from 1
+}
+
+// retry is Run's decision after an error: stop with err, or start again
+// after delay, with left of the faults' allowance remaining (for the log).
+type retry struct {
+	err         error
+	delay, left time.Duration
+}
+
+// retryAfter decides what Run does after err: an error that is no fault
+// stops at once, marked ErrPermanent, as does a slot held by another live
+// parapply; a fault stops unmarked (exit status 1) when faults are not
+// ridden out, at a first start that never streamed (only a slot still held
+// by a dying walsender is waited for there, at most firstStartSlotWait), or
+// once the faults have lasted the allowance; otherwise the run starts again
+// after a delay that doubles with each attempt from reconnectFirstDelay up
+// to reconnectMaxDelay.
+func retryAfter(err error, slot string, f fault) retry {
+	if f.cause == "" {
+		return retry{err: permanent{err}}
+	}
+	if f.timeout <= 0 {
+		return retry{err: err}
+	}
+	if f.holder != "" && errors.Is(err, source.ErrSlotBusy) {
+		return retry{err: errSlotHeld(slot, f.holder, err)}
+	}
+	limit := f.timeout
+	if !f.everStreamed {
+		// A first start that cannot reach a server is a setup mistake,
+		// said at once; only a slot still held by the walsender of a
+		// subscriber that just died is waited for.
+		if f.cause != FaultSlotBusy {
+			return retry{err: err}
+		}
+		limit = min(limit, firstStartSlotWait)
+	}
+	if f.elapsed >= limit {
+		if limit < f.timeout {
+			return retry{err: fmt.Errorf("%w (still so after %s)", err, limit)}
+		}
+		return retry{err: fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, limit)}
+	}
+	return retry{
+		delay: min(reconnectFirstDelay<<min(max(f.try, 1)-1, 8), reconnectMaxDelay),
+		left:  limit - f.elapsed,
+	}
 }

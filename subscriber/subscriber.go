@@ -305,27 +305,6 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
 			continue
 		}
-		if cause == "" {
-			return permanent{err}
-		}
-		if s.cfg.ReconnectTimeout <= 0 {
-			return err
-		}
-		if errors.Is(err, source.ErrSlotBusy) {
-			if holder := s.slotHolder(ctx); holder != "" {
-				return errSlotHeld(s.cfg.Source.Slot, holder, err)
-			}
-		}
-		limit := s.cfg.ReconnectTimeout
-		if !s.everStreamed.Load() {
-			// A first start that cannot reach a server is a setup
-			// mistake, said at once; only a slot still held by the
-			// walsender of a subscriber that just died is waited for.
-			if cause != FaultSlotBusy {
-				return err
-			}
-			limit = min(limit, firstStartSlotWait)
-		}
 		if since := s.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
@@ -333,22 +312,23 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if faultSince.IsZero() {
 			faultSince = began
 		}
-		if time.Since(faultSince) >= limit {
-			if limit < s.cfg.ReconnectTimeout {
-				return fmt.Errorf("%w (still so after %s)", err, limit)
-			}
-			return fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, limit)
+		f := fault{cause: cause, everStreamed: s.everStreamed.Load(), timeout: s.cfg.ReconnectTimeout, elapsed: time.Since(faultSince), try: try}
+		if cause != "" && f.timeout > 0 && errors.Is(err, source.ErrSlotBusy) {
+			f.holder = s.slotHolder(ctx)
+		}
+		r := retryAfter(err, s.cfg.Source.Slot, f)
+		if r.err != nil {
+			return r.err
 		}
 		s.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
 		s.atCommitOnly.Store(cause == FaultLockWait)
-		delay := min(reconnectFirstDelay<<min(try-1, 8), reconnectMaxDelay)
 		s.state.Store(StateReconnecting)
 		s.log.Warn("a fault ended the run; starting again from what the target recorded", "cause", cause, "error", err, "attempt", try,
-			"retry_in", delay.String(), "gives_up_in", (limit - time.Since(faultSince)).Round(time.Second).String())
+			"retry_in", r.delay.String(), "gives_up_in", r.left.Round(time.Second).String())
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(delay):
+		case <-time.After(r.delay):
 		}
 	}
 }

@@ -29,12 +29,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 	if err != nil {
 		return err
 	}
-	var pending []tablesync.Table
-	for _, t := range syncTables(published) {
-		if state[t.QualifiedName()].State != "done" {
-			pending = append(pending, t)
-		}
-	}
+	pending := tablesync.Pending(syncTables(published), state)
 	if len(pending) > 0 {
 		if !s.cfg.CopyData {
 			s.log.Info("taking tables as already in sync (copy_data = off)", "tables", len(pending))

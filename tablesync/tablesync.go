@@ -197,6 +197,20 @@ func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]Sta
 	return out, rows.Err()
 }
 
+// Pending returns the tables of a start that are to be copied (or marked
+// synced, with copy_data = off): those the target does not record as done,
+// whether never begun or left "copying" by an interrupted copy, in the
+// order given.
+func Pending(tables []Table, state map[string]State) []Table {
+	var pending []Table
+	for _, t := range tables {
+		if state[t.QualifiedName()].State != "done" {
+			pending = append(pending, t)
+		}
+	}
+	return pending
+}
+
 // MarkSynced records tables as in sync without copying (copy_data off).
 func MarkSynced(ctx context.Context, conn *pgx.Conn, slot string, tables []Table, lsn parapply.LSN) error {
 	for _, t := range tables {
@@ -290,15 +304,7 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 			return err
 		}
 	}
-	// Biggest first, so the long tail is small tables.
-	sort.Slice(jobs, func(a, b int) bool { return jobs[a].pages > jobs[b].pages })
-	var chunks []chunk
-	for _, j := range jobs {
-		cs := split(j, cfg.Workers)
-		j.chunks = len(cs)
-		j.left.Store(int64(len(cs)))
-		chunks = append(chunks, cs...)
-	}
+	chunks := chunksOf(jobs, cfg.Workers)
 
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
@@ -398,14 +404,6 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 		}
 		j.pages, j.estRows = int64(pages), int64(tuples)
 	}
-	// The columns of each side, generated ones included: a generated column
-	// the publications send (PostgreSQL 18: publish_generated_columns =
-	// stored, or named in a column list) is copied as the stream sends it,
-	// and one generated on the target cannot take a published value.
-	type column struct {
-		typ       string
-		generated bool
-	}
 	columns := func(c *pgx.Conn) (map[string]column, error) {
 		rows, err := c.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, atttypmod), (atttypid >= 16384 OR coalesce((SELECT typelem >= 16384 FROM pg_catalog.pg_type WHERE oid = atttypid), false)), attgenerated <> ''
 			FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, name)
@@ -436,39 +434,61 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 	if err != nil {
 		return nil, fmt.Errorf("copy: columns of %s on the target: %w", name, err)
 	}
-	cols := t.Columns
-	if len(cols) == 0 {
-		// No list (a PostgreSQL 14 publisher, which never publishes
-		// generated columns): every column but those.
-		for c, sc := range st {
+	cols, format, err := copyColumns(name, t.Columns, st, tt)
+	if err != nil {
+		return nil, err
+	}
+	j.format = format
+	j.targetCols = strings.Join(cols, ", ")
+	j.sourceSel = j.targetCols
+	return j, nil
+}
+
+// column is what the copy needs of a column of one side. Generated ones
+// are included: a generated column the publications send (PostgreSQL 18:
+// publish_generated_columns = stored, or named in a column list) is copied
+// as the stream sends it, and one generated on the target cannot take a
+// published value.
+type column struct {
+	typ       string // format_type, prefixed "user:" for a type (or array of one) not built in
+	generated bool
+}
+
+// copyColumns chooses the columns of table name to copy, quoted, and the
+// COPY format: the published ones (listed; every column but the generated
+// ones, in name order, when the publication has no list, as a PostgreSQL 14
+// publisher, which never publishes generated columns), in binary when every
+// one has the same built-in type on both sides, in text otherwise. A
+// published column missing on either side, or generated on the target,
+// refuses the copy.
+func copyColumns(name string, listed []string, src, dst map[string]column) (cols []string, format string, err error) {
+	if len(listed) == 0 {
+		for c, sc := range src {
 			if !sc.generated {
-				cols = append(cols, c)
+				listed = append(listed, c)
 			}
 		}
-		sort.Strings(cols)
+		sort.Strings(listed)
 	}
-	j.format = "binary"
-	var q []string
-	for _, c := range cols {
-		s, ok := st[c]
+	format = "binary"
+	for _, c := range listed {
+		s, ok := src[c]
 		if !ok {
-			return nil, fmt.Errorf("copy: published column %s of %s is not on the source (dropped since the start?); start again", parapply.QuoteIdent(c), name)
+			return nil, "", fmt.Errorf("copy: published column %s of %s is not on the source (dropped since the start?); start again", parapply.QuoteIdent(c), name)
 		}
-		d, ok := tt[c]
+		d, ok := dst[c]
 		if !ok {
-			return nil, fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
+			return nil, "", fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
 		}
 		if d.generated {
-			return nil, fmt.Errorf("copy: %w", apply.GeneratedOnTarget(name, c))
+			return nil, "", fmt.Errorf("copy: %w", apply.GeneratedOnTarget(name, c))
 		}
 		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") {
-			j.format = "text"
+			format = "text"
 		}
-		q = append(q, parapply.QuoteIdent(c))
+		cols = append(cols, parapply.QuoteIdent(c))
 	}
-	j.targetCols = strings.Join(q, ", ")
-	j.sourceSel = strings.Join(q, ", ")
-	return j, nil
+	return cols, format, nil
 }
 
 // prepareTargets empties the tables examine chose and records every table
@@ -511,7 +531,7 @@ func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, k
 	if err != nil {
 		return fmt.Errorf("copy: reading deferred indexes of %s: %w", name, err)
 	}
-	if len(saved) > 0 || !cfg.DeferIndexes || keptRows {
+	if !dropsIndexes(saved, cfg.DeferIndexes, keptRows) {
 		j.deferred = saved
 		return nil
 	}
@@ -565,6 +585,14 @@ func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, k
 	return nil
 }
 
+// dropsIndexes tells whether the copy of a table drops its indexes now:
+// when asked (copy_defer_indexes), unless an interrupted copy already did
+// (saved holds how to rebuild them) or the table keeps rows of its own
+// (existing_data = keep): only an empty table's indexes are deferred.
+func dropsIndexes(saved []string, deferIndexes, keptRows bool) bool {
+	return len(saved) == 0 && deferIndexes && !keptRows
+}
+
 // mustQuery runs a query whose error surfaces from the returned rows.
 func mustQuery(ctx context.Context, c *pgx.Conn, sql string, args ...any) pgx.Rows {
 	rows, _ := c.Query(ctx, sql, args...)
@@ -580,6 +608,21 @@ func onlyFor(j *tableJob) string {
 
 // chunkPages is the smallest range worth a COPY of its own.
 const chunkPages = 2048
+
+// chunksOf orders the tables biggest first, so the long tail is small
+// tables, and cuts each into its chunks (split), counting them on the table:
+// the COPYs of the whole copy, in the order the workers take them.
+func chunksOf(jobs []*tableJob, workers int) []chunk {
+	sort.Slice(jobs, func(a, b int) bool { return jobs[a].pages > jobs[b].pages })
+	var chunks []chunk
+	for _, j := range jobs {
+		cs := split(j, workers)
+		j.chunks = len(cs)
+		j.left.Store(int64(len(cs)))
+		chunks = append(chunks, cs...)
+	}
+	return chunks
+}
 
 // split cuts a table into page ranges: about four per worker for a big
 // table, one chunk for a small one.

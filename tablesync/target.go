@@ -51,6 +51,33 @@ type emptyCandidate struct {
 // a table outside the copy that references a table to truncate), or says
 // which tables to empty and how.
 func examine(ctx context.Context, q querier, existing ExistingData, tables []Table, state map[string]State) (*examined, error) {
+	has := map[string]bool{}
+	for _, t := range tables {
+		name := t.QualifiedName()
+		var h bool
+		if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&h); err != nil {
+			return nil, fmt.Errorf("copy: reading %s on the target: %w", name, err)
+		}
+		has[name] = h
+	}
+	ex, cands, err := applyPolicy(existing, tables, state, has)
+	if err != nil {
+		return nil, err
+	}
+	if err := ex.choose(ctx, q, cands); err != nil {
+		return nil, err
+	}
+	return ex, nil
+}
+
+// applyPolicy is examine's decision, given which tables hold rows (has):
+// a table an interrupted copy left (state "copying") is emptied whatever
+// the policy (even when empty, so that it is in the same TRUNCATE as the
+// tables it references); with existing_data = truncate every table is, as
+// the policy's; a table holding rows is kept under keep, and refuses the
+// copy under error (every such table named at once). It returns the tables
+// to empty, in the order given.
+func applyPolicy(existing ExistingData, tables []Table, state map[string]State, has map[string]bool) (*examined, []emptyCandidate, error) {
 	if existing == "" {
 		existing = ExistingError
 	}
@@ -59,10 +86,7 @@ func examine(ctx context.Context, q querier, existing ExistingData, tables []Tab
 	var cands []emptyCandidate
 	for _, t := range tables {
 		name := t.QualifiedName()
-		var has bool
-		if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&has); err != nil {
-			return nil, fmt.Errorf("copy: reading %s on the target: %w", name, err)
-		}
+		has := has[name]
 		switch {
 		case state[name].State == "copying":
 			// Emptied even when empty: a table of the copy that
@@ -84,14 +108,11 @@ func examine(ctx context.Context, q querier, existing ExistingData, tables []Tab
 	switch len(refused) {
 	case 0:
 	case 1:
-		return nil, fmt.Errorf("target table %s already holds rows; empty it, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if it is already in sync", refused[0])
+		return nil, nil, fmt.Errorf("target table %s already holds rows; empty it, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if it is already in sync", refused[0])
 	default:
-		return nil, fmt.Errorf("target tables %s already hold rows; empty them, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if they are already in sync", strings.Join(refused, ", "))
+		return nil, nil, fmt.Errorf("target tables %s already hold rows; empty them, or set existing_data = truncate (replace them) or keep (copy on top of them), or copy_data = off if they are already in sync", strings.Join(refused, ", "))
 	}
-	if err := ex.choose(ctx, q, cands); err != nil {
-		return nil, err
-	}
-	return ex, nil
+	return ex, cands, nil
 }
 
 // choose splits the tables to empty between one TRUNCATE and DELETEs: a
@@ -117,24 +138,40 @@ func (ex *examined) choose(ctx context.Context, q querier, cands []emptyCandidat
 		}
 		all = append(all, rels...)
 	}
-	type fk struct {
-		name, from    string
-		conrel, toRel uint32
-	}
 	rows, err := q.Query(ctx, `SELECT f.conname, '"' || replace(n.nspname, '"', '""') || '"."' || replace(c.relname, '"', '""') || '"', f.conrelid::oid, f.confrelid::oid
 		FROM pg_catalog.pg_constraint f JOIN pg_catalog.pg_class c ON c.oid = f.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE f.contype = 'f' AND f.confrelid = ANY($1::oid[]) ORDER BY f.conparentid <> 0, f.conrelid, f.conname`, all)
 	if err != nil {
 		return fmt.Errorf("copy: reading the foreign keys on the target: %w", err)
 	}
-	fks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fk, error) {
-		var f fk
+	fks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (foreignKey, error) {
+		var f foreignKey
 		err := r.Scan(&f.name, &f.from, &f.conrel, &f.toRel)
 		return f, err
 	})
 	if err != nil {
 		return fmt.Errorf("copy: reading the foreign keys on the target: %w", err)
 	}
+	ex.truncate, ex.del, err = splitEmptying(cands, partitioned, owner, fks)
+	return err
+}
+
+// foreignKey is a foreign key on the target that references a table to
+// empty: its name, the referencing table (quoted) and the relations, by
+// OID, it goes from and to.
+type foreignKey struct {
+	name, from    string
+	conrel, toRel uint32
+}
+
+// splitEmptying is choose's decision, given the relations of each candidate
+// (owner: relation -> index in cands, a partitioned table owning its whole
+// tree) and the foreign keys referencing them: a candidate referenced by a
+// table outside the TRUNCATE (not a candidate, or one deleted from) is
+// deleted from, until nothing changes, unless its rows are the user's
+// (policy), which refuses the copy. It returns the names for the TRUNCATE
+// and for DELETE, with ONLY for a table that is not partitioned.
+func splitEmptying(cands []emptyCandidate, partitioned []bool, owner map[uint32]int, fks []foreignKey) (truncate, del []string, err error) {
 	deleted := make([]bool, len(cands))
 	for changed := true; changed; {
 		changed = false
@@ -148,7 +185,7 @@ func (ex *examined) choose(ctx context.Context, q querier, cands []emptyCandidat
 				continue // truncated in the same statement
 			}
 			if !ours && cands[to].policy {
-				return fmt.Errorf("existing_data = truncate would empty target table %s, but foreign key %s of table %s, which the copy does not fill, references it: a TRUNCATE would have to empty %s too, and nothing was truncated; empty the tables yourself (TRUNCATE %s, %s) or drop the foreign key, then start again",
+				return nil, nil, fmt.Errorf("existing_data = truncate would empty target table %s, but foreign key %s of table %s, which the copy does not fill, references it: a TRUNCATE would have to empty %s too, and nothing was truncated; empty the tables yourself (TRUNCATE %s, %s) or drop the foreign key, then start again",
 					cands[to].name, f.name, f.from, f.from, cands[to].name, f.from)
 			}
 			deleted[to], changed = true, true
@@ -160,12 +197,12 @@ func (ex *examined) choose(ctx context.Context, q querier, cands []emptyCandidat
 			name = "ONLY " + name
 		}
 		if deleted[i] {
-			ex.del = append(ex.del, name)
+			del = append(del, name)
 		} else {
-			ex.truncate = append(ex.truncate, name)
+			truncate = append(truncate, name)
 		}
 	}
-	return nil
+	return truncate, del, nil
 }
 
 // empty empties the chosen tables, in the caller's transaction.
