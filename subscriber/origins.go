@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
-	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // Each target session that applies holds a replication origin of its own
@@ -189,7 +189,7 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if len(plan.Retire) > 0 {
-		if err := progress.CreateSchema(ctx, conn); err != nil {
+		if err := target.Migrate(ctx, conn); err != nil {
 			return err
 		}
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // Existing-data policies for target tables that already hold rows.
@@ -127,28 +128,6 @@ type TableProgress struct {
 	Done          bool
 }
 
-const stateSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.sync_state (
-	slot_name   text NOT NULL,
-	table_name  text NOT NULL,
-	state       text NOT NULL CHECK (state IN ('copying', 'done')),
-	sync_lsn    pg_lsn NOT NULL,
-	rows        bigint,
-	started_at  timestamptz,
-	finished_at timestamptz,
-	PRIMARY KEY (slot_name, table_name)
-);
-COMMENT ON TABLE parapply.sync_state IS 'parapply: initial copy state per slot and table; do not edit';
-CREATE TABLE IF NOT EXISTS parapply.deferred_index (
-	slot_name  text NOT NULL,
-	table_name text NOT NULL,
-	index_name text NOT NULL,
-	recreate   text NOT NULL,
-	ord        int NOT NULL,
-	PRIMARY KEY (slot_name, table_name, index_name)
-);
-COMMENT ON TABLE parapply.deferred_index IS 'parapply: indexes dropped for the initial copy, rebuilt when it is done; do not edit';`
-
 // State is what the target records about a table's sync.
 type State struct {
 	State   string
@@ -156,10 +135,10 @@ type State struct {
 }
 
 // LoadState reads the sync state of every table of a slot, keyed by
-// qualified name, creating the state table if needed.
+// qualified name, creating the parapply schema if needed.
 func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]State, error) {
-	if _, err := conn.Exec(ctx, stateSQL); err != nil {
-		return nil, fmt.Errorf("creating parapply.sync_state on the target: %w", err)
+	if err := target.Migrate(ctx, conn); err != nil {
+		return nil, err
 	}
 	rows, err := conn.Query(ctx, `SELECT table_name, state, sync_lsn::text FROM parapply.sync_state WHERE slot_name = $1`, slot)
 	if err != nil {
