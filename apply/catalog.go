@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 	"github.com/parapply/parapply/tombstones"
 )
 
@@ -120,8 +121,9 @@ func (t *Table) Target() string {
 	return "ONLY " + t.Name
 }
 
-// ErrSchema marks a published table the target cannot take as it is.
-var ErrSchema = errors.New("target schema does not match the publication")
+// ErrSchema marks a published table the target cannot take as it is
+// (target.ErrSchema, where the checks of the target live).
+var ErrSchema = target.ErrSchema
 
 // errNoTable is matched (errors.Is) by LoadTable's error for a table
 // missing on the target.
@@ -186,7 +188,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), t.Name, t.Name, parapply.QuoteIdent(c.Name))
 		}
 		if tc.generated {
-			return nil, GeneratedOnTarget(t.Name, c.Name)
+			return nil, target.GeneratedOnTarget(t.Name, c.Name)
 		}
 		t.Types[i] = tc.typ
 		if _, ok := binaryTypes[tc.oid]; ok && tc.oid == c.TypeOID {
@@ -260,17 +262,6 @@ func loadProbes(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error
 	}
 	slices.Sort(t.Probes)
 	return nil
-}
-
-// GeneratedOnTarget is the error for a published column that is generated
-// on the target: the target computes such a column and cannot take the
-// publisher's value, so the built-in subscription refuses it too
-// (PostgreSQL 18: "has incompatible generated column"; before: "is missing
-// replicated column"), and so does parapply, in the copy and the stream.
-func GeneratedOnTarget(table, column string) error {
-	col := parapply.QuoteIdent(column)
-	return fmt.Errorf("%w: column %s of published table %s is generated on the target, but the publisher sends its values (the built-in subscription refuses this too); make it a plain column on the target (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION), or leave it out of the publication (a column list, or publish_generated_columns = none where it is generated on the publisher)",
-		ErrSchema, col, table, table, col)
 }
 
 // CheckTables verifies, before anything is applied, that every published

@@ -13,6 +13,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
 )
 
 // detection builds the run's conflict detection from the settings and the
@@ -45,7 +46,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		}
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: tct, OldReturning: old,
-		OriginPattern: apply.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
+		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
 	var targetID string

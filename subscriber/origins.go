@@ -12,12 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/target"
 )
 
 // Each target session that applies holds a replication origin of its own
-// while it is open (apply.SetupOrigin; before PostgreSQL 19 an origin is
+// while it is open (target.SetupOrigin; before PostgreSQL 19 an origin is
 // active in one session at a time). Every origin that was ever set up in a
 // session keeps one of the target cluster's origin state slots until it is
 // dropped, whatever database it was used in, and the cluster has few:
@@ -27,7 +26,7 @@ import (
 // sessions it reads which origins hold state slots
 // (pg_show_replication_origin_status), drops those of its own that this
 // run will not use (copy workers', workers' and stream sessions' above
-// today's counts: apply.RetireOrigin), and sizes its workers, stream
+// today's counts: target.RetireOrigin), and sizes its workers, stream
 // sessions and copy workers to the slots left: a run that would need more
 // applies with fewer, and says which setting to raise, rather than fail
 // when the pool opens or a large transaction arrives.
@@ -75,8 +74,8 @@ func planOrigins(limit int, held []string, slot string, siblings []string, worke
 	}
 	var ours []own
 	for _, name := range held {
-		if kind, n, ok := apply.ParseOrigin(slot, name); ok && !slices.ContainsFunc(siblings, func(sib string) bool {
-			_, _, theirs := apply.ParseOrigin(sib, name)
+		if kind, n, ok := target.ParseOrigin(slot, name); ok && !slices.ContainsFunc(siblings, func(sib string) bool {
+			_, _, theirs := target.ParseOrigin(sib, name)
 			return theirs && len(sib) > len(slot)
 		}) {
 			ours = append(ours, own{name, kind, n})
@@ -194,9 +193,9 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	for _, name := range plan.Retire {
-		err := apply.RetireOrigin(ctx, conn, slot, name)
+		err := target.RetireOrigin(ctx, conn, slot, name)
 		switch {
-		case errors.Is(err, apply.ErrOriginInUse):
+		case errors.Is(err, target.ErrOriginInUse):
 			// Held by a session still ending; the next start drops it.
 			s.log.Debug("a replication origin no longer used is still held; dropped at a later start", "origin", name)
 		case err != nil:
@@ -239,7 +238,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	}
 	var candidates []string
 	for _, name := range held {
-		if _, _, ok := apply.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
+		if _, _, ok := target.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
 			candidates = append(candidates, name)
 		}
 	}
@@ -249,7 +248,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	slots, unread := recordedSlots(ctx, conn, s.cfg.Target.DSN)
 	var stray []string
 	for _, name := range candidates {
-		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := apply.ParseOrigin(slot, name); return ok }) {
+		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := target.ParseOrigin(slot, name); return ok }) {
 			stray = append(stray, name)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
+	"github.com/parapply/parapply/target"
 )
 
 // Config is everything a subscriber needs.
@@ -460,7 +461,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
 		return err
 	}
-	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
+	if err := app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
 		return err
 	}
 	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {

@@ -50,7 +50,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/target"
 )
@@ -87,7 +86,7 @@ type Config struct {
 	SyncLSN parapply.LSN
 	Slot    string
 	// Origins, when set, makes copy worker i commit under the replication
-	// origin apply.OriginName(Slot, "c<i>"), as the appliers do under
+	// origin target.OriginName(Slot, "c<i>"), as the appliers do under
 	// theirs: copied rows are replicated ones, for downstream subscriptions
 	// with origin = none too.
 	Origins bool
@@ -422,7 +421,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 			return nil, fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
 		}
 		if d.generated {
-			return nil, fmt.Errorf("copy: %w", apply.GeneratedOnTarget(name, c))
+			return nil, fmt.Errorf("copy: %w", target.GeneratedOnTarget(name, c))
 		}
 		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") {
 			j.format = "text"
@@ -620,9 +619,9 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
 	}
-	origin := apply.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
+	origin := target.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
 	if cfg.Origins {
-		if err := apply.SetupOrigin(ctx, dst, origin); err != nil {
+		if err := target.SetupOrigin(ctx, dst, origin); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}
@@ -634,9 +633,9 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if cfg.Origins {
 		// The copy worker's origin is not used again: its state slot on
 		// the target, of which there are few, is freed for the workers.
-		err := apply.ResetOrigin(ctx, dst)
+		err := target.ResetOrigin(ctx, dst)
 		if err == nil {
-			err = apply.RetireOrigin(ctx, dst, cfg.Slot, origin)
+			err = target.RetireOrigin(ctx, dst, cfg.Slot, origin)
 		}
 		if err != nil && cfg.Log != nil {
 			cfg.Log.Debug("copy: the copy worker's replication origin is dropped at a later start", "origin", origin, "error", err)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // slotTables are parapply's tables on the target that hold rows per slot
@@ -146,7 +146,7 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 // dropOrigins drops the slot's replication origins on the target, giving a
 // session of a run that just ended a moment to let go of its own.
 func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
-	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", apply.OriginPattern(slot))
+	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", target.OriginPattern(slot))
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("reading slot %s's replication origins on the target: %w", slot, err)
@@ -158,8 +158,8 @@ func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, er
 			if err == nil {
 				break
 			}
-			if !errors.Is(apply.OriginError(name, err), apply.ErrOriginInUse) || time.Now().After(deadline) {
-				return nil, apply.OriginError(name, err)
+			if !errors.Is(target.OriginError(name, err), target.ErrOriginInUse) || time.Now().After(deadline) {
+				return nil, target.OriginError(name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
