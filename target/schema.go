@@ -23,6 +23,11 @@ const Schema = "parapply"
 // trigger records nothing for those sessions.
 const OriginSetting = "parapply.origin"
 
+// SlotTables are parapply's tables on the target that hold rows per slot
+// (slot_name), which dropping a slot deletes. parapply.conflicts is left:
+// it is the record of what was resolved, for whoever audits it.
+var SlotTables = []string{"progress", "prepared", "applied", "skip", "sync_state", "retired_origins", "table_claims", "slot_claims", "status", "sequence_sync"}
+
 // The schema's version is the highest version recorded in
 // parapply.schema_version, one row per migration applied, written in the
 // migration's own transaction: a table, not a COMMENT on the schema,

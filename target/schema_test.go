@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,21 @@ func TestMigrateUpgrades(t *testing.T) {
 	newDB := server(t, ctx, "target-migrate")
 	fresh, want := freshCatalog(ctx, t, newDB)
 	exec(ctx, t, fresh, `CREATE ROLE reader LOGIN`)
+	// Every table with rows per slot is one that parapply drop empties
+	// of the slot's rows, but the conflicts log (kept for audit) and
+	// deferred_index (drop refuses while it has the slot's rows).
+	var perSlot []string
+	rows, err := fresh.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'slot_name'
+		WHERE c.relnamespace = 'parapply'::regnamespace AND c.relkind = 'r' AND c.relname NOT IN ('conflicts', 'deferred_index') ORDER BY 1`)
+	if err == nil {
+		perSlot, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(slices.Values(SlotTables)); !slices.Equal(got, perSlot) {
+		t.Errorf("SlotTables = %v, but the tables with rows per slot are %v", got, perSlot)
+	}
 
 	for i, shape := range oldShapes {
 		t.Run(shape.name, func(t *testing.T) {

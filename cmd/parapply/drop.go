@@ -15,11 +15,6 @@ import (
 	"github.com/parapply/parapply/target"
 )
 
-// slotTables are parapply's tables on the target that hold rows per slot
-// (slot_name), which dropping a slot deletes. parapply.conflicts is left:
-// it is the record of what was resolved, for whoever audits it.
-var slotTables = []string{"progress", "prepared", "applied", "skip", "sync_state", "retired_origins", "table_claims", "slot_claims", "status", "sequence_sync"}
-
 // dropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
 // origins and its rows in parapply's tables on the target, and, with
 // --source, the slot on the publisher, which otherwise holds WAL there for
@@ -64,7 +59,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "target: dropped %d replication origins of slot %s%s\n", len(origins), slot, listed(origins))
-	for _, t := range slotTables {
+	for _, t := range target.SlotTables {
 		tag, err := conn.Exec(ctx, "DELETE FROM parapply."+t+" WHERE slot_name = $1", slot)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42P01" {
