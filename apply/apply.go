@@ -8,10 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 )
 
 // Config shapes a target connection.
@@ -266,26 +265,9 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	registerRawArrays(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
-	set := []struct{ name, value, hint string }{
-		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
-		{"synchronous_commit", cfg.SynchronousCommit, "use one of on, remote_apply, remote_write, local, off"},
-		{"search_path", "pg_catalog", ""},
-		{"datestyle", "ISO", ""},
-		{"intervalstyle", "postgres", ""},
-		{"extra_float_digits", "3", ""},
-	}
-	if cfg.LockTimeout != "" {
-		set = append(set, struct{ name, value, hint string }{"lock_timeout", cfg.LockTimeout, "use a duration such as 10s"})
-	}
-	for _, s := range set {
-		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
-			a.Close(ctx)
-			var pe *pgconn.PgError
-			if s.hint != "" && errors.As(err, &pe) && (pe.Code == pgerrcode.InsufficientPrivilege || pe.Code[:2] == pgerrcode.DataException[:2]) {
-				return nil, fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
-			}
-			return nil, fmt.Errorf("setting %s = %s on the target: %w", s.name, s.value, err)
-		}
+	if err := target.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
+		a.Close(ctx)
+		return nil, err
 	}
 	return a, nil
 }

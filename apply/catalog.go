@@ -2,13 +2,13 @@ package apply
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 	"github.com/parapply/parapply/tombstones"
 )
 
@@ -120,79 +120,33 @@ func (t *Table) Target() string {
 	return "ONLY " + t.Name
 }
 
-// ErrSchema marks a published table the target cannot take as it is.
-var ErrSchema = errors.New("target schema does not match the publication")
+// ErrSchema marks a published table the target cannot take as it is
+// (target.ErrSchema, where the checks of the target live).
+var ErrSchema = target.ErrSchema
 
 // errNoTable is matched (errors.Is) by LoadTable's error for a table
 // missing on the target.
-var errNoTable = errors.New("no such table")
-
-type missingTable struct{ error }
-
-func (e missingTable) Unwrap() error        { return e.error }
-func (e missingTable) Is(target error) bool { return target == errNoTable }
+var errNoTable = target.ErrNoTable
 
 // LoadTable reads the target's catalog for the table rel names and checks
 // that every published column exists there.
 func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Table, error) {
 	t := &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}
-	ns := rel.Namespace
-	if ns == "" {
-		ns = "pg_catalog"
-	}
-	var oid uint32
-	var kind string
-	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, c.relrowsecurity OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r
-			WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.ev_enabled IN ('A', 'R'))
-		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&oid, &kind, &t.NoCopy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, missingTable{fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, t.Name)}
-	}
+	tt, err := target.ReadTable(ctx, conn, rel)
 	if err != nil {
-		return nil, fmt.Errorf("reading the target catalog for %s: %w", t.Name, err)
-	}
-	if kind != "r" && kind != "p" {
-		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, t.Name, kind)
-	}
-	t.Partitioned, t.OID = kind == "p", oid
-	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a', atttypid
-		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
-	if err != nil {
-		return nil, fmt.Errorf("reading columns of %s on the target: %w", t.Name, err)
-	}
-	type col struct {
-		typ               string
-		generated, always bool
-		oid               uint32
-	}
-	cols := map[string]col{}
-	for rows.Next() {
-		var name, typ string
-		var gen, always bool
-		var oid uint32
-		if err := rows.Scan(&name, &typ, &gen, &always, &oid); err != nil {
-			return nil, err
-		}
-		cols[name] = col{typ, gen, always, oid}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	oid := tt.OID
+	t.OID, t.Partitioned, t.NoCopy = tt.OID, tt.Partitioned, tt.NoCopy
 	t.Types = make([]string, len(rel.Columns))
 	t.binary = make([]uint32, len(rel.Columns))
 	for i, c := range rel.Columns {
-		tc, ok := cols[c.Name]
-		if !ok {
-			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), t.Name, t.Name, parapply.QuoteIdent(c.Name))
+		tc := tt.Columns[i]
+		t.Types[i] = tc.Type
+		if _, ok := binaryTypes[tc.TypeOID]; ok && tc.TypeOID == c.TypeOID {
+			t.binary[i] = tc.TypeOID
 		}
-		if tc.generated {
-			return nil, GeneratedOnTarget(t.Name, c.Name)
-		}
-		t.Types[i] = tc.typ
-		if _, ok := binaryTypes[tc.oid]; ok && tc.oid == c.TypeOID {
-			t.binary[i] = tc.oid
-		}
-		if tc.always {
+		if tc.AlwaysIdentity {
 			t.AlwaysIdentity = append(t.AlwaysIdentity, i)
 		}
 		if c.Key {
@@ -222,7 +176,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 			return nil, err
 		}
 	}
-	if t.Large && kind == "r" {
+	if t.Large && !t.Partitioned {
 		if err := loadProbes(ctx, conn, oid, t); err != nil {
 			return nil, err
 		}
@@ -259,28 +213,6 @@ func loadProbes(ctx context.Context, conn *pgx.Conn, oid uint32, t *Table) error
 		}
 	}
 	slices.Sort(t.Probes)
-	return nil
-}
-
-// GeneratedOnTarget is the error for a published column that is generated
-// on the target: the target computes such a column and cannot take the
-// publisher's value, so the built-in subscription refuses it too
-// (PostgreSQL 18: "has incompatible generated column"; before: "is missing
-// replicated column"), and so does parapply, in the copy and the stream.
-func GeneratedOnTarget(table, column string) error {
-	col := parapply.QuoteIdent(column)
-	return fmt.Errorf("%w: column %s of published table %s is generated on the target, but the publisher sends its values (the built-in subscription refuses this too); make it a plain column on the target (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION), or leave it out of the publication (a column list, or publish_generated_columns = none where it is generated on the publisher)",
-		ErrSchema, col, table, table, col)
-}
-
-// CheckTables verifies, before anything is applied, that every published
-// table exists on the target with every published column.
-func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) error {
-	for _, rel := range rels {
-		if _, err := LoadTable(ctx, conn, rel); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 type op struct {
@@ -230,7 +231,7 @@ func (a *Applier) alone() bool { return a.MayResolve == nil || a.MayResolve() }
 // (see MayResolve).
 func ConflictFound(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == progress.SQLStateConflictFound
+	return errors.As(err, &pe) && pe.Code == target.SQLStateConflictFound
 }
 
 // conflictFound reports whether err is a fast statement's sign of a

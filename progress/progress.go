@@ -15,22 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 )
 
 // Schema is the target schema holding parapply's own state.
-const Schema = "parapply"
-
-// SQLSTATEs raised by the functions of parapply's schema (class PC is not
-// PostgreSQL's), named once here for the SQL that raises them and the Go
-// code that tells them apart.
-const (
-	// SQLStateConflictFound: a replicated change met a conflict; parapply
-	// applies the transaction again, resolving it.
-	SQLStateConflictFound = "PC001"
-	// SQLStateConflictError: a conflict whose policy in
-	// conflict_resolution is error.
-	SQLStateConflictError = "PC002"
-)
+const Schema = target.Schema
 
 // Position is what the progress row says was applied last.
 type Position struct {
@@ -44,123 +33,6 @@ type Position struct {
 	CommitTime time.Time
 	AppliedAt  time.Time
 }
-
-const createSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.progress (
-	slot_name   text PRIMARY KEY,
-	source_id   text NOT NULL,
-	commit_lsn  pg_lsn NOT NULL,
-	end_lsn     pg_lsn NOT NULL,
-	source_xid  bigint,
-	commit_time timestamptz,
-	applied_at  timestamptz
-);
-CREATE TABLE IF NOT EXISTS parapply.prepared (
-	slot_name   text NOT NULL,
-	gid         text NOT NULL,
-	source_xid  bigint,
-	prepare_lsn pg_lsn,
-	end_lsn     pg_lsn,
-	PRIMARY KEY (slot_name, gid)
-);
-CREATE TABLE IF NOT EXISTS parapply.applied (
-	slot_name       text NOT NULL,
-	commit_lsn      pg_lsn NOT NULL,
-	last_commit_lsn pg_lsn NOT NULL,
-	end_lsn         pg_lsn NOT NULL,
-	PRIMARY KEY (slot_name, commit_lsn)
-);
-CREATE TABLE IF NOT EXISTS parapply.skip (
-	slot_name    text NOT NULL,
-	commit_lsn   pg_lsn NOT NULL,
-	requested_at timestamptz NOT NULL DEFAULT now(),
-	reason       text,
-	skipped_at   timestamptz,
-	PRIMARY KEY (slot_name, commit_lsn)
-);
-CREATE TABLE IF NOT EXISTS parapply.conflicts (
-	id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	logged_at          timestamptz NOT NULL DEFAULT now(),
-	slot_name          text NOT NULL,
-	conflict_type      text NOT NULL,
-	table_name         text NOT NULL,
-	key                jsonb,
-	local_row          jsonb,
-	local_origin       text,
-	local_commit_time  timestamptz,
-	remote_row         jsonb,
-	source_xid         bigint,
-	commit_lsn         pg_lsn,
-	remote_commit_time timestamptz,
-	resolution         text NOT NULL,
-	remote_applied     boolean NOT NULL,
-	detail             text
-);
-CREATE TABLE IF NOT EXISTS parapply.retired_origins (
-	slot_name  text NOT NULL,
-	roident    oid NOT NULL,
-	roname     text NOT NULL,
-	retired_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (slot_name, roident)
-);
-CREATE TABLE IF NOT EXISTS parapply.table_claims (
-	table_name text NOT NULL,
-	slot_name  text NOT NULL,
-	shared     boolean NOT NULL DEFAULT false,
-	claimed_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (table_name, slot_name)
-);
-CREATE TABLE IF NOT EXISTS parapply.slot_claims (
-	slot_name        text PRIMARY KEY,
-	host             text,
-	pid              integer,
-	application_name text,
-	backend_pid      integer,
-	claimed_at       timestamptz
-);
-ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS reason text;
-ALTER TABLE parapply.skip ADD COLUMN IF NOT EXISTS skipped_at timestamptz;
-` + skipUpgradeSQL + `
-ALTER TABLE parapply.conflicts ADD COLUMN IF NOT EXISTS remote_origin text;
-CREATE INDEX IF NOT EXISTS conflicts_source_xid ON parapply.conflicts (source_xid);
-DO $do$ BEGIN
-IF to_regprocedure('parapply.conflict_check(bigint,bigint)') IS NULL THEN
-	CREATE FUNCTION parapply.conflict_check(changed bigint, expected bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
-	BEGIN
-		IF changed < expected THEN
-			RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictFound + `',
-				MESSAGE = pg_catalog.format('a replicated change met a conflict (%s of %s rows changed as expected)', changed, expected),
-				HINT = 'parapply applies the transaction again, resolving the conflict';
-		END IF;
-		RETURN changed;
-	END $f$;
-END IF;
-IF to_regprocedure('parapply.conflict_other_origin(bigint)') IS NULL THEN
-	CREATE FUNCTION parapply.conflict_other_origin(changed bigint) RETURNS bigint LANGUAGE plpgsql AS $f$
-	BEGIN
-		RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictFound + `',
-			MESSAGE = pg_catalog.format('a replicated change met a conflict (of %s rows changed, one or more were last changed by another origin or a local session)', changed),
-			HINT = 'parapply applies the transaction again, resolving the conflict';
-	END $f$;
-END IF;
-IF to_regprocedure('parapply.conflict_error(text,text,text,jsonb,jsonb,jsonb,text,text)') IS NULL THEN
-	CREATE FUNCTION parapply.conflict_error(slot text, ctype text, tbl text, key jsonb, remote jsonb, local jsonb, xid text, lsn text) RETURNS void LANGUAGE plpgsql AS $f$
-	BEGIN
-		RAISE EXCEPTION USING ERRCODE = '` + SQLStateConflictError + `',
-			MESSAGE = pg_catalog.format('conflict %s on %s, key %s, in source transaction %s (commit %s), whose policy is error: remote row %s, local row %s',
-				ctype, tbl, coalesce(key::text, '(none)'), xid, coalesce(lsn, 'unknown'), coalesce(remote::text, '(none)'), coalesce(local::text, '(none)')),
-			HINT = pg_catalog.format('choose another policy for %s in conflict_resolution, change the local row, or skip the transaction: parapply skip --slot %s --lsn %s', ctype, slot, coalesce(lsn, '<commit LSN>'));
-	END $f$;
-END IF;
-END $do$;
-COMMENT ON TABLE parapply.conflicts IS 'parapply: conflicts replicated changes met on the target and how each was resolved, written in the transaction that applied the change';
-COMMENT ON TABLE parapply.skip IS 'parapply: the source transactions (by commit LSN) each slot is to skip, added by parapply skip, marked skipped_at in the target transaction that passes each, and removed once the progress row passes it';
-COMMENT ON TABLE parapply.applied IS 'parapply: groups of source transactions committed ahead of earlier ones (commit_order = dependency), written in the applying transaction and removed once parapply.progress passes them; do not edit';
-COMMENT ON TABLE parapply.prepared IS 'parapply: source transactions prepared on the target (two_phase = on), written inside each prepared transaction; do not edit';
-COMMENT ON TABLE parapply.retired_origins IS 'parapply: replication origins a slot dropped (its copy workers once the copy is done, workers above the worker count): rows they wrote still carry their numbers, which conflict detection counts as the slot''s own until another origin takes them';
-COMMENT ON TABLE parapply.table_claims IS 'parapply: the target tables each slot applies to; a start whose publications take in a table another slot (with a progress row) claimed is refused unless shared_tables = on';
-COMMENT ON TABLE parapply.slot_claims IS 'parapply: which parapply process (host, pid) holds each slot on this target, and the target session holding the slot''s lock';
-COMMENT ON TABLE parapply.progress IS 'parapply: last source transaction applied per slot, written in the applying transaction; do not edit';`
 
 // Statement is a statement of this package's for another session's
 // pipeline: its text and parameters, so that the applier sends it inside
@@ -341,21 +213,12 @@ func Forget(ctx context.Context, tx pgx.Tx, slot string) error {
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")
 
-// CreateSchema creates what this package keeps in parapply's schema on the
-// target, or brings it up to date: before anything is recorded there.
-func CreateSchema(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, createSQL); err != nil {
-		return fmt.Errorf("creating %s.progress on the target: %w (the target role needs CREATE on the database)", Schema, err)
-	}
-	return nil
-}
-
 // Init creates parapply's schema and the slot's progress row if missing and
 // returns the position to resume from (zero when new). sourceID names the
 // publisher (its system identifier and database) so that a slot name reused
 // against another publisher is refused instead of silently skipping changes.
 func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
-	if err := CreateSchema(ctx, conn); err != nil {
+	if err := target.Migrate(ctx, conn); err != nil {
 		return Position{}, false, err
 	}
 	p, src, found, err := readRow(ctx, conn, slot)

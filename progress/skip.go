@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 )
 
 // Skipping source transactions, as ALTER SUBSCRIPTION ... SKIP does: a DBA
@@ -29,23 +30,6 @@ import (
 // row of.
 var ErrNoSlot = errors.New("no progress recorded for this slot on the target")
 
-// skipUpgradeSQL turns the parapply.skip of releases that kept one request
-// per slot (primary key slot_name) into one row per request (primary key
-// slot_name, commit_lsn), keeping its rows; it runs with createSQL, under
-// a lock so that two starts at once do not both try.
-const skipUpgradeSQL = `DO $do$
-DECLARE
-	pk name;
-BEGIN
-	IF EXISTS (SELECT FROM pg_catalog.pg_constraint WHERE conrelid = 'parapply.skip'::regclass AND contype = 'p' AND pg_catalog.cardinality(conkey) = 1) THEN
-		LOCK TABLE parapply.skip IN ACCESS EXCLUSIVE MODE;
-		SELECT conname INTO pk FROM pg_catalog.pg_constraint WHERE conrelid = 'parapply.skip'::regclass AND contype = 'p' AND pg_catalog.cardinality(conkey) = 1;
-		IF pk IS NOT NULL THEN
-			EXECUTE pg_catalog.format('ALTER TABLE parapply.skip DROP CONSTRAINT %I, ADD PRIMARY KEY (slot_name, commit_lsn)', pk);
-		END IF;
-	END IF;
-END $do$;`
-
 // SetSkip asks the runs of slot to skip the source transaction that
 // committed at lsn, adding to the requests already there; reason, when set,
 // is the error that transaction met (on_error = skip_transaction), and its
@@ -64,11 +48,10 @@ func SetSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn parapply.LSN,
 	if !found {
 		return fmt.Errorf("slot %s: %w (is --slot the one parapply run uses, and --target its target?)", slot, ErrNoSlot)
 	}
-	// parapply.skip is created (and brought to this release's form) at
-	// each start; a target last run by an older parapply lacks it, or
-	// has the form that held one request per slot.
-	if _, err := conn.Exec(ctx, createSQL); err != nil {
-		return fmt.Errorf("creating %s's tables on the target: %w", Schema, err)
+	// A target last run by an older parapply may lack parapply.skip, or
+	// have the form that held one request per slot.
+	if err := target.Migrate(ctx, conn); err != nil {
+		return err
 	}
 	if done, err := Applied(ctx, conn, slot, lsn); err != nil {
 		return err

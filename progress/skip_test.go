@@ -11,12 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/target"
 )
 
 // oldSkipForms are the forms of parapply.skip that releases before skip
 // requests became a set left on a target: one request per slot (primary key
-// slot_name), with reason (the release before this change, as its createSQL
-// made it) and without (earlier).
+// slot_name), with reason (the release before this change, as its create
+// statements made it) and without (earlier).
 var oldSkipForms = []struct{ name, ddl string }{
 	{"with reason", `CREATE TABLE parapply.skip (
 	slot_name    text PRIMARY KEY,
@@ -63,8 +64,10 @@ func TestSkipTableUpgrade(t *testing.T) {
 				}
 				// parapply's tables as a release makes them, but
 				// parapply.skip in its old form.
-				exec(createSQL)
-				exec(`DROP TABLE parapply.skip`)
+				if err := target.Migrate(ctx, conn); err != nil {
+					t.Fatal(err)
+				}
+				exec(`DROP TABLE parapply.skip, parapply.schema_version`)
 				exec(form.ddl)
 				exec(`INSERT INTO parapply.progress (slot_name, source_id, commit_lsn, end_lsn) VALUES ('a', 'src', '0/100', '0/108'), ('b', 'src', '0/100', '0/108')`)
 				exec(`INSERT INTO parapply.skip (slot_name, commit_lsn, requested_at) VALUES ('a', '0/200', '2026-01-02 03:04:05+00'), ('b', '0/50', now())`)

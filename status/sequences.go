@@ -8,15 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/target"
 )
-
-const sequenceSyncSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.sequence_sync (
-	slot_name text PRIMARY KEY,
-	synced_at timestamptz NOT NULL,
-	sync      jsonb NOT NULL
-);
-COMMENT ON TABLE parapply.sequence_sync IS 'parapply: the last parapply sync-sequences run of each slot; parapply status shows it when it is later than the running parapply''s own sync';`
 
 // RecordSequenceSync records a parapply sync-sequences run (its results,
 // or the error it ended with) as the slot's last, where Read finds it: the
@@ -32,8 +25,8 @@ func RecordSequenceSync(ctx context.Context, conn *pgx.Conn, slot string, rs []s
 	if err != nil {
 		return err
 	}
-	if err := createRetrying(ctx, conn, sequenceSyncSQL); err != nil {
-		return fmt.Errorf("creating parapply.sequence_sync on the target: %w (the target role needs CREATE on the database, or on schema parapply once it exists)", err)
+	if err := target.Migrate(ctx, conn); err != nil {
+		return err
 	}
 	_, err = conn.Exec(ctx, `INSERT INTO parapply.sequence_sync (slot_name, synced_at, sync) VALUES ($1, $2, $3)
 		ON CONFLICT (slot_name) DO UPDATE SET synced_at = excluded.synced_at, sync = excluded.sync`, slot, q.At, string(b))

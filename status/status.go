@@ -11,13 +11,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/target"
 )
 
 // Record is one slot's row of parapply.status.
@@ -261,61 +260,10 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 	return r
 }
 
-const createSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.status (
-	slot_name        text PRIMARY KEY,
-	state            text NOT NULL,
-	pid              integer,
-	host             text,
-	version          text,
-	application_name text,
-	started_at       timestamptz,
-	updated_at       timestamptz NOT NULL,
-	received_lsn     pg_lsn,
-	applied_lsn      pg_lsn,
-	flushed_lsn      pg_lsn,
-	source_wal_end   pg_lsn,
-	lag_bytes        bigint,
-	lag_seconds      float8,
-	last_commit_time timestamptz,
-	source_txns      bigint,
-	target_txns      bigint,
-	rows             bigint,
-	missing_rows     bigint,
-	txns_per_second  float8,
-	rows_per_second  float8,
-	queue_bytes      bigint,
-	workers          jsonb,
-	copy             jsonb,
-	last_error       text,
-	last_error_at    timestamptz
-);
-ALTER TABLE parapply.status ADD COLUMN IF NOT EXISTS health jsonb;
-COMMENT ON TABLE parapply.status IS 'parapply: what each running (or last) parapply of a slot reports about itself, updated every second; read with parapply status';`
-
-// Create makes parapply.status if it is missing. Two sessions creating the
-// schema at once can collide; the loser tries again.
+// Create makes the parapply schema, parapply.status with it, if it is
+// missing or older than this release's.
 func Create(ctx context.Context, conn *pgx.Conn) error {
-	if err := createRetrying(ctx, conn, createSQL); err != nil {
-		return fmt.Errorf("creating parapply.status on the target: %w (the target role needs CREATE on the database)", err)
-	}
-	return nil
-}
-
-// createRetrying runs sql (CREATE ... IF NOT EXISTS statements), again if
-// another session created the same object at the same moment.
-func createRetrying(ctx context.Context, conn *pgx.Conn, sql string) error {
-	var err error
-	for range 3 {
-		if _, err = conn.Exec(ctx, sql); err == nil {
-			return nil
-		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != pgerrcode.UniqueViolation && pe.Code != pgerrcode.DuplicateSchema && pe.Code != pgerrcode.DuplicateTable) {
-			break
-		}
-	}
-	return err
+	return target.Migrate(ctx, conn)
 }
 
 const upsertSQL = `INSERT INTO parapply.status AS s (slot_name, state, pid, host, version, application_name, started_at, updated_at,

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
 )
 
 // One writer per target table. Two slots applying to the same target
@@ -36,15 +37,8 @@ import (
 // and that this process holds the slot; it refuses tables other slots
 // have claimed unless SharedTables, and then warns of them.
 func (s *Subscriber) claimTables(ctx context.Context, conn *pgx.Conn, tables []string) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass('parapply.slot_claims') IS NOT NULL").Scan(&exists); err != nil {
-		return fmt.Errorf("looking for parapply.slot_claims on the target: %w", err)
-	}
-	if !exists {
-		// progress.Init brings the rest up to date later in the start.
-		if err := progress.CreateSchema(ctx, conn); err != nil {
-			return err
-		}
+	if err := target.Migrate(ctx, conn); err != nil {
+		return err
 	}
 	slot := s.cfg.Source.Slot
 	tx, err := conn.Begin(ctx)

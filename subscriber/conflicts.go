@@ -14,6 +14,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
 )
 
 // detection builds the run's conflict detection from the settings and the
@@ -33,9 +34,9 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 			return nil, fmt.Errorf("conflict_resolution names table %s, which the publication does not publish to this target; fix the name (schema.table) or remove the entry", t)
 		}
 	}
-	var tct, old bool
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool, pg_catalog.current_setting('server_version_num')::int >= 180000").Scan(&tct, &old); err != nil {
-		return nil, fmt.Errorf("reading track_commit_timestamp on the target: %w", err)
+	tct, old, err := target.CommitTimestamps(ctx, conn)
+	if err != nil {
+		return nil, err
 	}
 	if !tct {
 		if e := rules.NeedsCommitTimestamps(); e != "" {
@@ -46,11 +47,11 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		}
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: tct, OldReturning: old,
-		OriginPattern: apply.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
+		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
 	var targetID string
-	err := conn.QueryRow(ctx, "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system())::text || '/' || pg_catalog.current_database()").Scan(&targetID)
+	err = conn.QueryRow(ctx, "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system())::text || '/' || pg_catalog.current_database()").Scan(&targetID)
 	if err != nil {
 		s.log.Warn("cannot read the target's system identifier (pg_control_system): ties of commit times in last_update_wins and first_update_wins keep the local row", "error", err)
 	} else {

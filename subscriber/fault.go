@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
 )
 
 // A run ends at the first fault; Run decides whether the fault is one to
@@ -88,7 +88,7 @@ func faultCause(err error) string {
 	if errors.As(err, new(errLockStall)) {
 		return FaultLockWait
 	}
-	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, apply.ErrOriginInUse) {
+	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, target.ErrOriginInUse) {
 		// An origin still held: by a backend of ours that is ending.
 		return FaultSlotBusy
 	}

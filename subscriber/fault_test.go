@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
 )
 
 func TestFaultCause(t *testing.T) {
@@ -33,9 +33,9 @@ func TestFaultCause(t *testing.T) {
 		{"starting up", fmt.Errorf("connecting: %w", pg("57P03")), FaultServer},
 		{"slot active", pg("55006"), FaultSlotBusy},
 		{"slot busy at start", fmt.Errorf("slot s is in use: %w", source.ErrSlotBusy), FaultSlotBusy},
-		{"origin still held", fmt.Errorf("worker 2: %w", apply.OriginError("parapply_s_w2", pg("55006"))), FaultSlotBusy},
-		{"no free origin state", apply.OriginError("parapply_s_w9", pg("53400")), ""},
-		{"origins not granted", apply.OriginError("parapply_s", pg("42501")), ""},
+		{"origin still held", fmt.Errorf("worker 2: %w", target.OriginError("parapply_s_w2", pg("55006"))), FaultSlotBusy},
+		{"no free origin state", target.OriginError("parapply_s_w9", pg("53400")), ""},
+		{"origins not granted", target.OriginError("parapply_s", pg("42501")), ""},
 		{"lock stall", errLockStall{pg("55P03")}, FaultLockWait},
 		{"wrong password", pg("28P01"), ""},
 		{"missing table", pg("42P01"), ""},

@@ -6,19 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
-	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // Each target session that applies holds a replication origin of its own
-// while it is open (apply.SetupOrigin; before PostgreSQL 19 an origin is
+// while it is open (target.SetupOrigin; before PostgreSQL 19 an origin is
 // active in one session at a time). Every origin that was ever set up in a
 // session keeps one of the target cluster's origin state slots until it is
 // dropped, whatever database it was used in, and the cluster has few:
@@ -28,176 +26,41 @@ import (
 // sessions it reads which origins hold state slots
 // (pg_show_replication_origin_status), drops those of its own that this
 // run will not use (copy workers', workers' and stream sessions' above
-// today's counts: apply.RetireOrigin), and sizes its workers, stream
+// today's counts: target.RetireOrigin), and sizes its workers, stream
 // sessions and copy workers to the slots left: a run that would need more
 // applies with fewer, and says which setting to raise, rather than fail
 // when the pool opens or a large transaction arrives.
-
-// fitOrigins returns the workers and stream sessions a run may open when
-// limit origin state slots are free to it, of which the reader takes one:
-// workers give way first (down to one), then stream sessions.
-func fitOrigins(limit, workers, streams int) (w, st int) {
-	free := max(limit-1, 0)
-	w = min(workers, max(free-streams, min(workers, 1)), free)
-	return w, min(streams, free-w)
-}
-
-// originPlan is what a run may open, given the target's origin state
-// slots.
-type originPlan struct {
-	// Free is the number of state slots this slot's sessions may hold:
-	// the limit less those held by other origins.
-	Free int
-	// Workers, Streams and Copiers are the sessions of each kind the run
-	// may open (each beside the reader).
-	Workers, Streams, Copiers int
-	// Retire lists this slot's origins holding a state slot that the run
-	// will not use; Others, the other origins holding one.
-	Retire, Others []string
-}
-
-// planOrigins fits a run of slot with the given workers, stream sessions
-// and copy workers into limit origin state slots, of which held lists the
-// holders by name. The copy runs before the workers and stream sessions
-// open, while their origins kept from earlier runs still hold slots; if
-// those leave no room for one copy worker, they are retired too (they are
-// set up again when the workers open).
-//
-// siblings are other slots recorded on the target: an origin whose name
-// parses as one of this slot's is theirs if it parses as one of a longer
-// sibling's (slot a's worker 1 and slot a_w1's reader are both
-// parapply_a_w1).
-func planOrigins(limit int, held []string, slot string, siblings []string, workers, streams, copiers int) (originPlan, error) {
-	var p originPlan
-	type own struct {
-		name string
-		kind byte
-		n    int
-	}
-	var ours []own
-	for _, name := range held {
-		if kind, n, ok := apply.ParseOrigin(slot, name); ok && !slices.ContainsFunc(siblings, func(sib string) bool {
-			_, _, theirs := apply.ParseOrigin(sib, name)
-			return theirs && len(sib) > len(slot)
-		}) {
-			ours = append(ours, own{name, kind, n})
-		} else {
-			p.Others = append(p.Others, name)
-		}
-	}
-	p.Free = limit - len(p.Others)
-	if p.Free < 1 {
-		return p, errNoOriginState(limit, p.Others)
-	}
-	p.Workers, p.Streams = fitOrigins(p.Free, workers, streams)
-	kept := 0
-	for _, o := range ours {
-		switch {
-		case o.kind == 0:
-		case o.kind == 'w' && o.n <= p.Workers, o.kind == 's' && o.n <= p.Streams:
-			kept++
-		default:
-			p.Retire = append(p.Retire, o.name)
-		}
-	}
-	p.Copiers = min(copiers, p.Free-1-kept)
-	if p.Copiers < 1 && kept > 0 {
-		for _, o := range ours {
-			if o.kind == 'w' && o.n <= p.Workers || o.kind == 's' && o.n <= p.Streams {
-				p.Retire = append(p.Retire, o.name)
-			}
-		}
-		p.Copiers = min(copiers, p.Free-1)
-	}
-	p.Copiers = max(p.Copiers, 0)
-	return p, nil
-}
-
-// errNoOriginState says that other origins hold every state slot.
-func errNoOriginState(limit int, others []string) error {
-	shown := others
-	if len(shown) > 8 {
-		shown = shown[:8]
-	}
-	drops := make([]string, len(shown))
-	for i, name := range shown {
-		drops[i] = "SELECT pg_replication_origin_drop('" + strings.ReplaceAll(name, "'", "''") + "')"
-	}
-	return fmt.Errorf("the target has no free replication origin state: all %d are held by other origins (%s), and parapply needs one per applying session; drop the origins no longer used (%s; an origin that was set up once keeps its state until dropped, even after its database is dropped), or raise max_active_replication_origins on the target (max_replication_slots before PostgreSQL 18; a restart is needed)",
-		limit, strings.Join(others, ", "), strings.Join(drops, "; "))
-}
-
-// originLimit reads how many replication origins the target lets hold
-// state at once, and the setting's name.
-func originLimit(ctx context.Context, conn *pgx.Conn) (int, string, error) {
-	var v, name string
-	err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('max_active_replication_origins', true), current_setting('max_replication_slots')),
-		CASE WHEN current_setting('max_active_replication_origins', true) IS NULL THEN 'max_replication_slots' ELSE 'max_active_replication_origins' END`).Scan(&v, &name)
-	if err != nil {
-		return 0, "", fmt.Errorf("reading the target's limit on active replication origins: %w", err)
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, "", fmt.Errorf("reading the target's limit on active replication origins: %s = %q", name, v)
-	}
-	return n, name, nil
-}
-
-// heldOrigins reads the names of the origins holding a state slot on the
-// target cluster; ok is false where the role may not read them.
-func heldOrigins(ctx context.Context, conn *pgx.Conn) (names []string, ok bool, err error) {
-	rows, _ := conn.Query(ctx, "SELECT external_id FROM pg_catalog.pg_show_replication_origin_status() WHERE external_id IS NOT NULL ORDER BY local_id")
-	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("reading the target's replication origin states: %w", err)
-	}
-	return names, true, nil
-}
 
 // prepareOrigins readies the target's origin state slots for this run
 // (see the top of this file) and fits the run's sessions to them, from the
 // counts configured (not those an earlier run fitted).
 func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
-	limit, setting, err := originLimit(ctx, conn)
-	if err != nil {
-		return err
-	}
-	held, visible, err := heldOrigins(ctx, conn)
-	if err != nil {
-		return err
-	}
 	slot := s.cfg.Source.Slot
-	if !visible {
+	states, err := target.ReadOriginStates(ctx, conn, slot)
+	if err != nil {
+		return err
+	}
+	limit, setting, held := states.Limit, states.Setting, states.Held
+	if !states.Visible {
 		if !s.warnedOrigins.Swap(true) {
 			s.log.Warn("the target role may not read which replication origins hold state (pg_show_replication_origin_status), so parapply cannot size its sessions to what is free nor drop its origins no longer used; as a superuser on the target, GRANT EXECUTE ON FUNCTION pg_catalog.pg_show_replication_origin_status() TO <role>", "setting", setting, "limit", limit)
 		}
 		// As if no other origin held one.
 		held = nil
 	}
-	// Best effort: parapply may never have run here, or the role may not
-	// read its schema (a refusal comes later, naming the fix).
-	rows, _ := conn.Query(ctx, "SELECT slot_name FROM parapply.progress WHERE slot_name <> $1", slot)
-	siblings, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if pe := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pe) {
-		return fmt.Errorf("reading the slots recorded in parapply.progress on the target: %w", err)
-	}
-	plan, err := planOrigins(limit, held, slot, siblings, s.want.workers, s.want.streams, s.want.copiers)
+	plan, err := target.PlanOrigins(limit, held, slot, states.Siblings, s.want.workers, s.want.streams, s.want.copiers)
 	if err != nil {
 		return err
 	}
 	if len(plan.Retire) > 0 {
-		if err := progress.CreateSchema(ctx, conn); err != nil {
+		if err := target.Migrate(ctx, conn); err != nil {
 			return err
 		}
 	}
 	for _, name := range plan.Retire {
-		err := apply.RetireOrigin(ctx, conn, slot, name)
+		err := target.RetireOrigin(ctx, conn, slot, name)
 		switch {
-		case errors.Is(err, apply.ErrOriginInUse):
+		case errors.Is(err, target.ErrOriginInUse):
 			// Held by a session still ending; the next start drops it.
 			s.log.Debug("a replication origin no longer used is still held; dropped at a later start", "origin", name)
 		case err != nil:
@@ -206,7 +69,7 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 			s.log.Info("dropped a replication origin this slot no longer uses, freeing its state on the target", "origin", name)
 		}
 	}
-	if visible {
+	if states.Visible {
 		s.reportStrayOrigins(ctx, conn, held)
 	}
 	w, st, c := plan.Workers, plan.Streams, plan.Copiers
@@ -240,7 +103,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	}
 	var candidates []string
 	for _, name := range held {
-		if _, _, ok := apply.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
+		if _, _, ok := target.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
 			candidates = append(candidates, name)
 		}
 	}
@@ -250,7 +113,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	slots, unread := recordedSlots(ctx, conn, s.cfg.Target.DSN)
 	var stray []string
 	for _, name := range candidates {
-		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := apply.ParseOrigin(slot, name); return ok }) {
+		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := target.ParseOrigin(slot, name); return ok }) {
 			stray = append(stray, name)
 		}
 	}

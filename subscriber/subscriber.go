@@ -19,6 +19,7 @@ import (
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
+	"github.com/parapply/parapply/target"
 )
 
 // Config is everything a subscriber needs.
@@ -400,16 +401,12 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: c})
 		}
 	}
-	if err := apply.CheckTables(ctx, app.Conn(), rels); err != nil {
+	if err := target.CheckTables(ctx, app.Conn(), rels); err != nil {
 		return err
 	}
 	if s.cfg.Source.TwoPhase {
-		var n int
-		if err := app.Conn().QueryRow(ctx, "SELECT pg_catalog.current_setting('max_prepared_transactions')::int").Scan(&n); err != nil {
-			return fmt.Errorf("reading max_prepared_transactions on the target: %w", err)
-		}
-		if n == 0 {
-			return errors.New("two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0: set it above 0 there (a restart is needed), or turn two_phase off")
+		if err := target.CheckTwoPhase(ctx, app.Conn()); err != nil {
+			return err
 		}
 	}
 	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32) {
@@ -423,7 +420,7 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
 		return err
 	}
-	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
+	if err := app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
 		return err
 	}
 	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {

@@ -51,9 +51,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // ExistingData is what the copy does with a target table that already
@@ -102,7 +102,7 @@ type Config struct {
 	SyncLSN parapply.LSN
 	Slot    string
 	// Origins, when set, makes copy worker i commit under the replication
-	// origin apply.OriginName(Slot, "c<i>"), as the appliers do under
+	// origin target.OriginName(Slot, "c<i>"), as the appliers do under
 	// theirs: copied rows are replicated ones, for downstream subscriptions
 	// with origin = none too.
 	Origins bool
@@ -143,28 +143,6 @@ type TableProgress struct {
 	Done          bool
 }
 
-const stateSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.sync_state (
-	slot_name   text NOT NULL,
-	table_name  text NOT NULL,
-	state       text NOT NULL CHECK (state IN ('copying', 'done')),
-	sync_lsn    pg_lsn NOT NULL,
-	rows        bigint,
-	started_at  timestamptz,
-	finished_at timestamptz,
-	PRIMARY KEY (slot_name, table_name)
-);
-COMMENT ON TABLE parapply.sync_state IS 'parapply: initial copy state per slot and table; do not edit';
-CREATE TABLE IF NOT EXISTS parapply.deferred_index (
-	slot_name  text NOT NULL,
-	table_name text NOT NULL,
-	index_name text NOT NULL,
-	recreate   text NOT NULL,
-	ord        int NOT NULL,
-	PRIMARY KEY (slot_name, table_name, index_name)
-);
-COMMENT ON TABLE parapply.deferred_index IS 'parapply: indexes dropped for the initial copy, rebuilt when it is done; do not edit';`
-
 // State is what the target records about a table's sync.
 type State struct {
 	State   string
@@ -172,10 +150,10 @@ type State struct {
 }
 
 // LoadState reads the sync state of every table of a slot, keyed by
-// qualified name, creating the state table if needed.
+// qualified name, creating the parapply schema if needed.
 func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]State, error) {
-	if _, err := conn.Exec(ctx, stateSQL); err != nil {
-		return nil, fmt.Errorf("creating parapply.sync_state on the target: %w", err)
+	if err := target.Migrate(ctx, conn); err != nil {
+		return nil, err
 	}
 	rows, err := conn.Query(ctx, `SELECT table_name, state, sync_lsn::text FROM parapply.sync_state WHERE slot_name = $1`, slot)
 	if err != nil {
@@ -481,7 +459,7 @@ func copyColumns(name string, listed []string, src, dst map[string]column) (cols
 			return nil, "", fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
 		}
 		if d.generated {
-			return nil, "", fmt.Errorf("copy: %w", apply.GeneratedOnTarget(name, c))
+			return nil, "", fmt.Errorf("copy: %w", target.GeneratedOnTarget(name, c))
 		}
 		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") {
 			format = "text"
@@ -700,9 +678,9 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
 	}
-	origin := apply.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
+	origin := target.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
 	if cfg.Origins {
-		if err := apply.SetupOrigin(ctx, dst, origin); err != nil {
+		if err := target.SetupOrigin(ctx, dst, origin); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}
@@ -714,9 +692,9 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if cfg.Origins {
 		// The copy worker's origin is not used again: its state slot on
 		// the target, of which there are few, is freed for the workers.
-		err := apply.ResetOrigin(ctx, dst)
+		err := target.ResetOrigin(ctx, dst)
 		if err == nil {
-			err = apply.RetireOrigin(ctx, dst, cfg.Slot, origin)
+			err = target.RetireOrigin(ctx, dst, cfg.Slot, origin)
 		}
 		if err != nil && cfg.Log != nil {
 			cfg.Log.Debug("copy: the copy worker's replication origin is dropped at a later start", "origin", origin, "error", err)

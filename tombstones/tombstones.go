@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/target"
 )
 
 // TriggerName is the trigger parapply installs on each published target
@@ -31,36 +32,7 @@ const TriggerName = "parapply_tombstones"
 // applies changes, to the session's replication origin: the trigger
 // records nothing for those sessions (parapply's own deletes are no
 // conflict, and cost no record).
-const SessionSetting = "parapply.origin"
-
-// schemaSQL creates the table and the trigger function. The function runs
-// as its owner (SECURITY DEFINER), so that any session allowed to delete
-// from a published table can record the delete; the key is kept as jsonb
-// of the typed key values (to_jsonb), which a lookup builds the same way
-// from the remote key.
-const schemaSQL = `CREATE SCHEMA IF NOT EXISTS parapply;
-CREATE TABLE IF NOT EXISTS parapply.tombstones (
-	relid      oid NOT NULL,
-	key        jsonb NOT NULL,
-	xid        xid8 NOT NULL,
-	deleted_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
-);
-CREATE INDEX IF NOT EXISTS tombstones_key ON parapply.tombstones (relid, key);
-CREATE INDEX IF NOT EXISTS tombstones_deleted_at ON parapply.tombstones (deleted_at);
-CREATE TABLE IF NOT EXISTS parapply.tombstone_slots (slot_name text PRIMARY KEY);
-COMMENT ON TABLE parapply.tombstone_slots IS 'parapply: the slots that keep parapply.tombstones (detect_update_deleted = on); the last to turn it off removes the triggers; do not edit';
-COMMENT ON TABLE parapply.tombstones IS 'parapply: rows deleted on the target by other sessions than parapply''s (detect_update_deleted), by table and key, pruned once no replicated update can be concurrent with the delete; do not edit';
-CREATE OR REPLACE FUNCTION parapply.tombstone() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $f$
-BEGIN
-	IF coalesce(current_setting('` + SessionSetting + `', true), '') <> '' THEN
-		RETURN NULL; -- parapply's own session
-	END IF;
-	INSERT INTO parapply.tombstones (relid, key, xid)
-		SELECT TG_RELID, (SELECT jsonb_object_agg(k, r.j -> k) FROM unnest(TG_ARGV) AS k), pg_current_xact_id()
-		FROM (SELECT to_jsonb(d) AS j FROM parapply_deleted AS d) AS r;
-	RETURN NULL;
-END $f$;`
+const SessionSetting = target.OriginSetting
 
 // Table is a published target table to record deletes of.
 type Table struct {
@@ -83,7 +55,7 @@ var ErrLocked = errors.New("lock not available")
 // whose kind takes no such trigger (a partition of a partitioned table)
 // are returned in skipped with the reason.
 func Install(ctx context.Context, conn *pgx.Conn, slot string, tables []Table) (installed int, skipped map[string]string, err error) {
-	if err := inTxn(ctx, conn, schemaSQL+"; INSERT INTO parapply.tombstone_slots VALUES ("+parapply.QuoteLiteral(slot)+") ON CONFLICT DO NOTHING"); err != nil {
+	if err := inTxn(ctx, conn, target.TombstonesSQL+"; INSERT INTO parapply.tombstone_slots VALUES ("+parapply.QuoteLiteral(slot)+") ON CONFLICT DO NOTHING"); err != nil {
 		return 0, nil, privilege(err, "parapply.tombstones", "it needs CREATE on the target database (for the schema parapply) or on schema parapply")
 	}
 	for _, t := range tables {

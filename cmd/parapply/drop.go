@@ -12,14 +12,9 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
-
-// slotTables are parapply's tables on the target that hold rows per slot
-// (slot_name), which dropping a slot deletes. parapply.conflicts is left:
-// it is the record of what was resolved, for whoever audits it.
-var slotTables = []string{"progress", "prepared", "applied", "skip", "sync_state", "retired_origins", "table_claims", "slot_claims", "status", "sequence_sync"}
 
 // dropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
 // origins and its rows in parapply's tables on the target, and, with
@@ -65,7 +60,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "target: dropped %d replication origins of slot %s%s\n", len(origins), slot, listed(origins))
-	for _, t := range slotTables {
+	for _, t := range target.SlotTables {
 		tag, err := conn.Exec(ctx, "DELETE FROM parapply."+t+" WHERE slot_name = $1", slot)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
@@ -147,7 +142,7 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 // dropOrigins drops the slot's replication origins on the target, giving a
 // session of a run that just ended a moment to let go of its own.
 func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
-	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", apply.OriginPattern(slot))
+	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", target.OriginPattern(slot))
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("reading slot %s's replication origins on the target: %w", slot, err)
@@ -159,8 +154,8 @@ func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, er
 			if err == nil {
 				break
 			}
-			if !errors.Is(apply.OriginError(name, err), apply.ErrOriginInUse) || time.Now().After(deadline) {
-				return nil, apply.OriginError(name, err)
+			if !errors.Is(target.OriginError(name, err), target.ErrOriginInUse) || time.Now().After(deadline) {
+				return nil, target.OriginError(name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/target"
 )
 
 // TestDrop: parapply drop retires a slot as DROP SUBSCRIPTION does: it
@@ -23,7 +23,7 @@ func TestDrop(t *testing.T) {
 	e.waitCaughtUp(r)
 	origins := func() int {
 		var n int
-		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_origin WHERE roname ~ $1`, apply.OriginPattern("dropme")).Scan(&n); err != nil {
+		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_origin WHERE roname ~ $1`, target.OriginPattern("dropme")).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

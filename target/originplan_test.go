@@ -1,4 +1,4 @@
-package subscriber
+package target
 
 import (
 	"reflect"
@@ -47,38 +47,38 @@ func TestPlanOrigins(t *testing.T) {
 		limit                     int
 		held, siblings            []string
 		workers, streams, copiers int
-		want                      originPlan
+		want                      OriginPlan
 		err                       string
 	}{
 		{name: "empty target", limit: 10, workers: 4, streams: 2, copiers: 4,
-			want: originPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4}},
+			want: OriginPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4}},
 		{name: "copy origins left by an earlier run are retired", limit: 10, workers: 4, streams: 2, copiers: 4,
 			held: []string{"parapply_s", "parapply_s_c1", "parapply_s_c2", "parapply_s_w1"},
-			want: originPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4, Retire: []string{"parapply_s_c1", "parapply_s_c2"}}},
+			want: OriginPlan{Free: 10, Workers: 4, Streams: 2, Copiers: 4, Retire: []string{"parapply_s_c1", "parapply_s_c2"}}},
 		{name: "workers above the count are retired", limit: 10, workers: 2, streams: 1, copiers: 2,
 			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2", "parapply_s_w3", "parapply_s_s1", "parapply_s_s2", "parapply_s_s8"},
-			want: originPlan{Free: 10, Workers: 2, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w3", "parapply_s_s2", "parapply_s_s8"}}},
+			want: OriginPlan{Free: 10, Workers: 2, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w3", "parapply_s_s2", "parapply_s_s8"}}},
 		{name: "others' origins count against the limit", limit: 10, workers: 8, streams: 2, copiers: 4,
 			held: []string{"pg_16384", "parapply_other", "parapply_other_w1", "parapply_s_w1"},
-			want: originPlan{Free: 7, Workers: 4, Streams: 2, Copiers: 4, Others: []string{"pg_16384", "parapply_other", "parapply_other_w1"}}},
+			want: OriginPlan{Free: 7, Workers: 4, Streams: 2, Copiers: 4, Others: []string{"pg_16384", "parapply_other", "parapply_other_w1"}}},
 		{name: "a slot whose name extends ours is another's", limit: 10, workers: 1, streams: 0, copiers: 1,
 			held: []string{"parapply_s_x", "parapply_s_w1x", "parapply_s_w01"},
-			want: originPlan{Free: 7, Workers: 1, Streams: 0, Copiers: 1, Others: []string{"parapply_s_x", "parapply_s_w1x", "parapply_s_w01"}}},
+			want: OriginPlan{Free: 7, Workers: 1, Streams: 0, Copiers: 1, Others: []string{"parapply_s_x", "parapply_s_w1x", "parapply_s_w01"}}},
 		{name: "kept workers leave no room for the copy: retired too", limit: 4, workers: 2, streams: 1, copiers: 2,
 			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2", "parapply_s_s1", "x"},
-			want: originPlan{Free: 3, Workers: 1, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w2", "parapply_s_w1", "parapply_s_s1"}, Others: []string{"x"}}},
+			want: OriginPlan{Free: 3, Workers: 1, Streams: 1, Copiers: 2, Retire: []string{"parapply_s_w2", "parapply_s_w1", "parapply_s_s1"}, Others: []string{"x"}}},
 		{name: "only the reader fits", limit: 3, workers: 4, streams: 2, copiers: 2,
 			held: []string{"a", "b"},
-			want: originPlan{Free: 1, Workers: 0, Streams: 0, Copiers: 0, Others: []string{"a", "b"}}},
+			want: OriginPlan{Free: 1, Workers: 0, Streams: 0, Copiers: 0, Others: []string{"a", "b"}}},
 		{name: "a longer slot's reader is not our worker", limit: 10, workers: 0, streams: 0, copiers: 1,
 			held: []string{"parapply_s", "parapply_s_w1", "parapply_s_w2"}, siblings: []string{"s_w1", "t"},
-			want: originPlan{Free: 9, Workers: 0, Streams: 0, Copiers: 1, Retire: []string{"parapply_s_w2"}, Others: []string{"parapply_s_w1"}}},
+			want: OriginPlan{Free: 9, Workers: 0, Streams: 0, Copiers: 1, Retire: []string{"parapply_s_w2"}, Others: []string{"parapply_s_w1"}}},
 		{name: "nothing free", limit: 2, workers: 4, streams: 2, copiers: 2,
 			held: []string{"a", "b", "parapply_s"}, err: "all 2 are held by other origins (a, b)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := planOrigins(tc.limit, tc.held, "s", tc.siblings, tc.workers, tc.streams, tc.copiers)
+			got, err := PlanOrigins(tc.limit, tc.held, "s", tc.siblings, tc.workers, tc.streams, tc.copiers)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)

@@ -1,0 +1,129 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+)
+
+// ErrSchema marks a published table the target cannot take as it is.
+var ErrSchema = errors.New("target schema does not match the publication")
+
+// GeneratedOnTarget is the error for a published column that is generated
+// on the target: the target computes such a column and cannot take the
+// publisher's value, so the built-in subscription refuses it too
+// (PostgreSQL 18: "has incompatible generated column"; before: "is missing
+// replicated column"), and so does parapply, in the copy and the stream.
+func GeneratedOnTarget(table, column string) error {
+	col := parapply.QuoteIdent(column)
+	return fmt.Errorf("%w: column %s of published table %s is generated on the target, but the publisher sends its values (the built-in subscription refuses this too); make it a plain column on the target (ALTER TABLE %s ALTER COLUMN %s DROP EXPRESSION), or leave it out of the publication (a column list, or publish_generated_columns = none where it is generated on the publisher)",
+		ErrSchema, col, table, table, col)
+}
+
+// ErrNoTable is matched (errors.Is) by ReadTable's error for a published
+// table missing on the target: the applier tells it from other schema
+// errors (a table the copy has not made yet may still come).
+var ErrNoTable = errors.New("no such table")
+
+type missingTable struct{ error }
+
+func (e missingTable) Unwrap() error        { return e.error }
+func (e missingTable) Is(target error) bool { return target == ErrNoTable }
+
+// Table is what the target's catalog says of a published table, as far
+// as the checks of a start need it and the applier builds on it.
+type Table struct {
+	// OID is the target table's; Partitioned is true for a partitioned
+	// table.
+	OID         uint32
+	Partitioned bool
+	// NoCopy is true when the table has row-level security enabled or an
+	// INSERT rule that fires for replicated changes: COPY would bypass or
+	// refuse them.
+	NoCopy bool
+	// Columns holds, per published column (in the relation's order), the
+	// target's column.
+	Columns []Column
+}
+
+// Column is the target's column of a published column.
+type Column struct {
+	// Type is the target type (format_type), TypeOID its OID.
+	Type    string
+	TypeOID uint32
+	// AlwaysIdentity is true for GENERATED ALWAYS AS IDENTITY.
+	AlwaysIdentity bool
+}
+
+// ReadTable reads the target's catalog for the table rel names and checks
+// that it is a table with every published column, none generated there;
+// a refusal wraps ErrSchema and names the fix.
+func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Table, error) {
+	name := rel.QualifiedName()
+	ns := rel.Namespace
+	if ns == "" {
+		ns = "pg_catalog"
+	}
+	t := &Table{}
+	var kind string
+	err := conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, c.relrowsecurity OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r
+			WHERE r.ev_class = c.oid AND r.ev_type = '3' AND r.ev_enabled IN ('A', 'R'))
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, ns, rel.Name).Scan(&t.OID, &kind, &t.NoCopy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, missingTable{fmt.Errorf("%w: published table %s does not exist on the target; create it there with the same columns", ErrSchema, name)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the target catalog for %s: %w", name, err)
+	}
+	if kind != "r" && kind != "p" {
+		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, name, kind)
+	}
+	t.Partitioned = kind == "p"
+	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a', atttypid
+		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.OID)
+	if err != nil {
+		return nil, fmt.Errorf("reading columns of %s on the target: %w", name, err)
+	}
+	type col struct {
+		Column
+		generated bool
+	}
+	cols := map[string]col{}
+	for rows.Next() {
+		var n string
+		var c col
+		if err := rows.Scan(&n, &c.Type, &c.generated, &c.AlwaysIdentity, &c.TypeOID); err != nil {
+			return nil, err
+		}
+		cols[n] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	t.Columns = make([]Column, len(rel.Columns))
+	for i, c := range rel.Columns {
+		tc, ok := cols[c.Name]
+		if !ok {
+			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), name, name, parapply.QuoteIdent(c.Name))
+		}
+		if tc.generated {
+			return nil, GeneratedOnTarget(name, c.Name)
+		}
+		t.Columns[i] = tc.Column
+	}
+	return t, nil
+}
+
+// CheckTables verifies, before anything is applied, that every published
+// table exists on the target with every published column.
+func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) error {
+	for _, rel := range rels {
+		if _, err := ReadTable(ctx, conn, rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
