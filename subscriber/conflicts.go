@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
@@ -114,18 +113,13 @@ func transient(err error) bool {
 	return pe.Code == "55P03" || pe.Code == "55006"
 }
 
-// readSkips reads the slot's pending skip requests (parapply.skip), after
-// removing those the target has applied past (at applied), and logs both.
-func (s *Subscriber) readSkips(ctx context.Context, conn *pgx.Conn, applied parapply.LSN) ([]progress.SkipRequest, error) {
-	skips, passed, err := progress.ReadSkips(ctx, conn, s.cfg.Source.Slot, applied)
-	if err != nil {
-		return nil, err
+// logSkips tells what progress.Open found of the slot's skip requests:
+// those the target has applied past (removed now) and those pending.
+func (s *Subscriber) logSkips(o progress.Opened) {
+	for _, p := range o.Passed {
+		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", p.String(), "applied_commit_lsn", o.Position.CommitLSN.String())
 	}
-	for _, p := range passed {
-		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", p.String(), "applied_commit_lsn", applied.String())
-	}
-	for _, r := range skips {
+	for _, r := range o.Skips {
 		s.log.Info("a source transaction is to be skipped", "skip_lsn", r.LSN.String(), "error", r.Reason)
 	}
-	return skips, nil
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -399,254 +398,29 @@ const firstStartSlotWait = 10 * time.Second
 // DefaultReconnectTimeout is how long parapply rides out faults.
 const DefaultReconnectTimeout = 5 * time.Minute
 
-// run is one run: connect, check, copy, stream, until ctx ends or the first
-// error. Everything it opens it closes; what it learnt of the target's
-// state dies with it, but the pids of its target sessions are kept, so
-// that the next run can end any that outlive it (see progress.Claim).
+// run is one run, in phases (see connect.go): connect and check, claim,
+// set up, stream, until ctx ends or the first error. Everything it opens it
+// closes; what it learnt of the target's state dies with it, but the pids
+// of its target sessions are kept, so that the next run can end any that
+// outlive it (see progress.Claim).
 func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.streamedSince.Store(0)
 	defer s.endRun()
-	scfg := s.cfg.Source
-	scfg.ExportSnapshot = s.cfg.CopyData
-	src, err := source.Connect(ctx, scfg)
+	c, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	s.src.Store(src)
-	app, err := s.openTarget(ctx, s.cfg.Target, false)
+	defer c.close()
+	defer c.nameFault(&err)
+	cl, err := s.claim(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer app.Close(context.Background())
-	defer func() {
-		// Name the faults met on the reader's own connection.
-		switch {
-		case err == nil || faultCause(err) != "":
-		case app.Closed():
-			err = lostConnection(err)
-		case isLockTimeout(err):
-			err = errLockStall{fmt.Errorf("a change waited on a lock longer than lock_timeout: %w", err)}
-		}
-	}()
-	published := src.Published
-	rels := make([]*parapply.Relation, len(published))
-	for i, pt := range published {
-		rels[i] = &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
-		for _, c := range pt.Columns {
-			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: c})
-		}
-	}
-	if err := apply.CheckTables(ctx, app.Conn(), rels); err != nil {
-		return err
-	}
-	if s.cfg.Source.TwoPhase {
-		var n int
-		if err := app.Conn().QueryRow(ctx, "SELECT pg_catalog.current_setting('max_prepared_transactions')::int").Scan(&n); err != nil {
-			return fmt.Errorf("reading max_prepared_transactions on the target: %w", err)
-		}
-		if n == 0 {
-			return errors.New("two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0: set it above 0 there (a restart is needed), or turn two_phase off")
-		}
-	}
-	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32) {
-		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
-	})
+	su, err := s.setup(ctx, cl)
 	if err != nil {
 		return err
 	}
-	// Before the slot is created: a target that refuses origins is a
-	// setup error.
-	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
-		return err
-	}
-	if err := app.SetupOrigin(ctx, apply.OriginName(s.cfg.Source.Slot, "")); err != nil {
-		return err
-	}
-	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {
-		return err
-	}
-	s.det.Store(nil)
-	tombs, err := s.setupTombstones(ctx, app.Conn(), published)
-	if err != nil {
-		return err
-	}
-	commitTS := false
-	if s.cfg.DetectConflicts {
-		det, err := s.detection(ctx, app.Conn(), src.SourceID(), published)
-		if err != nil {
-			return err
-		}
-		det.Tombstones, commitTS = tombs, det.CommitTimestamps
-		s.det.Store(det)
-		app.SetDetection(det)
-	}
-	// The slot is created only now, after every check that can refuse
-	// the start before it (see createSlot); a start refused after it
-	// drops it again (see Run).
-	if err := s.createSlot(ctx, src, app.Conn(), published); err != nil {
-		return err
-	}
-	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
-	if err != nil {
-		return err
-	}
-	s.kept.note(pos.EndLSN, pos.EndLSN, pos.CommitTime)
-	ahead, err := progress.ReadApplied(ctx, app.Conn(), s.cfg.Source.Slot)
-	if err != nil {
-		return err
-	}
-	skips, err := s.readSkips(ctx, app.Conn(), pos.CommitLSN)
-	if err != nil {
-		return err
-	}
-	if err := s.sync(ctx, src, app, published); err != nil {
-		return err
-	}
-	s.syncSequences(ctx, published)
-	tracker := progress.NewTracker(pos.EndLSN)
-	tracker.Observe = func(commitTime time.Time) { s.delays.Observe(time.Since(commitTime).Seconds()) }
-	s.mu.Lock()
-	s.tracker, s.applier = tracker, app
-	s.mu.Unlock()
-	s.received.Store(uint64(pos.EndLSN))
-	if resumed {
-		s.log.Info("resuming", "slot", s.cfg.Source.Slot, "applied_commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String())
-	} else {
-		s.log.Info("starting", "slot", s.cfg.Source.Slot, "publications", s.cfg.Source.Publications, "protocol", src.Proto)
-	}
-
-	var workers *pool
-	s.activeWorkers.Store(0)
-	oneByOne := parapply.LSN(s.oneByOne.Load())
-	if s.cfg.Workers > 0 && !s.cfg.AutoWorkers && oneByOne == 0 {
-		tcfg := s.cfg.Target
-		tcfg.AppName = s.targetName()
-		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
-		p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, s.cfg.Group, tracker, s.log)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for _, w := range p.workers {
-			w.app.SetSynced(app.Synced())
-			w.app.Warn = app.Warn
-		}
-		p.start(ctx)
-		defer p.stop()
-		workers = p
-		s.mu.Lock()
-		s.pool = p
-		s.mu.Unlock()
-		s.activeWorkers.Store(int32(s.cfg.Workers))
-	}
-
-	spillDir, err := s.spillDir(src.SourceID(), app)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(spillDir)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	frames := make(chan []source.Frame, 4)
-	streamErr := make(chan error, 1)
-	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
-	go s.watchSyncStandby(sctx)
-	go s.keepSequences(sctx, published)
-	if tombs {
-		go s.keepTombstones(sctx, tracker, commitTS)
-	}
-	s.state.Store(StateStreaming)
-	s.streamedSince.Store(time.Now().UnixNano())
-	s.everStreamed.Store(true)
-	s.readyOnce.Do(func() { close(s.ready) })
-
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skips: skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
-		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
-	defer l.closeStreams()
-	l.dec.ProtoVersion = src.Proto
-	l.here = &applyHere{app: app, tracker: tracker}
-	l.sink = l.here
-	if workers != nil {
-		l.sink = &toPool{p: workers, keys: app}
-	}
-	if s.autoWorkers() || s.cfg.Target.Prefetch {
-		// One prefetch connection until the tuner sees them wait on a
-		// disk (before the loop starts, so that none opens more first).
-		s.prefetchWaits(l, false)
-		tuned := make(chan struct{})
-		cc, pid := app.Conn().Config(), app.Conn().PgConn().PID()
-		go func() {
-			defer close(tuned)
-			s.tune(ctx, sctx, l, cc, pid)
-		}()
-		defer func() {
-			// The tuner may be opening the pool: it ends first.
-			cancel()
-			<-tuned
-			if p := l.autoPool.Load(); p != nil {
-				p.stop()
-			}
-		}()
-	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	defer func() {
-		cancel()
-		if app.InGroup() {
-			app.Abort(context.Background())
-		}
-		<-streamErr
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-streamErr:
-			streamErr <- err
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		case <-l.sink.failed():
-			if ctx.Err() != nil {
-				return nil
-			}
-			return l.sink.err()
-		case <-tick.C:
-			err := l.checkFlush(ctx)
-			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
-				err = l.commitGroup(ctx)
-			}
-			if err != nil {
-				return err
-			}
-		case batch := <-frames:
-			for _, f := range batch {
-				if err := l.frame(ctx, f); err != nil {
-					if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-						return nil
-					}
-					return err
-				}
-				// A batch may hold thousands of transactions, seconds
-				// of applying: the tuner's move is taken between any two.
-				if err := l.retune(ctx); err != nil {
-					return err
-				}
-			}
-			// Nothing more waiting: commit what the group holds now
-			// rather than wait for more.
-			// (With workers all busy, the group may as well grow.)
-			if open, inTxn, _, _, _ := l.group(); len(frames) == 0 && open && !inTxn && !l.sink.busy() {
-				if err := l.commitGroup(ctx); err != nil {
-					return err
-				}
-			}
-		}
-	}
+	return s.stream(ctx, su)
 }
 
 // countSkip counts the skip of the source transaction that committed at
