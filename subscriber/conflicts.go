@@ -39,7 +39,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		if e := rules.NeedsCommitTimestamps(); e != "" {
 			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
 		}
-		if !s.warnedCommitTS.Swap(true) {
+		if !s.runs.warnedCommitTS.Swap(true) {
 			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
 		}
 	}
@@ -81,7 +81,7 @@ func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
 	if lsn == 0 {
 		return fmt.Errorf("on_error = skip_transaction cannot skip source transaction %d: its commit LSN is not known yet", te.Txn.XID)
 	}
-	if lsn == s.lastSkip {
+	if lsn == s.runs.lastSkip {
 		return fmt.Errorf("on_error = skip_transaction: source transaction %d (commit %s) failed again while being skipped", te.Txn.XID, lsn)
 	}
 	conn, err := pgx.Connect(ctx, s.cfg.Target.DSN)
@@ -92,7 +92,7 @@ func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
 	if err := progress.SetSkip(ctx, conn, s.cfg.Source.Slot, lsn, te.Error()); err != nil {
 		return fmt.Errorf("recording the skip of source transaction %d: %w", te.Txn.XID, err)
 	}
-	s.lastSkip = lsn
+	s.runs.lastSkip = lsn
 	s.log.Warn("a source transaction could not be applied; skipping it (on_error = skip_transaction)", "xid", te.Txn.XID, "commit_lsn", lsn.String(), "error", te.Err)
 	return nil
 }

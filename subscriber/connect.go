@@ -56,7 +56,7 @@ func (s *Subscriber) connect(ctx context.Context) (*connected, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.src.Store(src)
+	s.runs.src.Store(src)
 	app, err := s.openTarget(ctx, s.cfg.Target, false)
 	if err != nil {
 		src.Close()

@@ -35,7 +35,7 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
 		return su, err
 	}
-	s.det.Store(nil)
+	s.runs.det.Store(nil)
 	var err error
 	if su.tombs, err = s.setupTombstones(ctx, conn, c.published); err != nil {
 		return su, err
@@ -46,7 +46,7 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 			return su, err
 		}
 		det.Tombstones, su.commitTS = su.tombs, det.CommitTimestamps
-		s.det.Store(det)
+		s.runs.det.Store(det)
 		c.app.SetDetection(det)
 	}
 	if err := s.createSlot(ctx, c.src, conn, c.published); err != nil {

@@ -209,11 +209,11 @@ func (s *Subscriber) Status() Status {
 	s.mu.Lock()
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
-	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
-		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load(),
-		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load(),
-		Skipped: s.skipped.Load(), TombstonesPruned: s.tombPruned.Load(), TombstonesExpired: s.tombExpired.Load()}
-	if src := s.src.Load(); src != nil {
+	st := Status{State: s.runs.state.Load().(string), Started: started, Received: parapply.LSN(s.stats.received.Load()),
+		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(),
+		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(),
+		Skipped: s.stats.skipped.Load(), TombstonesPruned: s.stats.tombPruned.Load(), TombstonesExpired: s.stats.tombExpired.Load()}
+	if src := s.runs.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}
 	k := s.kept.pos.Load()
@@ -237,17 +237,17 @@ func (s *Subscriber) Status() Status {
 	if v := s.kept.seqResults.Load(); v != nil {
 		st.SequenceResults = *v
 	}
-	if v := s.seqSummary.Load(); v != nil {
+	if v := s.seq.summary.Load(); v != nil {
 		st.Sequences = *v
 	}
-	if v := s.seqErr.Load(); v != nil {
+	if v := s.seq.err.Load(); v != nil {
 		st.SequenceError = *v
 	}
 	for i := range st.Reconnects {
-		st.Reconnects[i] = s.reconnects[i].Load()
+		st.Reconnects[i] = s.runs.reconnects[i].Load()
 	}
-	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.activeWorkers.Load())
-	st.WorkerSwitches, st.ReadWaitShare = s.workerSwitches.Load(), math.Float64frombits(s.readShare.Load())
+	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.tuner.activeWorkers.Load())
+	st.WorkerSwitches, st.ReadWaitShare = s.tuner.workerSwitches.Load(), math.Float64frombits(s.tuner.readShare.Load())
 	apps := []*apply.Applier{}
 	if ap != nil {
 		apps = append(apps, ap)
@@ -293,8 +293,8 @@ func (s *Subscriber) Status() Status {
 		st.PrefetchConns += a.PrefetchConns()
 		st.PrefetchWait += time.Duration(a.Stats.PrefetchWait.Load())
 	}
-	for _, name := range s.tallies.Names() {
-		t := s.tallies.For(name)
+	for _, name := range s.stats.tallies.Names() {
+		t := s.stats.tallies.For(name)
 		ts := TableStatus{Name: name, Inserts: t.Inserts.Load(), Updates: t.Updates.Load(), Deletes: t.Deletes.Load(),
 			Truncates: t.Truncates.Load(), UpdateMissing: t.UpdateMissing.Load(), DeleteMissing: t.DeleteMissing.Load()}
 		for _, ty := range conflict.Types {

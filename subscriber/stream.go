@@ -18,8 +18,8 @@ import (
 func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 	app, src := su.app, su.src
 	tracker := s.track(su)
-	s.activeWorkers.Store(0)
-	oneByOne := parapply.LSN(s.oneByOne.Load())
+	s.tuner.activeWorkers.Store(0)
+	oneByOne := parapply.LSN(s.runs.oneByOne.Load())
 	workers, err := s.openWorkers(ctx, app, tracker, oneByOne)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -45,9 +45,9 @@ func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 	if su.tombs {
 		go s.keepTombstones(sctx, tracker, su.commitTS)
 	}
-	s.state.Store(StateStreaming)
-	s.streamedSince.Store(time.Now().UnixNano())
-	s.everStreamed.Store(true)
+	s.runs.state.Store(StateStreaming)
+	s.runs.streamedSince.Store(time.Now().UnixNano())
+	s.runs.everStreamed.Store(true)
 	s.readyOnce.Do(func() { close(s.ready) })
 
 	l := s.newLoop(su, tracker, oneByOne, workers, spillDir)
@@ -72,11 +72,11 @@ func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 func (s *Subscriber) track(su setUp) *progress.Tracker {
 	pos := su.opened.Position
 	tracker := progress.NewTracker(pos.EndLSN)
-	tracker.Observe = func(commitTime time.Time) { s.delays.Observe(time.Since(commitTime).Seconds()) }
+	tracker.Observe = func(commitTime time.Time) { s.stats.delays.Observe(time.Since(commitTime).Seconds()) }
 	s.mu.Lock()
 	s.tracker, s.applier = tracker, su.app
 	s.mu.Unlock()
-	s.received.Store(uint64(pos.EndLSN))
+	s.stats.received.Store(uint64(pos.EndLSN))
 	if su.opened.Resumed {
 		s.log.Info("resuming", "slot", s.cfg.Source.Slot, "applied_commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String())
 	} else {
@@ -107,7 +107,7 @@ func (s *Subscriber) openWorkers(ctx context.Context, app *apply.Applier, tracke
 	s.mu.Lock()
 	s.pool = p
 	s.mu.Unlock()
-	s.activeWorkers.Store(int32(s.cfg.Workers))
+	s.tuner.activeWorkers.Store(int32(s.cfg.Workers))
 	return p, nil
 }
 

@@ -130,17 +130,44 @@ const (
 	DefaultGroupMaxDelay   = 200 * time.Millisecond
 )
 
-// Subscriber applies one slot's stream to one target.
+// Subscriber applies one slot's stream to one target. Its fields are
+// grouped by the part that writes them: Run and its phases (runs), the
+// loop and its streams (stats), the tuner (tuner), the sequence syncs
+// (seq), the origin planning (origins); Status reads them all.
 type Subscriber struct {
 	cfg Config
 	log *slog.Logger
+	// ready is closed once the subscriber is streaming.
+	ready     chan struct{}
+	readyOnce sync.Once
 
-	mu      sync.Mutex
-	tracker *progress.Tracker
-	applier *apply.Applier
-	pool    *pool
+	// mu guards the current run's tracker, applier and pool (for Status),
+	// when Run started, the pids of the target sessions of the current
+	// and the previous run, and the figures of earlier runs.
+	mu             sync.Mutex
+	tracker        *progress.Tracker
+	applier        *apply.Applier
+	pool           *pool
+	started        time.Time
+	sessions       []uint32
+	streamSessions []uint32
+	earlier        []uint32
+	past           apply.Stats
 
-	received atomic.Uint64
+	runs    runState
+	stats   stats
+	tuner   tunerFigures
+	seq     seqState
+	origins originState
+	// kept is what Status reports between runs and during the copy.
+	kept kept
+}
+
+// runState is written by Run and the phases of its runs.
+type runState struct {
+	// state is the subscriber's (a State*), src the current run's stream.
+	state atomic.Value // string
+	src   atomic.Pointer[source.Source]
 	// det is the run's conflict detection, given to every applier it
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
@@ -152,46 +179,34 @@ type Subscriber struct {
 	createdSlot bool
 	keptRows    []string
 	// lastSkip is the commit LSN on_error last asked to skip.
-	lastSkip  parapply.LSN
-	ready     chan struct{}
-	readyOnce sync.Once
-
+	lastSkip parapply.LSN
 	// Across runs: when the current run began streaming (Unix ns, 0 if it
-	// has not), faults ridden out by cause (the order of FaultCauses),
-	// whether the next run applies streamed transactions at their commit
-	// only (after a lock stall), the pids of the target sessions of the
-	// current and the previous run, and the figures of earlier runs.
-	streamedSince  atomic.Int64
-	everStreamed   atomic.Bool
-	reconnects     [len(FaultCauses)]atomic.Int64
-	atCommitOnly   atomic.Bool
-	sessions       []uint32
-	streamSessions []uint32
-	earlier        []uint32
-	past           apply.Stats
+	// has not), whether a run ever did, faults ridden out by cause (the
+	// order of FaultCauses), and whether the next run applies streamed
+	// transactions at their commit only (after a lock stall).
+	streamedSince atomic.Int64
+	everStreamed  atomic.Bool
+	reconnects    [len(FaultCauses)]atomic.Int64
+	atCommitOnly  atomic.Bool
+	// oneByOne, when not zero, is the commit LSN up to which runs apply one
+	// source transaction per target transaction, on the reader (see
+	// errOneByOneDone).
+	oneByOne atomic.Uint64
+	// syncStandby is true while the publisher names parapply in
+	// synchronous_standby_names (see watchSyncStandby).
+	syncStandby atomic.Bool
+}
 
-	// The last sequence sync's summary and error, and the sequences
-	// warned about (missing on the target, unreadable on the publisher);
-	// seqMu makes syncs one at a time (a run's last may overlap the next
-	// run's first).
-	seqMu      sync.Mutex
-	seqSummary atomic.Pointer[sequences.Summary]
-	seqErr     atomic.Pointer[string]
-	seqWarned  map[string]bool
-
-	// For Status: the stream, the state, when Run started, per-table
-	// tallies, commit delays, bytes of streamed transactions held, and
-	// the last copy progress.
-	src         atomic.Pointer[source.Source]
-	state       atomic.Value // string
-	started     time.Time
+// stats are the figures the loop, its streamed transactions and the
+// tombstone keeper write for Status.
+type stats struct {
+	// The position received, per-table tallies, commit delays, bytes of
+	// streamed transactions held, and the last copy progress.
+	received    atomic.Uint64
 	tallies     *apply.Tallies
 	delays      *Histogram
 	streamBytes atomic.Int64
 	copied      atomic.Pointer[tablesync.Progress]
-	// syncStandby is true while the publisher names parapply in
-	// synchronous_standby_names (see watchSyncStandby).
-	syncStandby atomic.Bool
 	// Streamed transactions: bytes written to spill files, appliers in
 	// flight, and how many were applied in flight and at their commit.
 	spilled                            atomic.Int64
@@ -200,32 +215,43 @@ type Subscriber struct {
 	// skipped counts source transactions skipped (at parapply skip's
 	// request, or on_error's), each once however many runs meet it:
 	// skippedAt holds the last ones counted.
-	skipped atomic.Int64
+	skipped   atomic.Int64
+	skippedMu sync.Mutex
+	skippedAt []parapply.LSN
 	// quiet is the last keepalive received with nothing in flight, and
 	// tombPruned and tombExpired count the records of deletes pruned and
 	// dropped at max_retention_duration (see keepTombstones).
 	quiet                   atomic.Pointer[quietMark]
 	tombPruned, tombExpired atomic.Int64
-	skippedMu               sync.Mutex
-	skippedAt               []parapply.LSN
-	// oneByOne, when not zero, is the commit LSN up to which runs apply one
-	// source transaction per target transaction, on the reader (see
-	// errOneByOneDone).
-	oneByOne atomic.Uint64
-	// With AutoWorkers: the workers applying now (0: the stream reader),
-	// the switches made, and the last read-wait share judged (float64
-	// bits; see tune.go).
+}
+
+// tunerFigures are written, with AutoWorkers, by the tuner and the run:
+// the workers applying now (0: the stream reader), the switches made, and
+// the last read-wait share judged (float64 bits; see tune.go).
+type tunerFigures struct {
 	activeWorkers  atomic.Int32
 	workerSwitches atomic.Int64
 	readShare      atomic.Uint64
-	// want holds the session counts configured, which each run fits to
-	// the target's free replication origin states (prepareOrigins);
-	// warnedOrigins and strayReported, that what could not be read, and
-	// the origins no slot uses, were told.
-	want                         struct{ workers, streams, copiers int }
-	warnedOrigins, strayReported atomic.Bool
-	// kept is what Status reports between runs and during the copy.
-	kept kept
+}
+
+// seqState is written by the sequence syncs: the last one's summary and
+// error, and the sequences warned about (missing on the target,
+// unreadable on the publisher); mu makes syncs one at a time (a run's
+// last may overlap the next run's first).
+type seqState struct {
+	mu      sync.Mutex
+	summary atomic.Pointer[sequences.Summary]
+	err     atomic.Pointer[string]
+	warned  map[string]bool
+}
+
+// originState is written by prepareOrigins: want holds the session counts
+// configured, which each run fits to the target's free replication origin
+// states; warned and strayReported, that what could not be read, and the
+// origins no slot uses, were told.
+type originState struct {
+	want                  struct{ workers, streams, copiers int }
+	warned, strayReported atomic.Bool
 }
 
 // New returns a subscriber; Run starts it.
@@ -251,12 +277,14 @@ func New(cfg Config) *Subscriber {
 		l.Info("each source transaction is applied as a target transaction of its own (no grouping): conflict_resolution compares commit times", "entry", e)
 		cfg.Group.MaxChanges = 1
 	}
-	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), seqWarned: map[string]bool{}, tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
-	sub.cfg.Target.Tallies = sub.tallies
-	sub.cfg.Target.SyncStandby = &sub.syncStandby
-	sub.cfg.Source.Prompt = &sub.syncStandby
-	sub.state.Store(StateStarting)
-	sub.want.workers, sub.want.streams, sub.want.copiers = cfg.Workers, cfg.StreamWorkers, max(cfg.CopyWorkers, 1)
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
+	sub.seq.warned = map[string]bool{}
+	sub.stats.tallies, sub.stats.delays = apply.NewTallies(), NewHistogram(DelayBuckets)
+	sub.cfg.Target.Tallies = sub.stats.tallies
+	sub.cfg.Target.SyncStandby = &sub.runs.syncStandby
+	sub.cfg.Source.Prompt = &sub.runs.syncStandby
+	sub.runs.state.Store(StateStarting)
+	sub.origins.want.workers, sub.origins.want.streams, sub.origins.want.copiers = cfg.Workers, cfg.StreamWorkers, max(cfg.CopyWorkers, 1)
 	return sub
 }
 
@@ -285,15 +313,15 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.mu.Unlock()
 	defer func() {
 		if err != nil {
-			s.state.Store(StateFailed)
+			s.runs.state.Store(StateFailed)
 		} else {
-			s.state.Store(StateStopped)
+			s.runs.state.Store(StateStopped)
 		}
 	}()
 	defer func() {
 		// Given up: a slot this process created and never streamed from
 		// goes, with what its starts recorded on the target.
-		if err != nil && s.createdSlot && !s.everStreamed.Load() {
+		if err != nil && s.runs.createdSlot && !s.runs.everStreamed.Load() {
 			s.abandonSlot()
 		}
 	}()
@@ -315,8 +343,8 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			continue
 		}
-		if cause == "" && errors.As(err, &ge) && s.oneByOne.Load() == 0 {
-			s.oneByOne.Store(uint64(ge.Last.CommitLSN))
+		if cause == "" && errors.As(err, &ge) && s.runs.oneByOne.Load() == 0 {
+			s.runs.oneByOne.Store(uint64(ge.Last.CommitLSN))
 			s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
 				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
 			continue
@@ -333,7 +361,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 		}
 		limit := s.cfg.ReconnectTimeout
-		if !s.everStreamed.Load() {
+		if !s.runs.everStreamed.Load() {
 			// A first start that cannot reach a server is a setup
 			// mistake, said at once; only a slot still held by the
 			// walsender of a subscriber that just died is waited for.
@@ -342,7 +370,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			limit = min(limit, firstStartSlotWait)
 		}
-		if since := s.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
+		if since := s.runs.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
 		}
@@ -355,10 +383,10 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			return fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, limit)
 		}
-		s.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
-		s.atCommitOnly.Store(cause == FaultLockWait)
+		s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+		s.runs.atCommitOnly.Store(cause == FaultLockWait)
 		delay := min(reconnectFirstDelay<<min(try-1, 8), reconnectMaxDelay)
-		s.state.Store(StateReconnecting)
+		s.runs.state.Store(StateReconnecting)
 		s.log.Warn("a fault ended the run; starting again from what the target recorded", "cause", cause, "error", err, "attempt", try,
 			"retry_in", delay.String(), "gives_up_in", (limit - time.Since(faultSince)).Round(time.Second).String())
 		select {
@@ -378,7 +406,7 @@ var errOneByOneDone = errors.New("applied past the failed group one transaction 
 // autoWorkers reports whether this run may move to workers: workers =
 // auto, and not applying one transaction at a time.
 func (s *Subscriber) autoWorkers() bool {
-	return s.cfg.AutoWorkers && s.cfg.Workers > 0 && s.oneByOne.Load() == 0
+	return s.cfg.AutoWorkers && s.cfg.Workers > 0 && s.runs.oneByOne.Load() == 0
 }
 
 // Reconnect timing: the first retry after a fault waits
@@ -404,7 +432,7 @@ const DefaultReconnectTimeout = 5 * time.Minute
 // of its target sessions are kept, so that the next run can end any that
 // outlive it (see progress.Claim).
 func (s *Subscriber) run(ctx context.Context) (err error) {
-	s.streamedSince.Store(0)
+	s.runs.streamedSince.Store(0)
 	defer s.endRun()
 	c, err := s.connect(ctx)
 	if err != nil {
@@ -427,14 +455,14 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 // lsn, unless a run counted it before (a run that ends before the skip
 // commits meets it again).
 func (s *Subscriber) countSkip(lsn parapply.LSN) {
-	s.skippedMu.Lock()
-	defer s.skippedMu.Unlock()
-	if slices.Contains(s.skippedAt, lsn) {
+	s.stats.skippedMu.Lock()
+	defer s.stats.skippedMu.Unlock()
+	if slices.Contains(s.stats.skippedAt, lsn) {
 		return
 	}
-	if len(s.skippedAt) >= 64 {
-		s.skippedAt = s.skippedAt[1:]
+	if len(s.stats.skippedAt) >= 64 {
+		s.stats.skippedAt = s.stats.skippedAt[1:]
 	}
-	s.skippedAt = append(s.skippedAt, lsn)
-	s.skipped.Add(1)
+	s.stats.skippedAt = append(s.stats.skippedAt, lsn)
+	s.stats.skipped.Add(1)
 }

@@ -387,10 +387,10 @@ func (s *Subscriber) judgeWindow(runCtx, ctx context.Context, r *tuning, now tim
 	} else {
 		r.windowEnd = now.Add(tuneWindow)
 		rows, conns := s.executedRows(l), l.app.PrefetchConns()
-		moved := (s.activeWorkers.Load() > 0) == t.pooled
+		moved := (s.tuner.activeWorkers.Load() > 0) == t.pooled
 		pooled, changed = t.judge(rows-r.lastRows, conns == r.lastConns && moved)
 		r.lastConns = conns
-		s.readShare.Store(math.Float64bits(t.lastShare))
+		s.tuner.readShare.Store(math.Float64bits(t.lastShare))
 		s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "rows", rows-r.lastRows, "prefetch_connections", conns, "pooled", pooled)
 		r.lastRows = rows
 	}
@@ -530,7 +530,7 @@ func (l *loop) retune(ctx context.Context) error {
 		n = len(p.workers)
 		l.sink = &toPool{p: p, keys: l.app}
 	}
-	l.s.activeWorkers.Store(int32(n))
-	l.s.workerSwitches.Add(1)
+	l.s.tuner.activeWorkers.Store(int32(n))
+	l.s.tuner.workerSwitches.Add(1)
 	return nil
 }
