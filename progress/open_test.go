@@ -22,16 +22,7 @@ import (
 func TestOpen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "progress-open"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	srv, admin := startServer(ctx, t, "progress-open")
 	lsn := func(s string) parapply.LSN {
 		l, err := parapply.ParseLSN(s)
 		if err != nil {
@@ -105,4 +96,16 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 			}
 		})
 	}
+}
+
+// startServer starts a server for a test, stopped when it ends, and
+// connects to its postgres database (for a CREATE DATABASE per case).
+func startServer(ctx context.Context, t *testing.T, name string) (*pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	return srv, connect(ctx, t, srv.DSN("postgres"))
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/internal/pgtest"
 )
 
 // oldSkipForms are the forms of parapply.skip that releases before skip
@@ -42,16 +41,7 @@ COMMENT ON TABLE parapply.skip IS 'parapply: the source transaction (by commit L
 func TestSkipTableUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "progress-skip"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	srv, admin := startServer(ctx, t, "progress-skip")
 	n := 0
 	for _, form := range oldSkipForms {
 		for _, by := range []string{"start", "parapply skip"} {
