@@ -238,6 +238,40 @@ func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position,
 	return p, p.EndLSN != 0, nil
 }
 
+// Opened is what the target recorded of a slot, read once at a run's
+// start: where to resume, what was applied ahead of that, and what is to be
+// skipped.
+type Opened struct {
+	// Position is the progress row's (zero when new); Resumed, that
+	// there was one to resume from.
+	Position Position
+	Resumed  bool
+	// Ahead are the groups committed ahead of Position (ReadApplied).
+	Ahead []Range
+	// Skips are the pending skip requests; Passed, the commit LSNs of
+	// the requests Position has passed, removed now (ReadSkips).
+	Skips  []SkipRequest
+	Passed []parapply.LSN
+}
+
+// Open is a run's one reading of the slot's records on the target: it
+// creates what is missing (Init), then reads the groups applied ahead and
+// the skip requests, so that the run starts from one consistent answer.
+func Open(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Opened, error) {
+	var o Opened
+	var err error
+	if o.Position, o.Resumed, err = Init(ctx, conn, slot, sourceID); err != nil {
+		return o, err
+	}
+	if o.Ahead, err = ReadApplied(ctx, conn, slot); err != nil {
+		return o, err
+	}
+	if o.Skips, o.Passed, err = ReadSkips(ctx, conn, slot, o.Position.CommitLSN); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
 // Tracker pairs publisher positions with the target WAL positions of the
 // commits that applied them, and releases a publisher position as durable
 // only once the target has flushed its commit (as worker.c's

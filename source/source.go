@@ -367,6 +367,32 @@ type Feedback interface {
 // socket deadline instead of a cancellable context, and frames are handed
 // over in slices, as many as have arrived while the applier was busy.
 func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Frame, fb Feedback) error {
+	args, err := s.pluginArgs()
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
+	if err != nil {
+		return fmt.Errorf("START_REPLICATION on slot %s: %w", s.cfg.Slot, err)
+	}
+	interval := s.cfg.StatusInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	// Cancelling ctx interrupts a blocked read.
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	wctx, stopWake := context.WithCancel(ctx)
+	defer stopWake()
+	go s.wakeOnMove(wctx, fb)
+	st := &streamReader{s: s, out: out, fb: fb, interval: interval, received: start}
+	return st.read(ctx)
+}
+
+// pluginArgs are pgoutput's options for the settings: protocol,
+// publications, and the streaming, binary, two-phase and origin modes.
+func (s *Source) pluginArgs() ([]string, error) {
 	args := []string{
 		"proto_version '" + strconv.Itoa(s.Proto) + "'",
 		"publication_names " + parapply.QuoteLiteral(quotePubs(s.cfg.Publications)),
@@ -380,116 +406,125 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	}
 	if s.cfg.TwoPhase {
 		if s.Proto < 3 {
-			return fmt.Errorf("two_phase = on needs pgoutput protocol 3 (PostgreSQL 15 or later) on the publisher; this one speaks %d: turn two_phase off", s.Proto)
+			return nil, fmt.Errorf("two_phase = on needs pgoutput protocol 3 (PostgreSQL 15 or later) on the publisher; this one speaks %d: turn two_phase off", s.Proto)
 		}
 		args = append(args, "two_phase 'on'")
 	}
 	if s.cfg.Origin == OriginNone {
 		args = append(args, "origin 'none'")
 	}
-	err := pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
-		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
-	if err != nil {
-		return fmt.Errorf("START_REPLICATION on slot %s: %w", s.cfg.Slot, err)
-	}
-	interval := s.cfg.StatusInterval
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	// Cancelling ctx interrupts a blocked read.
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	return args, nil
+}
 
-	// When the positions advance, wake a blocked read so that the
-	// publisher hears of it at once, as it does from the built-in apply
-	// worker: a synchronous publisher's commits wait for exactly that.
-	wctx, stopWake := context.WithCancel(ctx)
-	defer stopWake()
-	go func() {
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-fb.Moved():
-				_ = s.conn.Conn().SetReadDeadline(time.Now())
-			}
+// wakeOnMove wakes a blocked read when the positions advance, until ctx
+// ends, so that the publisher hears of it at once, as it does from the
+// built-in apply worker: a synchronous publisher's commits wait for
+// exactly that.
+func (s *Source) wakeOnMove(ctx context.Context, fb Feedback) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fb.Moved():
+			_ = s.conn.Conn().SetReadDeadline(time.Now())
 		}
-	}()
+	}
+}
 
-	received := start
-	var txns txnTracker
-	var sentDurable, sentApplied parapply.LSN
-	var lastSent time.Time
-	send := func(force bool) error {
-		applied, durable, _ := fb.Positions()
-		if !force && durable == sentDurable && applied == sentApplied && time.Since(lastSent) < interval {
-			return nil
-		}
-		// pglogrepl reports the write position as flushed and applied when
-		// those are zero: before anything of ours is durable, report the
-		// slot's own confirmed position instead (or nothing at all).
-		flush := max(durable, s.Confirmed)
-		w := max(received, flush)
-		if flush == 0 {
-			w = 0
-		}
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pglogrepl.LSN(w),
-			WALFlushPosition: pglogrepl.LSN(flush),
-			WALApplyPosition: pglogrepl.LSN(max(applied, flush)),
-		})
-		if err != nil {
-			return fmt.Errorf("sending standby status update: %w", err)
-		}
-		sentDurable, sentApplied, lastSent = durable, applied, time.Now()
+// maxPending bounds the frames read ahead of the applier: past it, the
+// reader waits for the applier to take them.
+const maxPending = 4096
+
+// streamReader is one Stream's state: the position received, what was last
+// reported to the publisher, and the frames read but not yet handed over.
+type streamReader struct {
+	s        *Source
+	out      chan<- []Frame
+	fb       Feedback
+	interval time.Duration
+	received parapply.LSN
+	txns     txnTracker
+
+	sentDurable, sentApplied parapply.LSN
+	lastSent                 time.Time
+	pending                  []Frame
+}
+
+// send reports the positions to the publisher if they moved since the last
+// report, if interval has passed since it, or if force.
+func (st *streamReader) send(ctx context.Context, force bool) error {
+	applied, durable, _ := st.fb.Positions()
+	if !force && durable == st.sentDurable && applied == st.sentApplied && time.Since(st.lastSent) < st.interval {
 		return nil
 	}
-	const maxPending = 4096
-	var pending []Frame
-	// handed is called once pending went out: the next batch starts with
-	// room for as many frames (while the applier is busy, batches of
-	// hundreds of frames grew by doubling, each step copying frames that
-	// hold pointers).
-	handed := func() {
-		pending = make([]Frame, 0, len(pending))
+	// pglogrepl reports the write position as flushed and applied when
+	// those are zero: before anything of ours is durable, report the
+	// slot's own confirmed position instead (or nothing at all).
+	flush := max(durable, st.s.Confirmed)
+	w := max(st.received, flush)
+	if flush == 0 {
+		w = 0
 	}
-	// flush hands pending frames over; it blocks only when block is set,
-	// and keeps reporting status while it waits.
-	flush := func(block bool) error {
-		if len(pending) == 0 {
-			return nil
-		}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, st.s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(w),
+		WALFlushPosition: pglogrepl.LSN(flush),
+		WALApplyPosition: pglogrepl.LSN(max(applied, flush)),
+	})
+	if err != nil {
+		return fmt.Errorf("sending standby status update: %w", err)
+	}
+	st.sentDurable, st.sentApplied, st.lastSent = durable, applied, time.Now()
+	return nil
+}
+
+// handed is called once pending went out: the next batch starts with room
+// for as many frames (while the applier is busy, batches of hundreds of
+// frames grew by doubling, each step copying frames that hold pointers).
+func (st *streamReader) handed() {
+	st.pending = make([]Frame, 0, len(st.pending))
+}
+
+// flush hands pending frames over; it blocks only when block is set, and
+// keeps reporting status while it waits.
+func (st *streamReader) flush(ctx context.Context, block bool) error {
+	if len(st.pending) == 0 {
+		return nil
+	}
+	select {
+	case st.out <- st.pending:
+		st.handed()
+		return nil
+	default:
+	}
+	if !block {
+		return nil
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
 		select {
-		case out <- pending:
-			handed()
+		case st.out <- st.pending:
+			st.handed()
 			return nil
-		default:
-		}
-		if !block {
-			return nil
-		}
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case out <- pending:
-				handed()
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-				if err := send(false); err != nil {
-					return err
-				}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := st.send(ctx, false); err != nil {
+				return err
 			}
 		}
 	}
-	// The read deadline wakes the loop to report status and, when frames
-	// are waiting for a busy applier, to retry handing them over. It is
-	// renewed every 64 messages or after it fires, not per message.
+}
+
+// read reads the stream until ctx ends or the connection fails. The read
+// deadline wakes it to report status and, when frames are waiting for a
+// busy applier, to retry handing them over. It is renewed every 64
+// messages or after it fires, not per message.
+func (st *streamReader) read(ctx context.Context) error {
+	s := st.s
 	var shortWait bool
 	for n := 0; ; n++ {
-		stuck := len(pending) > 0
+		stuck := len(st.pending) > 0
 		if n%64 == 0 || stuck != shortWait {
 			wait := 250 * time.Millisecond
 			if stuck {
@@ -497,7 +532,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 			}
 			shortWait = stuck
 			_ = s.conn.Conn().SetReadDeadline(time.Now().Add(wait))
-			if err := send(false); err != nil {
+			if err := st.send(ctx, false); err != nil {
 				return err
 			}
 		}
@@ -508,7 +543,7 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 			}
 			if pgconn.Timeout(err) {
 				n = -1 // renew the deadline and report status
-				if err := flush(len(pending) >= maxPending); err != nil {
+				if err := st.flush(ctx, len(st.pending) >= maxPending); err != nil {
 					return err
 				}
 				continue
@@ -520,47 +555,58 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 			if len(m.Data) == 0 {
 				continue
 			}
-			switch m.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("bad keepalive from the publisher: %w", err)
-				}
-				s.sawWALEnd(uint64(k.ServerWALEnd))
-				pending = append(pending, Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime})
-				if k.ReplyRequested {
-					if err := flush(true); err != nil {
-						return err
-					}
-					if err := send(true); err != nil {
-						return err
-					}
-				}
-			case pglogrepl.XLogDataByteID:
-				x, err := pglogrepl.ParseXLogData(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("bad XLogData from the publisher: %w", err)
-				}
-				s.sawWALEnd(uint64(x.ServerWALEnd))
-				if len(x.WALData) > 0 {
-					txns.saw(x.WALData[0], &s.largeTxn)
-				}
-				data := make([]byte, len(x.WALData))
-				copy(data, x.WALData)
-				if l := parapply.LSN(x.WALStart); l > received {
-					received = l
-				}
-				pending = append(pending, Frame{WALStart: parapply.LSN(x.WALStart), Data: data, ServerTime: x.ServerTime})
+			if err := st.copyData(ctx, m.Data); err != nil {
+				return err
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("publisher ended replication on slot %s: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
 			return fmt.Errorf("publisher ended the replication stream of slot %s", s.cfg.Slot)
 		}
-		if err := flush(len(pending) >= maxPending); err != nil {
+		if err := st.flush(ctx, len(st.pending) >= maxPending); err != nil {
 			return err
 		}
 	}
+}
+
+// copyData takes one message of the stream: a keepalive (answered at once
+// if the publisher asks, after what was read before it is handed over) or
+// XLogData; both become pending frames.
+func (st *streamReader) copyData(ctx context.Context, data []byte) error {
+	s := st.s
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("bad keepalive from the publisher: %w", err)
+		}
+		s.sawWALEnd(uint64(k.ServerWALEnd))
+		st.pending = append(st.pending, Frame{WALStart: parapply.LSN(k.ServerWALEnd), ServerTime: k.ServerTime})
+		if k.ReplyRequested {
+			if err := st.flush(ctx, true); err != nil {
+				return err
+			}
+			if err := st.send(ctx, true); err != nil {
+				return err
+			}
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("bad XLogData from the publisher: %w", err)
+		}
+		s.sawWALEnd(uint64(x.ServerWALEnd))
+		if len(x.WALData) > 0 {
+			st.txns.saw(x.WALData[0], &s.largeTxn)
+		}
+		wal := make([]byte, len(x.WALData))
+		copy(wal, x.WALData)
+		if l := parapply.LSN(x.WALStart); l > st.received {
+			st.received = l
+		}
+		st.pending = append(st.pending, Frame{WALStart: parapply.LSN(x.WALStart), Data: wal, ServerTime: x.ServerTime})
+	}
+	return nil
 }
 
 func quotePubs(pubs []string) string {

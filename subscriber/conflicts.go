@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
@@ -42,7 +41,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 		if e := rules.NeedsCommitTimestamps(); e != "" {
 			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
 		}
-		if !s.warnedCommitTS.Swap(true) {
+		if !s.runs.warnedCommitTS.Swap(true) {
 			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
 		}
 	}
@@ -84,7 +83,7 @@ func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
 	if lsn == 0 {
 		return fmt.Errorf("on_error = skip_transaction cannot skip source transaction %d: its commit LSN is not known yet", te.Txn.XID)
 	}
-	if lsn == s.lastSkip {
+	if lsn == s.runs.lastSkip {
 		return fmt.Errorf("on_error = skip_transaction: source transaction %d (commit %s) failed again while being skipped", te.Txn.XID, lsn)
 	}
 	conn, err := pgx.Connect(ctx, s.cfg.Target.DSN)
@@ -95,7 +94,7 @@ func (s *Subscriber) skipFailed(ctx context.Context, te *apply.TxnError) error {
 	if err := progress.SetSkip(ctx, conn, s.cfg.Source.Slot, lsn, te.Error()); err != nil {
 		return fmt.Errorf("recording the skip of source transaction %d: %w", te.Txn.XID, err)
 	}
-	s.lastSkip = lsn
+	s.runs.lastSkip = lsn
 	s.log.Warn("a source transaction could not be applied; skipping it (on_error = skip_transaction)", "xid", te.Txn.XID, "commit_lsn", lsn.String(), "error", te.Err)
 	return nil
 }
@@ -117,18 +116,13 @@ func transient(err error) bool {
 	return pe.Code == pgerrcode.LockNotAvailable || pe.Code == pgerrcode.ObjectInUse
 }
 
-// readSkips reads the slot's pending skip requests (parapply.skip), after
-// removing those the target has applied past (at applied), and logs both.
-func (s *Subscriber) readSkips(ctx context.Context, conn *pgx.Conn, applied parapply.LSN) ([]progress.SkipRequest, error) {
-	skips, passed, err := progress.ReadSkips(ctx, conn, s.cfg.Source.Slot, applied)
-	if err != nil {
-		return nil, err
+// logSkips tells what progress.Open found of the slot's skip requests:
+// those the target has applied past (removed now) and those pending.
+func (s *Subscriber) logSkips(o progress.Opened) {
+	for _, p := range o.Passed {
+		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", p.String(), "applied_commit_lsn", o.Position.CommitLSN.String())
 	}
-	for _, p := range passed {
-		s.log.Info("a skip request is done with: the target has applied past it", "skip_lsn", p.String(), "applied_commit_lsn", applied.String())
-	}
-	for _, r := range skips {
+	for _, r := range o.Skips {
 		s.log.Info("a source transaction is to be skipped", "skip_lsn", r.LSN.String(), "error", r.Reason)
 	}
-	return skips, nil
 }

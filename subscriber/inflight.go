@@ -235,10 +235,10 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, st *stream) 
 	// in for it (the commit comes after it), so tables copied at a sync
 	// position before it are applied (see loop.inflightAllowed).
 	app.Begin(apply.Txn{XID: xid, CommitLSN: st.firstLSN, Origin: st.origin})
-	l.s.inflight.Add(1)
+	l.s.stats.inflight.Add(1)
 	go func() {
 		defer close(f.done)
-		defer l.s.inflight.Add(-1)
+		defer l.s.stats.inflight.Add(-1)
 		clean := f.run(gctx)
 		conn := app.Conn()
 		l.streamConns.release(sc, clean && !conn.IsClosed() && conn.PgConn().TxStatus() == 'I')

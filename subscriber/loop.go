@@ -103,12 +103,12 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 		quiet, err := l.quiet()
 		if quiet {
 			l.tracker.Reached(f.WALStart)
-			l.s.quiet.Store(&quietMark{f.WALStart, f.ServerTime})
+			l.s.stats.quiet.Store(&quietMark{f.WALStart, f.ServerTime})
 		}
 		return err
 	}
-	if uint64(f.WALStart) > l.s.received.Load() {
-		l.s.received.Store(uint64(f.WALStart))
+	if uint64(f.WALStart) > l.s.stats.received.Load() {
+		l.s.stats.received.Store(uint64(f.WALStart))
 	}
 	if xid, ok := l.dec.PeekStreamedChange(f.Data); ok {
 		// Stored as received; decoded when applied.
@@ -293,7 +293,7 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 	if err := l.settle(ctx); err != nil {
 		return err
 	}
-	l.s.oneByOne.Store(0)
+	l.s.runs.oneByOne.Store(0)
 	l.s.log.Info("applied past the failed group one transaction at a time; grouping again", "commit_lsn", l.txn.CommitLSN.String())
 	return errOneByOneDone
 }

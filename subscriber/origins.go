@@ -42,13 +42,13 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 	}
 	limit, setting, held := states.Limit, states.Setting, states.Held
 	if !states.Visible {
-		if !s.warnedOrigins.Swap(true) {
+		if !s.origins.warned.Swap(true) {
 			s.log.Warn("the target role may not read which replication origins hold state (pg_show_replication_origin_status), so parapply cannot size its sessions to what is free nor drop its origins no longer used; as a superuser on the target, GRANT EXECUTE ON FUNCTION pg_catalog.pg_show_replication_origin_status() TO <role>", "setting", setting, "limit", limit)
 		}
 		// As if no other origin held one.
 		held = nil
 	}
-	plan, err := target.PlanOrigins(limit, held, slot, states.Siblings, s.want.workers, s.want.streams, s.want.copiers)
+	plan, err := target.PlanOrigins(limit, held, slot, states.Siblings, s.origins.want.workers, s.origins.want.streams, s.origins.want.copiers)
 	if err != nil {
 		return err
 	}
@@ -73,18 +73,18 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 		s.reportStrayOrigins(ctx, conn, held)
 	}
 	w, st, c := plan.Workers, plan.Streams, plan.Copiers
-	if w != s.want.workers || st != s.want.streams || c != s.want.copiers {
+	if w != s.origins.want.workers || st != s.origins.want.streams || c != s.origins.want.copiers {
 		// With workers = auto the pool is parapply's choice anyway: a
 		// default target (10 origins) takes one worker fewer than
 		// max_workers = 8, which is no cause for a warning at every
 		// start; fewer copy workers only slow the copy.
 		level := slog.LevelWarn
-		if s.cfg.AutoWorkers && st == s.want.streams && w > 0 || w == s.want.workers && st == s.want.streams {
+		if s.cfg.AutoWorkers && st == s.origins.want.streams && w > 0 || w == s.origins.want.workers && st == s.origins.want.streams {
 			level = slog.LevelInfo
 		}
 		s.log.Log(ctx, level, fmt.Sprintf("the target allows %d replication origin states (%s), %d of them held by other origins, and parapply holds one per applying session: applying with fewer; raise %s on the target to at least %d (a restart is needed), or drop origins no longer used",
-			limit, setting, len(plan.Others), setting, len(plan.Others)+1+max(s.want.workers+s.want.streams, s.want.copiers)),
-			"workers", w, "was", s.want.workers, "stream_workers", st, "was_stream_workers", s.want.streams, "copy_workers", c, "was_copy_workers", s.want.copiers)
+			limit, setting, len(plan.Others), setting, len(plan.Others)+1+max(s.origins.want.workers+s.origins.want.streams, s.origins.want.copiers)),
+			"workers", w, "was", s.origins.want.workers, "stream_workers", st, "was_stream_workers", s.origins.want.streams, "copy_workers", c, "was_copy_workers", s.origins.want.copiers)
 	}
 	s.cfg.Workers, s.cfg.StreamWorkers, s.cfg.CopyWorkers = w, st, c
 	return nil
@@ -98,7 +98,7 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 // they are unused, so they are named with the statement that drops them,
 // not dropped.
 func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, held []string) {
-	if s.strayReported.Swap(true) {
+	if s.origins.strayReported.Swap(true) {
 		return
 	}
 	var candidates []string

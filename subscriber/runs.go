@@ -34,7 +34,7 @@ const keptStreamSessions = 64
 // run) is remembered among the last keptStreamSessions only.
 func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream bool) (*apply.Applier, error) {
 	if cfg.Detection == nil {
-		cfg.Detection = s.det.Load()
+		cfg.Detection = s.runs.det.Load()
 	}
 	app, err := apply.Open(ctx, cfg)
 	if err != nil {

@@ -17,8 +17,8 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 	if mode == "" || mode == sequences.None {
 		return
 	}
-	s.seqMu.Lock()
-	defer s.seqMu.Unlock()
+	s.seq.mu.Lock()
+	defer s.seq.mu.Unlock()
 	tables := make([]sequences.Table, len(published))
 	for i, t := range published {
 		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}
@@ -41,22 +41,22 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 			return err
 		}
 		sum := sequences.Summarize(res)
-		s.seqSummary.Store(&sum)
+		s.seq.summary.Store(&sum)
 		s.kept.seqResults.Store(&res)
 		for _, r := range res {
 			name := r.QualifiedName()
 			switch {
-			case r.Missing && !s.seqWarned[name]:
-				s.seqWarned[name] = true
+			case r.Missing && !s.seq.warned[name]:
+				s.seq.warned[name] = true
 				s.log.Warn("a publisher sequence does not exist on the target; create it there to have it synced", "sequence", name)
-			case !r.Readable && !s.seqWarned[name]:
-				s.seqWarned[name] = true
+			case !r.Readable && !s.seq.warned[name]:
+				s.seq.warned[name] = true
 				s.log.Warn("the source role may not read a sequence; GRANT SELECT ON SEQUENCE to it to have it synced", "sequence", name, "role", r.Role)
-			case r.Refused() && !s.seqWarned[name]:
-				s.seqWarned[name] = true
+			case r.Refused() && !s.seq.warned[name]:
+				s.seq.warned[name] = true
 				s.log.Warn("the target role may not read a sequence, so it is left untouched rather than set blind; grant it to have it synced", "sequence", name, "grant", r.Grant)
-			case r.Ahead && !s.seqWarned[name]:
-				s.seqWarned[name] = true
+			case r.Ahead && !s.seq.warned[name]:
+				s.seq.warned[name] = true
 				s.log.Info("a target sequence is ahead of the publisher's; left where it is", "sequence", name, "publisher", r.Last, "target", r.Before)
 			case r.Moved:
 				s.log.Debug("sequence synced", "sequence", name, "value", r.Last, "target_was", r.Before, "target_was_used", r.Called)
@@ -66,13 +66,13 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 	}()
 	if err != nil {
 		msg := err.Error()
-		s.seqErr.Store(&msg)
+		s.seq.err.Store(&msg)
 		if ctx.Err() == nil {
 			s.log.Warn("syncing sequences failed; trying again at the next interval", "error", err)
 		}
 		return
 	}
-	s.seqErr.Store(nil)
+	s.seq.err.Store(nil)
 }
 
 // sequenceSyncTimeout bounds one sequence sync.

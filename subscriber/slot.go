@@ -62,13 +62,13 @@ func (s *Subscriber) createSlot(ctx context.Context, src *source.Source, conn *p
 			return err
 		}
 		if s.cfg.ExistingData == tablesync.ExistingKeep {
-			s.keptRows = held
+			s.runs.keptRows = held
 		}
 	}
 	if err := src.CreateSlot(ctx); err != nil {
 		return err
 	}
-	s.createdSlot = true
+	s.runs.createdSlot = true
 	s.log.Info("created the slot", "slot", slot, "consistent_point", src.ConsistentPoint.String())
 	return nil
 }
@@ -100,7 +100,7 @@ func (s *Subscriber) abandonSlot() {
 			"slot", slot, "error", err, "drop_with", drop)
 		return
 	}
-	s.createdSlot = false
+	s.runs.createdSlot = false
 	s.log.Info("the start failed; dropped the slot it had created, and removed what it had recorded on the target", "slot", slot)
 }
 
@@ -131,7 +131,7 @@ func (s *Subscriber) forgetSlot(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer tx.Rollback(context.Background())
-	left, err := tablesync.Forget(ctx, tx, s.cfg.Source.Slot, s.cfg.CopyData, s.keptRows)
+	left, err := tablesync.Forget(ctx, tx, s.cfg.Source.Slot, s.cfg.CopyData, s.runs.keptRows)
 	if err != nil {
 		return nil, err
 	}

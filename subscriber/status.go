@@ -11,6 +11,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -212,11 +213,47 @@ func (s *Subscriber) Status() Status {
 	s.mu.Lock()
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
-	st := Status{State: s.state.Load().(string), Started: started, Received: parapply.LSN(s.received.Load()),
-		StreamBytes: s.streamBytes.Load(), CommitDelay: s.delays.Snapshot(), Copy: s.copied.Load(), SyncStandby: s.syncStandby.Load(),
-		SpillBytes: s.spilled.Load(), StreamsInFlight: s.inflight.Load(), StreamedInFlight: s.streamedInFlight.Load(), StreamedAtCommit: s.streamedAtCommit.Load(),
-		Skipped: s.skipped.Load(), TombstonesPruned: s.tombPruned.Load(), TombstonesExpired: s.tombExpired.Load()}
-	if src := s.src.Load(); src != nil {
+	st := Status{State: s.runs.state.Load().(string), Started: started, Received: parapply.LSN(s.stats.received.Load()),
+		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(),
+		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(),
+		Skipped: s.stats.skipped.Load(), TombstonesPruned: s.stats.tombPruned.Load(), TombstonesExpired: s.stats.tombExpired.Load()}
+	s.statusPositions(&st, tr)
+	if v := s.kept.seqResults.Load(); v != nil {
+		st.SequenceResults = *v
+	}
+	if v := s.seq.summary.Load(); v != nil {
+		st.Sequences = *v
+	}
+	if v := s.seq.err.Load(); v != nil {
+		st.SequenceError = *v
+	}
+	for i := range st.Reconnects {
+		st.Reconnects[i] = s.runs.reconnects[i].Load()
+	}
+	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.tuner.activeWorkers.Load())
+	st.WorkerSwitches, st.ReadWaitShare = s.tuner.workerSwitches.Load(), math.Float64frombits(s.tuner.readShare.Load())
+	apps := []*apply.Applier{}
+	if ap != nil {
+		apps = append(apps, ap)
+	}
+	if p != nil {
+		apps = append(apps, statusWorkers(&st, p)...)
+	}
+	past := &apply.Applier{}
+	s.mu.Lock()
+	past.Stats.Absorb(&s.past)
+	s.mu.Unlock()
+	apps = append(apps, past)
+	sumAppliers(&st, apps)
+	st.Tables = s.statusTables()
+	return st
+}
+
+// statusPositions fills in the positions: the current run's tracker's,
+// or between runs what was reached, and the publisher's WAL end, the lag
+// and the WAL the slot retains.
+func (s *Subscriber) statusPositions(st *Status, tr *progress.Tracker) {
+	if src := s.runs.src.Load(); src != nil {
 		st.SourceWALEnd = max(src.WALEnd(), st.Received)
 	}
 	k := s.kept.pos.Load()
@@ -237,47 +274,34 @@ func (s *Subscriber) Status() Status {
 	}
 	st.SourceWALEnd = max(st.SourceWALEnd, parapply.LSN(s.kept.walNow.Load()))
 	st.Retained = s.kept.retained.Load()
-	if v := s.kept.seqResults.Load(); v != nil {
-		st.SequenceResults = *v
-	}
-	if v := s.seqSummary.Load(); v != nil {
-		st.Sequences = *v
-	}
-	if v := s.seqErr.Load(); v != nil {
-		st.SequenceError = *v
-	}
-	for i := range st.Reconnects {
-		st.Reconnects[i] = s.reconnects[i].Load()
-	}
-	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.activeWorkers.Load())
-	st.WorkerSwitches, st.ReadWaitShare = s.workerSwitches.Load(), math.Float64frombits(s.readShare.Load())
-	apps := []*apply.Applier{}
-	if ap != nil {
-		apps = append(apps, ap)
-	}
-	if p != nil {
-		p.mu.Lock()
-		st.QueueBytes = int64(p.bytes)
-		p.mu.Unlock()
-		for _, w := range p.workers {
-			wa := w.shown.Load()
-			apps = append(apps, wa)
-			ws := WorkerStatus{
-				Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), UnitsApplied: w.stats.UnitsApplied.Load(), Rows: wa.Stats.Rows(),
-				Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
-				CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
-			}
-			for i := range ws.RetriesBy {
-				ws.RetriesBy[i] = w.stats.RetriesBy[i].Load()
-			}
-			st.Workers = append(st.Workers, ws)
+}
+
+// statusWorkers fills in the pool's queue and each worker's figures, and
+// returns the workers' appliers.
+func statusWorkers(st *Status, p *pool) []*apply.Applier {
+	p.mu.Lock()
+	st.QueueBytes = int64(p.bytes)
+	p.mu.Unlock()
+	var apps []*apply.Applier
+	for _, w := range p.workers {
+		wa := w.shown.Load()
+		apps = append(apps, wa)
+		ws := WorkerStatus{
+			Worker: w.n, Txns: wa.Stats.Txns.Load(), Units: w.stats.Units.Load(), UnitsApplied: w.stats.UnitsApplied.Load(), Rows: wa.Stats.Rows(),
+			Busy: time.Duration(w.stats.Busy.Load()), DependencyWait: time.Duration(w.stats.DependencyWait.Load()),
+			CommitWait: time.Duration(w.stats.CommitWait.Load()), Retries: w.stats.Retries.Load(),
 		}
+		for i := range ws.RetriesBy {
+			ws.RetriesBy[i] = w.stats.RetriesBy[i].Load()
+		}
+		st.Workers = append(st.Workers, ws)
 	}
-	past := &apply.Applier{}
-	s.mu.Lock()
-	past.Stats.Absorb(&s.past)
-	s.mu.Unlock()
-	apps = append(apps, past)
+	return apps
+}
+
+// sumAppliers adds up the figures of the appliers: the current run's and,
+// as one, the earlier runs'.
+func sumAppliers(st *Status, apps []*apply.Applier) {
 	for _, a := range apps {
 		st.Txns += a.Stats.Txns.Load()
 		st.Groups += a.Stats.Groups.Load()
@@ -296,8 +320,14 @@ func (s *Subscriber) Status() Status {
 		st.PrefetchConns += a.PrefetchConns()
 		st.PrefetchWait += time.Duration(a.Stats.PrefetchWait.Load())
 	}
-	for _, name := range s.tallies.Names() {
-		t := s.tallies.For(name)
+}
+
+// statusTables returns each published table's committed changes and
+// conflicts, by name.
+func (s *Subscriber) statusTables() []TableStatus {
+	var tables []TableStatus
+	for _, name := range s.stats.tallies.Names() {
+		t := s.stats.tallies.For(name)
 		ts := TableStatus{Name: name, Inserts: t.Inserts.Load(), Updates: t.Updates.Load(), Deletes: t.Deletes.Load(),
 			Truncates: t.Truncates.Load(), UpdateMissing: t.UpdateMissing.Load(), DeleteMissing: t.DeleteMissing.Load()}
 		for _, ty := range conflict.Types {
@@ -308,9 +338,9 @@ func (s *Subscriber) Status() Status {
 				ts.Conflicts[ty] = n
 			}
 		}
-		st.Tables = append(st.Tables, ts)
+		tables = append(tables, ts)
 	}
-	return st
+	return tables
 }
 
 // DelayBuckets are the upper bounds, in seconds, of the commit delay

@@ -81,8 +81,8 @@ func (l *loop) spillChange(ctx context.Context, st *stream, xid parapply.XID, f 
 	}
 	n := int64(len(f.Data) + 4)
 	st.counted += n
-	l.s.streamBytes.Add(n)
-	l.s.spilled.Add(n)
+	l.s.stats.streamBytes.Add(n)
+	l.s.stats.spilled.Add(n)
 	if !st.atCommit && st.log.Size()-st.published >= inflightPart {
 		return l.handOver(ctx, st)
 	}
@@ -130,10 +130,10 @@ func (l *loop) handOver(ctx context.Context, st *stream) error {
 // is a connection to spare, and no table's initial copy could hold the
 // transaction already (which only its commit LSN, unknown yet, would tell).
 func (l *loop) inflightAllowed(st *stream) bool {
-	if int(l.s.inflight.Load()) >= l.s.cfg.StreamWorkers {
+	if int(l.s.stats.inflight.Load()) >= l.s.cfg.StreamWorkers {
 		return false
 	}
-	if l.s.atCommitOnly.Load() {
+	if l.s.runs.atCommitOnly.Load() {
 		// The last run stalled on a lock; this one takes no chance.
 		return false
 	}
@@ -161,7 +161,7 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 	}
 	st.log.Cut(cut)
 	live := st.log.Size() - st.log.DeadBytes()
-	l.s.streamBytes.Add(live - st.counted)
+	l.s.stats.streamBytes.Add(live - st.counted)
 	st.counted = live
 	for x, off := range st.first {
 		if off >= cut {
@@ -179,7 +179,7 @@ func (l *loop) dropStream(xid parapply.XID, st *stream) {
 	if st.inflight != nil {
 		st.inflight.abort()
 	}
-	l.s.streamBytes.Add(-st.counted)
+	l.s.stats.streamBytes.Add(-st.counted)
 	if err := st.log.Close(); err != nil {
 		l.s.log.Warn("removing a spill file", "error", err)
 	}
@@ -222,7 +222,7 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 			<-f.done
 			l.s.log.Debug("streamed transaction committed in flight", "xid", m.XID, "seconds", time.Since(began).Seconds(), "error", res.err)
 			if res.err == nil {
-				l.s.streamedInFlight.Add(1)
+				l.s.stats.streamedInFlight.Add(1)
 				record(l.tracker, res.c)
 				return nil
 			}
@@ -231,13 +231,13 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 				return err
 			}
 			if done {
-				l.s.streamedInFlight.Add(1)
+				l.s.stats.streamedInFlight.Add(1)
 				return nil
 			}
 			l.s.log.Warn("a streamed transaction could not be applied in flight; applying it from its spill file", "xid", m.XID, "commit_lsn", m.CommitLSN.String(), "error", res.err)
 		}
 	}
-	l.s.streamedAtCommit.Add(1)
+	l.s.stats.streamedAtCommit.Add(1)
 	if err := l.begin(txn); err != nil {
 		return err
 	}

@@ -3,9 +3,7 @@ package subscriber
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
-	"github.com/parapply/parapply/target"
 )
 
 // Config is everything a subscriber needs.
@@ -115,17 +112,44 @@ const (
 	DefaultGroupMaxDelay   = 200 * time.Millisecond
 )
 
-// Subscriber applies one slot's stream to one target.
+// Subscriber applies one slot's stream to one target. Its fields are
+// grouped by the part that writes them: Run and its phases (runs), the
+// loop and its streams (stats), the tuner (tuner), the sequence syncs
+// (seq), the origin planning (origins); Status reads them all.
 type Subscriber struct {
 	cfg Config
 	log *slog.Logger
+	// ready is closed once the subscriber is streaming.
+	ready     chan struct{}
+	readyOnce sync.Once
 
-	mu      sync.Mutex
-	tracker *progress.Tracker
-	applier *apply.Applier
-	pool    *pool
+	// mu guards the current run's tracker, applier and pool (for Status),
+	// when Run started, the pids of the target sessions of the current
+	// and the previous run, and the figures of earlier runs.
+	mu             sync.Mutex
+	tracker        *progress.Tracker
+	applier        *apply.Applier
+	pool           *pool
+	started        time.Time
+	sessions       []uint32
+	streamSessions []uint32
+	earlier        []uint32
+	past           apply.Stats
 
-	received atomic.Uint64
+	runs    runState
+	stats   stats
+	tuner   tunerFigures
+	seq     seqState
+	origins originState
+	// kept is what Status reports between runs and during the copy.
+	kept kept
+}
+
+// runState is written by Run and the phases of its runs.
+type runState struct {
+	// state is the subscriber's (a State*), src the current run's stream.
+	state atomic.Value // string
+	src   atomic.Pointer[source.Source]
 	// det is the run's conflict detection, given to every applier it
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
@@ -137,46 +161,34 @@ type Subscriber struct {
 	createdSlot bool
 	keptRows    []string
 	// lastSkip is the commit LSN on_error last asked to skip.
-	lastSkip  parapply.LSN
-	ready     chan struct{}
-	readyOnce sync.Once
-
+	lastSkip parapply.LSN
 	// Across runs: when the current run began streaming (Unix ns, 0 if it
-	// has not), faults ridden out by cause (the order of FaultCauses),
-	// whether the next run applies streamed transactions at their commit
-	// only (after a lock stall), the pids of the target sessions of the
-	// current and the previous run, and the figures of earlier runs.
-	streamedSince  atomic.Int64
-	everStreamed   atomic.Bool
-	reconnects     [len(FaultCauses)]atomic.Int64
-	atCommitOnly   atomic.Bool
-	sessions       []uint32
-	streamSessions []uint32
-	earlier        []uint32
-	past           apply.Stats
+	// has not), whether a run ever did, faults ridden out by cause (the
+	// order of FaultCauses), and whether the next run applies streamed
+	// transactions at their commit only (after a lock stall).
+	streamedSince atomic.Int64
+	everStreamed  atomic.Bool
+	reconnects    [len(FaultCauses)]atomic.Int64
+	atCommitOnly  atomic.Bool
+	// oneByOne, when not zero, is the commit LSN up to which runs apply one
+	// source transaction per target transaction, on the reader (see
+	// errOneByOneDone).
+	oneByOne atomic.Uint64
+	// syncStandby is true while the publisher names parapply in
+	// synchronous_standby_names (see watchSyncStandby).
+	syncStandby atomic.Bool
+}
 
-	// The last sequence sync's summary and error, and the sequences
-	// warned about (missing on the target, unreadable on the publisher);
-	// seqMu makes syncs one at a time (a run's last may overlap the next
-	// run's first).
-	seqMu      sync.Mutex
-	seqSummary atomic.Pointer[sequences.Summary]
-	seqErr     atomic.Pointer[string]
-	seqWarned  map[string]bool
-
-	// For Status: the stream, the state, when Run started, per-table
-	// tallies, commit delays, bytes of streamed transactions held, and
-	// the last copy progress.
-	src         atomic.Pointer[source.Source]
-	state       atomic.Value // string
-	started     time.Time
+// stats are the figures the loop, its streamed transactions and the
+// tombstone keeper write for Status.
+type stats struct {
+	// The position received, per-table tallies, commit delays, bytes of
+	// streamed transactions held, and the last copy progress.
+	received    atomic.Uint64
 	tallies     *apply.Tallies
 	delays      *Histogram
 	streamBytes atomic.Int64
 	copied      atomic.Pointer[tablesync.Progress]
-	// syncStandby is true while the publisher names parapply in
-	// synchronous_standby_names (see watchSyncStandby).
-	syncStandby atomic.Bool
 	// Streamed transactions: bytes written to spill files, appliers in
 	// flight, and how many were applied in flight and at their commit.
 	spilled                            atomic.Int64
@@ -185,32 +197,43 @@ type Subscriber struct {
 	// skipped counts source transactions skipped (at parapply skip's
 	// request, or on_error's), each once however many runs meet it:
 	// skippedAt holds the last ones counted.
-	skipped atomic.Int64
+	skipped   atomic.Int64
+	skippedMu sync.Mutex
+	skippedAt []parapply.LSN
 	// quiet is the last keepalive received with nothing in flight, and
 	// tombPruned and tombExpired count the records of deletes pruned and
 	// dropped at max_retention_duration (see keepTombstones).
 	quiet                   atomic.Pointer[quietMark]
 	tombPruned, tombExpired atomic.Int64
-	skippedMu               sync.Mutex
-	skippedAt               []parapply.LSN
-	// oneByOne, when not zero, is the commit LSN up to which runs apply one
-	// source transaction per target transaction, on the reader (see
-	// errOneByOneDone).
-	oneByOne atomic.Uint64
-	// With AutoWorkers: the workers applying now (0: the stream reader),
-	// the switches made, and the last read-wait share judged (float64
-	// bits; see tune.go).
+}
+
+// tunerFigures are written, with AutoWorkers, by the tuner and the run:
+// the workers applying now (0: the stream reader), the switches made, and
+// the last read-wait share judged (float64 bits; see tune.go).
+type tunerFigures struct {
 	activeWorkers  atomic.Int32
 	workerSwitches atomic.Int64
 	readShare      atomic.Uint64
-	// want holds the session counts configured, which each run fits to
-	// the target's free replication origin states (prepareOrigins);
-	// warnedOrigins and strayReported, that what could not be read, and
-	// the origins no slot uses, were told.
-	want                         struct{ workers, streams, copiers int }
-	warnedOrigins, strayReported atomic.Bool
-	// kept is what Status reports between runs and during the copy.
-	kept kept
+}
+
+// seqState is written by the sequence syncs: the last one's summary and
+// error, and the sequences warned about (missing on the target,
+// unreadable on the publisher); mu makes syncs one at a time (a run's
+// last may overlap the next run's first).
+type seqState struct {
+	mu      sync.Mutex
+	summary atomic.Pointer[sequences.Summary]
+	err     atomic.Pointer[string]
+	warned  map[string]bool
+}
+
+// originState is written by prepareOrigins: want holds the session counts
+// configured, which each run fits to the target's free replication origin
+// states; warned and strayReported, that what could not be read, and the
+// origins no slot uses, were told.
+type originState struct {
+	want                  struct{ workers, streams, copiers int }
+	warned, strayReported atomic.Bool
 }
 
 // New returns a subscriber; Run starts it.
@@ -236,12 +259,14 @@ func New(cfg Config) *Subscriber {
 		l.Info("each source transaction is applied as a target transaction of its own (no grouping): conflict_resolution compares commit times", "entry", e)
 		cfg.Group.MaxChanges = 1
 	}
-	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), seqWarned: map[string]bool{}, tallies: apply.NewTallies(), delays: NewHistogram(DelayBuckets)}
-	sub.cfg.Target.Tallies = sub.tallies
-	sub.cfg.Target.SyncStandby = &sub.syncStandby
-	sub.cfg.Source.Prompt = &sub.syncStandby
-	sub.state.Store(StateStarting)
-	sub.want.workers, sub.want.streams, sub.want.copiers = cfg.Workers, cfg.StreamWorkers, max(cfg.CopyWorkers, 1)
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
+	sub.seq.warned = map[string]bool{}
+	sub.stats.tallies, sub.stats.delays = apply.NewTallies(), NewHistogram(DelayBuckets)
+	sub.cfg.Target.Tallies = sub.stats.tallies
+	sub.cfg.Target.SyncStandby = &sub.runs.syncStandby
+	sub.cfg.Source.Prompt = &sub.runs.syncStandby
+	sub.runs.state.Store(StateStarting)
+	sub.origins.want.workers, sub.origins.want.streams, sub.origins.want.copiers = cfg.Workers, cfg.StreamWorkers, max(cfg.CopyWorkers, 1)
 	return sub
 }
 
@@ -270,15 +295,15 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.mu.Unlock()
 	defer func() {
 		if err != nil {
-			s.state.Store(StateFailed)
+			s.runs.state.Store(StateFailed)
 		} else {
-			s.state.Store(StateStopped)
+			s.runs.state.Store(StateStopped)
 		}
 	}()
 	defer func() {
 		// Given up: a slot this process created and never streamed from
 		// goes, with what its starts recorded on the target.
-		if err != nil && s.createdSlot && !s.everStreamed.Load() {
+		if err != nil && s.runs.createdSlot && !s.runs.everStreamed.Load() {
 			s.abandonSlot()
 		}
 	}()
@@ -300,20 +325,20 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			}
 			continue
 		}
-		if cause == "" && errors.As(err, &ge) && s.oneByOne.Load() == 0 {
-			s.oneByOne.Store(uint64(ge.Last.CommitLSN))
+		if cause == "" && errors.As(err, &ge) && s.runs.oneByOne.Load() == 0 {
+			s.runs.oneByOne.Store(uint64(ge.Last.CommitLSN))
 			s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
 				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
 			continue
 		}
-		if since := s.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
+		if since := s.runs.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
 		}
 		if faultSince.IsZero() {
 			faultSince = began
 		}
-		f := fault{cause: cause, everStreamed: s.everStreamed.Load(), timeout: s.cfg.ReconnectTimeout, elapsed: time.Since(faultSince), try: try}
+		f := fault{cause: cause, everStreamed: s.runs.everStreamed.Load(), timeout: s.cfg.ReconnectTimeout, elapsed: time.Since(faultSince), try: try}
 		if cause != "" && f.timeout > 0 && errors.Is(err, source.ErrSlotBusy) {
 			f.holder = s.slotHolder(ctx)
 		}
@@ -321,9 +346,9 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if r.err != nil {
 			return r.err
 		}
-		s.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
-		s.atCommitOnly.Store(cause == FaultLockWait)
-		s.state.Store(StateReconnecting)
+		s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+		s.runs.atCommitOnly.Store(cause == FaultLockWait)
+		s.runs.state.Store(StateReconnecting)
 		s.log.Warn("a fault ended the run; starting again from what the target recorded", "cause", cause, "error", err, "attempt", try,
 			"retry_in", r.delay.String(), "gives_up_in", r.left.Round(time.Second).String())
 		select {
@@ -343,7 +368,7 @@ var errOneByOneDone = errors.New("applied past the failed group one transaction 
 // autoWorkers reports whether this run may move to workers: workers =
 // auto, and not applying one transaction at a time.
 func (s *Subscriber) autoWorkers() bool {
-	return s.cfg.AutoWorkers && s.cfg.Workers > 0 && s.oneByOne.Load() == 0
+	return s.cfg.AutoWorkers && s.cfg.Workers > 0 && s.runs.oneByOne.Load() == 0
 }
 
 // Reconnect timing: the first retry after a fault waits
@@ -363,264 +388,43 @@ const firstStartSlotWait = 10 * time.Second
 // DefaultReconnectTimeout is how long parapply rides out faults.
 const DefaultReconnectTimeout = 5 * time.Minute
 
-// run is one run: connect, check, copy, stream, until ctx ends or the first
-// error. Everything it opens it closes; what it learnt of the target's
-// state dies with it, but the pids of its target sessions are kept, so
-// that the next run can end any that outlive it (see progress.Claim).
+// run is one run, in phases (see connect.go): connect and check, claim,
+// set up, stream, until ctx ends or the first error. Everything it opens it
+// closes; what it learnt of the target's state dies with it, but the pids
+// of its target sessions are kept, so that the next run can end any that
+// outlive it (see progress.Claim).
 func (s *Subscriber) run(ctx context.Context) (err error) {
-	s.streamedSince.Store(0)
+	s.runs.streamedSince.Store(0)
 	defer s.endRun()
-	scfg := s.cfg.Source
-	scfg.ExportSnapshot = s.cfg.CopyData
-	src, err := source.Connect(ctx, scfg)
+	c, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	s.src.Store(src)
-	app, err := s.openTarget(ctx, s.cfg.Target, false)
+	defer c.close()
+	defer c.nameFault(&err)
+	cl, err := s.claim(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer app.Close(context.Background())
-	defer func() {
-		// Name the faults met on the reader's own connection.
-		switch {
-		case err == nil || faultCause(err) != "":
-		case app.Closed():
-			err = lostConnection(err)
-		case isLockTimeout(err):
-			err = errLockStall{fmt.Errorf("a change waited on a lock longer than lock_timeout: %w", err)}
-		}
-	}()
-	published := src.Published
-	rels := make([]*parapply.Relation, len(published))
-	for i, pt := range published {
-		rels[i] = &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
-		for _, c := range pt.Columns {
-			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: c})
-		}
-	}
-	if err := target.CheckTables(ctx, app.Conn(), rels); err != nil {
-		return err
-	}
-	if s.cfg.Source.TwoPhase {
-		if err := target.CheckTwoPhase(ctx, app.Conn()); err != nil {
-			return err
-		}
-	}
-	err = progress.Claim(ctx, app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32) {
-		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
-	})
+	su, err := s.setup(ctx, cl)
 	if err != nil {
 		return err
 	}
-	// Before the slot is created: a target that refuses origins is a
-	// setup error.
-	if err := s.prepareOrigins(ctx, app.Conn()); err != nil {
-		return err
-	}
-	if err := app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
-		return err
-	}
-	if err := s.claimTables(ctx, app.Conn(), claimedTables(published)); err != nil {
-		return err
-	}
-	s.det.Store(nil)
-	tombs, err := s.setupTombstones(ctx, app.Conn(), published)
-	if err != nil {
-		return err
-	}
-	commitTS := false
-	if s.cfg.DetectConflicts {
-		det, err := s.detection(ctx, app.Conn(), src.SourceID(), published)
-		if err != nil {
-			return err
-		}
-		det.Tombstones, commitTS = tombs, det.CommitTimestamps
-		s.det.Store(det)
-		app.SetDetection(det)
-	}
-	// The slot is created only now, after every check that can refuse
-	// the start before it (see createSlot); a start refused after it
-	// drops it again (see Run).
-	if err := s.createSlot(ctx, src, app.Conn(), published); err != nil {
-		return err
-	}
-	pos, resumed, err := progress.Init(ctx, app.Conn(), s.cfg.Source.Slot, src.SourceID())
-	if err != nil {
-		return err
-	}
-	s.kept.note(pos.EndLSN, pos.EndLSN, pos.CommitTime)
-	ahead, err := progress.ReadApplied(ctx, app.Conn(), s.cfg.Source.Slot)
-	if err != nil {
-		return err
-	}
-	skips, err := s.readSkips(ctx, app.Conn(), pos.CommitLSN)
-	if err != nil {
-		return err
-	}
-	if err := s.sync(ctx, src, app, published); err != nil {
-		return err
-	}
-	s.syncSequences(ctx, published)
-	tracker := progress.NewTracker(pos.EndLSN)
-	tracker.Observe = func(commitTime time.Time) { s.delays.Observe(time.Since(commitTime).Seconds()) }
-	s.mu.Lock()
-	s.tracker, s.applier = tracker, app
-	s.mu.Unlock()
-	s.received.Store(uint64(pos.EndLSN))
-	if resumed {
-		s.log.Info("resuming", "slot", s.cfg.Source.Slot, "applied_commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String())
-	} else {
-		s.log.Info("starting", "slot", s.cfg.Source.Slot, "publications", s.cfg.Source.Publications, "protocol", src.Proto)
-	}
-
-	var workers *pool
-	s.activeWorkers.Store(0)
-	oneByOne := parapply.LSN(s.oneByOne.Load())
-	if s.cfg.Workers > 0 && !s.cfg.AutoWorkers && oneByOne == 0 {
-		tcfg := s.cfg.Target
-		tcfg.AppName = s.targetName()
-		tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
-		p, err := openPool(ctx, s.openTarget, tcfg, s.cfg.Workers, s.cfg.Group, tracker, s.log)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for _, w := range p.workers {
-			w.app.SetSynced(app.Synced())
-			w.app.Warn = app.Warn
-		}
-		p.start(ctx)
-		defer p.stop()
-		workers = p
-		s.mu.Lock()
-		s.pool = p
-		s.mu.Unlock()
-		s.activeWorkers.Store(int32(s.cfg.Workers))
-	}
-
-	spillDir, err := s.spillDir(src.SourceID(), app)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(spillDir)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	frames := make(chan []source.Frame, 4)
-	streamErr := make(chan error, 1)
-	go func() { streamErr <- src.Stream(sctx, pos.EndLSN, frames, tracker) }()
-	go s.watchSyncStandby(sctx)
-	go s.keepSequences(sctx, published)
-	if tombs {
-		go s.keepTombstones(sctx, tracker, commitTS)
-	}
-	s.state.Store(StateStreaming)
-	s.streamedSince.Store(time.Now().UnixNano())
-	s.everStreamed.Store(true)
-	s.readyOnce.Do(func() { close(s.ready) })
-
-	l := &loop{s: s, app: app, tracker: tracker, skipBelow: pos.CommitLSN, ahead: ahead, skips: skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
-		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
-	defer l.closeStreams()
-	l.dec.ProtoVersion = src.Proto
-	l.here = &applyHere{app: app, tracker: tracker}
-	l.sink = l.here
-	if workers != nil {
-		l.sink = &toPool{p: workers, keys: app}
-	}
-	if s.autoWorkers() || s.cfg.Target.Prefetch {
-		// One prefetch connection until the tuner sees them wait on a
-		// disk (before the loop starts, so that none opens more first).
-		s.prefetchWaits(l, false)
-		tuned := make(chan struct{})
-		cc, pid := app.Conn().Config(), app.Conn().PgConn().PID()
-		go func() {
-			defer close(tuned)
-			s.tune(ctx, sctx, l, cc, pid)
-		}()
-		defer func() {
-			// The tuner may be opening the pool: it ends first.
-			cancel()
-			<-tuned
-			if p := l.autoPool.Load(); p != nil {
-				p.stop()
-			}
-		}()
-	}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	defer func() {
-		cancel()
-		if app.InGroup() {
-			app.Abort(context.Background())
-		}
-		<-streamErr
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-streamErr:
-			streamErr <- err
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		case <-l.sink.failed():
-			if ctx.Err() != nil {
-				return nil
-			}
-			return l.sink.err()
-		case <-tick.C:
-			err := l.checkFlush(ctx)
-			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
-				err = l.commitGroup(ctx)
-			}
-			if err != nil {
-				return err
-			}
-		case batch := <-frames:
-			for _, f := range batch {
-				if err := l.frame(ctx, f); err != nil {
-					if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-						return nil
-					}
-					return err
-				}
-				// A batch may hold thousands of transactions, seconds
-				// of applying: the tuner's move is taken between any two.
-				if err := l.retune(ctx); err != nil {
-					return err
-				}
-			}
-			// Nothing more waiting: commit what the group holds now
-			// rather than wait for more.
-			// (With workers all busy, the group may as well grow.)
-			if open, inTxn, _, _, _ := l.group(); len(frames) == 0 && open && !inTxn && !l.sink.busy() {
-				if err := l.commitGroup(ctx); err != nil {
-					return err
-				}
-			}
-		}
-	}
+	return s.stream(ctx, su)
 }
 
 // countSkip counts the skip of the source transaction that committed at
 // lsn, unless a run counted it before (a run that ends before the skip
 // commits meets it again).
 func (s *Subscriber) countSkip(lsn parapply.LSN) {
-	s.skippedMu.Lock()
-	defer s.skippedMu.Unlock()
-	if slices.Contains(s.skippedAt, lsn) {
+	s.stats.skippedMu.Lock()
+	defer s.stats.skippedMu.Unlock()
+	if slices.Contains(s.stats.skippedAt, lsn) {
 		return
 	}
-	if len(s.skippedAt) >= 64 {
-		s.skippedAt = s.skippedAt[1:]
+	if len(s.stats.skippedAt) >= 64 {
+		s.stats.skippedAt = s.stats.skippedAt[1:]
 	}
-	s.skippedAt = append(s.skippedAt, lsn)
-	s.skipped.Add(1)
+	s.stats.skippedAt = append(s.stats.skippedAt, lsn)
+	s.stats.skipped.Add(1)
 }

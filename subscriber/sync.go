@@ -15,7 +15,7 @@ import (
 
 // copyProgress keeps the copy's progress for Status and passes it on.
 func (s *Subscriber) copyProgress(p tablesync.Progress) {
-	s.copied.Store(&p)
+	s.stats.copied.Store(&p)
 	if s.cfg.CopyProgress != nil {
 		s.cfg.CopyProgress(p)
 	}
@@ -49,7 +49,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 			}
 			stopWatch := s.watchSlotWAL(ctx)
 			defer stopWatch()
-			s.state.Store(StateCopying)
+			s.runs.state.Store(StateCopying)
 			s.log.Info("copying existing rows", "tables", len(pending), "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
 			err := tablesync.Copy(ctx, tablesync.Config{
 				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,

@@ -92,8 +92,8 @@ func (s *Subscriber) watchSyncStandby(ctx context.Context) {
 			if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('synchronous_standby_names')").Scan(&setting); err != nil {
 				conn.Close(context.Background())
 				conn = nil
-			} else if named := namedSynchronous(setting, app); named != s.syncStandby.Load() {
-				s.syncStandby.Store(named)
+			} else if named := namedSynchronous(setting, app); named != s.runs.syncStandby.Load() {
+				s.runs.syncStandby.Store(named)
 				if named {
 					s.log.Info("the publisher names parapply in synchronous_standby_names: target commits are now synchronous and reported at once", "application_name", app)
 				} else {

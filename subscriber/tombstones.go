@@ -68,7 +68,7 @@ type quietMark struct {
 // keepalive's time once its position is applied (an idle publisher).
 func (s *Subscriber) pruneHorizon(tr *progress.Tracker) time.Time {
 	applied, _, last := tr.Positions()
-	if q := s.quiet.Load(); q != nil && applied >= q.end && q.at.After(last) {
+	if q := s.stats.quiet.Load(); q != nil && applied >= q.end && q.at.After(last) {
 		return q.at
 	}
 	return last
@@ -121,8 +121,8 @@ func (s *Subscriber) keepTombstones(ctx context.Context, tr *progress.Tracker, c
 				horizon = horizon.Add(-s.cfg.MaxClockSkew)
 			}
 			pruned, expired, err := tombstones.Prune(ctx, conn, horizon, s.cfg.MaxRetention, commitTimestamps)
-			s.tombPruned.Add(pruned)
-			s.tombExpired.Add(expired)
+			s.stats.tombPruned.Add(pruned)
+			s.stats.tombExpired.Add(expired)
 			return err
 		}()
 		if err != nil {

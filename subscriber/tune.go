@@ -272,110 +272,149 @@ func sampleReads(ctx context.Context, conn *pgx.Conn, appliers, prefetchers []ui
 // The reader's connection config and backend are taken by the caller: the
 // loop's applier is the loop's alone.
 func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConfig, readerPID uint32) {
-	var t tuner
-	var pf readWaits
-	disk := diskJudge{known: true}
-	auto := s.autoWorkers()
-	every := s.cfg.AutoSwitchEvery
-	if !auto {
-		every = 0
+	r := &tuning{l: l, readerPID: readerPID, disk: diskJudge{known: true}, auto: s.autoWorkers(), every: s.cfg.AutoSwitchEvery}
+	if !r.auto {
+		r.every = 0
 	}
-	var conn *pgx.Conn
-	if every <= 0 {
+	if r.every <= 0 {
 		cc.RuntimeParams["application_name"] = s.targetName() + " tuner"
 		var err error
-		if conn, err = pgx.ConnectConfig(ctx, cc); err != nil {
+		if r.conn, err = pgx.ConnectConfig(ctx, cc); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("cannot open the connection that watches the target's sessions; for this run, workers = auto applies on the stream reader's connection and the prefetcher keeps one connection", "error", err)
 			}
 			return
 		}
-		defer conn.Close(context.Background())
+		defer r.conn.Close(context.Background())
 	}
 	tick := time.NewTicker(tuneSample)
 	defer tick.Stop()
-	windowEnd := time.Now().Add(tuneWindow)
-	if every > 0 {
-		windowEnd = time.Now().Add(every)
+	r.windowEnd = time.Now().Add(tuneWindow)
+	if r.every > 0 {
+		r.windowEnd = time.Now().Add(r.every)
 	}
-	var pids, pfPIDs []uint32
-	lastRows := s.executedRows(l)
-	lastConns := l.app.PrefetchConns()
+	r.lastRows = s.executedRows(l)
+	r.lastConns = l.app.PrefetchConns()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if every <= 0 {
-				pfPIDs = s.prefetchers(l, pfPIDs[:0])
-				if !auto && len(pfPIDs) == 0 {
-					continue // nothing to watch yet: no table needed reading ahead
-				}
-				pids = s.appliers(l, append(pids[:0], readerPID))
-				a, p, err := sampleReads(ctx, conn, pids, pfPIDs)
-				if err != nil {
-					if ctx.Err() == nil {
-						s.log.Warn("cannot sample the target's sessions; for this run, workers = auto stays as it is and the prefetcher keeps the connections it has", "error", err)
-					}
+			if r.every <= 0 {
+				watched, ok := s.tuneSample(ctx, r)
+				if !ok {
 					return
 				}
-				t.add(a.active, a.reads)
-				pf.active += p.active
-				pf.reads += p.reads
-				if disk.early(pf) {
-					s.prefetchWaits(l, true)
+				if !watched {
+					continue
 				}
 			}
-			if now.Before(windowEnd) {
+			if now.Before(r.windowEnd) {
 				continue
 			}
-			if share, ok := pf.share(); ok {
-				waits, changed := disk.judge(share)
-				if changed {
-					s.prefetchWaits(l, waits)
-				}
-				s.log.Debug("prefetch sessions' read-wait share", "share", math.Round(share*100)/100, "waits", waits)
+			if !s.judgeWindow(runCtx, ctx, r, now) {
+				return
 			}
-			if !auto {
-				windowEnd = now.Add(tuneWindow)
-				continue
-			}
-			var pooled, changed bool
-			if every > 0 {
-				windowEnd = now.Add(every)
-				pooled, changed = !l.wantPool.Load(), true
-			} else {
-				windowEnd = now.Add(tuneWindow)
-				rows, conns := s.executedRows(l), l.app.PrefetchConns()
-				moved := (s.activeWorkers.Load() > 0) == t.pooled
-				pooled, changed = t.judge(rows-lastRows, conns == lastConns && moved)
-				lastConns = conns
-				s.readShare.Store(math.Float64bits(t.lastShare))
-				s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "rows", rows-lastRows, "prefetch_connections", conns, "pooled", pooled)
-				lastRows = rows
-			}
-			if !changed {
-				continue
-			}
-			if pooled && l.autoPool.Load() == nil {
-				p, err := s.openAutoPool(runCtx, l)
-				if err != nil {
-					if ctx.Err() == nil {
-						s.log.Warn("workers = auto cannot open its workers; applying on the stream reader's connection for this run", "workers", s.cfg.Workers, "error", err)
-					}
-					return
-				}
-				l.autoPool.Store(p)
-			}
-			logAt := slog.LevelInfo
-			if every > 0 {
-				logAt = slog.LevelDebug
-			}
-			s.log.Log(ctx, logAt, "workers = auto: switching", "workers", map[bool]int{true: s.cfg.Workers, false: 0}[pooled], "read_wait_share", math.Round(t.lastShare*100)/100,
-				"cooldown", (time.Duration(t.cooldown) * tuneWindow).String())
-			l.wantPool.Store(pooled)
 		}
 	}
+}
+
+// tuning is what tune keeps between its samples: the run's loop and the
+// reader's backend, what it samples on, the judges and their figures, and
+// when the current window ends.
+type tuning struct {
+	l         *loop
+	readerPID uint32
+	conn      *pgx.Conn // nil with AutoSwitchEvery: nothing is sampled
+	auto      bool
+	every     time.Duration // AutoSwitchEvery, with auto
+
+	t            tuner
+	pf           readWaits
+	disk         diskJudge
+	pids, pfPIDs []uint32
+	lastRows     int64
+	lastConns    int
+	windowEnd    time.Time
+}
+
+// tuneSample samples the run's target sessions once; watched is false
+// while there is nothing to watch yet, ok false when tune is to end (the
+// sample failed).
+func (s *Subscriber) tuneSample(ctx context.Context, r *tuning) (watched, ok bool) {
+	l := r.l
+	r.pfPIDs = s.prefetchers(l, r.pfPIDs[:0])
+	if !r.auto && len(r.pfPIDs) == 0 {
+		return false, true // nothing to watch yet: no table needed reading ahead
+	}
+	r.pids = s.appliers(l, append(r.pids[:0], r.readerPID))
+	a, p, err := sampleReads(ctx, r.conn, r.pids, r.pfPIDs)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("cannot sample the target's sessions; for this run, workers = auto stays as it is and the prefetcher keeps the connections it has", "error", err)
+		}
+		return false, false
+	}
+	r.t.add(a.active, a.reads)
+	r.pf.active += p.active
+	r.pf.reads += p.reads
+	if r.disk.early(r.pf) {
+		s.prefetchWaits(l, true)
+	}
+	return true, true
+}
+
+// judgeWindow judges a window that ended at now: whether the prefetchers'
+// reads wait on a disk and, for AutoWorkers, which way to apply; false
+// ends tune (the pool it wanted could not be opened).
+func (s *Subscriber) judgeWindow(runCtx, ctx context.Context, r *tuning, now time.Time) bool {
+	l, t := r.l, &r.t
+	if share, ok := r.pf.share(); ok {
+		waits, changed := r.disk.judge(share)
+		if changed {
+			s.prefetchWaits(l, waits)
+		}
+		s.log.Debug("prefetch sessions' read-wait share", "share", math.Round(share*100)/100, "waits", waits)
+	}
+	if !r.auto {
+		r.windowEnd = now.Add(tuneWindow)
+		return true
+	}
+	var pooled, changed bool
+	if r.every > 0 {
+		r.windowEnd = now.Add(r.every)
+		pooled, changed = !l.wantPool.Load(), true
+	} else {
+		r.windowEnd = now.Add(tuneWindow)
+		rows, conns := s.executedRows(l), l.app.PrefetchConns()
+		moved := (s.tuner.activeWorkers.Load() > 0) == t.pooled
+		pooled, changed = t.judge(rows-r.lastRows, conns == r.lastConns && moved)
+		r.lastConns = conns
+		s.tuner.readShare.Store(math.Float64bits(t.lastShare))
+		s.log.Debug("workers = auto: window judged", "read_wait_share", t.lastShare, "rows", rows-r.lastRows, "prefetch_connections", conns, "pooled", pooled)
+		r.lastRows = rows
+	}
+	if !changed {
+		return true
+	}
+	if pooled && l.autoPool.Load() == nil {
+		p, err := s.openAutoPool(runCtx, l)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("workers = auto cannot open its workers; applying on the stream reader's connection for this run", "workers", s.cfg.Workers, "error", err)
+			}
+			return false
+		}
+		l.autoPool.Store(p)
+	}
+	logAt := slog.LevelInfo
+	if r.every > 0 {
+		logAt = slog.LevelDebug
+	}
+	s.log.Log(ctx, logAt, "workers = auto: switching", "workers", map[bool]int{true: s.cfg.Workers, false: 0}[pooled], "read_wait_share", math.Round(t.lastShare*100)/100,
+		"cooldown", (time.Duration(t.cooldown) * tuneWindow).String())
+	l.wantPool.Store(pooled)
+	return true
 }
 
 // executedRows counts the rows the run's appliers (the reader's and the
@@ -491,7 +530,7 @@ func (l *loop) retune(ctx context.Context) error {
 		n = len(p.workers)
 		l.sink = &toPool{p: p, keys: l.app}
 	}
-	l.s.activeWorkers.Store(int32(n))
-	l.s.workerSwitches.Add(1)
+	l.s.tuner.activeWorkers.Store(int32(n))
+	l.s.tuner.workerSwitches.Add(1)
 	return nil
 }

@@ -253,38 +253,58 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 		return fmt.Errorf("copy: connecting to the target: %w", err)
 	}
 	defer dst.Close(context.Background())
-	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+	jobs, err := prepareJobs(ctx, src, dst, cfg, tables)
+	if err != nil {
 		return err
+	}
+	chunks := chunksOf(jobs, cfg.Workers)
+	start := time.Now()
+	if err := copyChunks(ctx, cfg, jobs, chunks, start); err != nil {
+		return err
+	}
+	p := progressOf(jobs, start)
+	cfg.Log.Info("initial copy done", "tables", p.Tables, "rows", p.Rows, "bytes", p.Bytes, "seconds", p.Elapsed.Seconds())
+	return nil
+}
+
+// prepareJobs plans each table's copy and readies the target for it,
+// under the slot's shared lock on dst: every refusal before anything is
+// emptied; then every table the copy empties in one statement (see
+// examine), and the indexes deferred.
+func prepareJobs(ctx context.Context, src, dst *pgx.Conn, cfg Config, tables []Table) ([]*tableJob, error) {
+	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+		return nil, err
 	}
 	state, err := LoadState(ctx, dst, cfg.Slot)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	jobs := make([]*tableJob, 0, len(tables))
 	for _, t := range tables {
 		j, err := plan(ctx, src, dst, t)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		jobs = append(jobs, j)
 	}
-	// Every refusal before anything is emptied; then every table the copy
-	// empties in one statement (see examine).
 	ex, err := examine(ctx, dst, cfg.Existing, tables, state)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := prepareTargets(ctx, dst, cfg, jobs, ex); err != nil {
-		return err
+		return nil, err
 	}
 	for _, j := range jobs {
 		if err := deferIndexes(ctx, dst, cfg, j, ex.held[j.QualifiedName()] && cfg.Existing == ExistingKeep); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	chunks := chunksOf(jobs, cfg.Workers)
+	return jobs, nil
+}
 
-	start := time.Now()
+// copyChunks copies the chunks on cfg.Workers workers, reporting progress
+// (from start) meanwhile; the first worker's error stops the others.
+func copyChunks(ctx context.Context, cfg Config, jobs []*tableJob, chunks []chunk, start time.Time) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	work := make(chan chunk)
@@ -300,29 +320,7 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 			}
 		}()
 	}
-	stopReport := make(chan struct{})
-	var reportWG sync.WaitGroup
-	if cfg.Progress != nil {
-		every := cfg.ProgressEvery
-		if every <= 0 {
-			every = 2 * time.Second
-		}
-		reportWG.Add(1)
-		go func() {
-			defer reportWG.Done()
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopReport:
-					cfg.Progress(progressOf(jobs, start))
-					return
-				case <-t.C:
-					cfg.Progress(progressOf(jobs, start))
-				}
-			}
-		}()
-	}
+	stopReport := reportProgress(cfg, jobs, start)
 feed:
 	for _, c := range chunks {
 		select {
@@ -333,18 +331,45 @@ feed:
 	}
 	close(work)
 	wg.Wait()
-	close(stopReport)
-	reportWG.Wait()
+	stopReport()
 	close(errs)
 	if err := <-errs; err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	return ctx.Err()
+}
+
+// reportProgress tells cfg.Progress, if set, the copy's progress every
+// cfg.ProgressEvery (two seconds by default) and once more when stopped;
+// stop returns once that last report is made.
+func reportProgress(cfg Config, jobs []*tableJob, start time.Time) (stop func()) {
+	if cfg.Progress == nil {
+		return func() {}
 	}
-	p := progressOf(jobs, start)
-	cfg.Log.Info("initial copy done", "tables", p.Tables, "rows", p.Rows, "bytes", p.Bytes, "seconds", p.Elapsed.Seconds())
-	return nil
+	every := cfg.ProgressEvery
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	stopReport := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopReport:
+				cfg.Progress(progressOf(jobs, start))
+				return
+			case <-t.C:
+				cfg.Progress(progressOf(jobs, start))
+			}
+		}
+	}()
+	return func() {
+		close(stopReport)
+		<-done
+	}
 }
 
 func progressOf(jobs []*tableJob, start time.Time) Progress {

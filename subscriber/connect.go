@@ -1,0 +1,92 @@
+package subscriber
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/target"
+)
+
+// A run goes through four phases, each a function of its own file taking
+// what the one before returned: connect (here: both servers reached and
+// the target checked against the publication), claim (claim.go: the slot
+// taken on the target), setup (setup.go: origins, table claims, conflict
+// detection, the slot, the progress record, the copy and the sequences)
+// and stream (stream.go: the loop that applies the stream until the run
+// ends).
+
+// connected is what the connect phase returns: the publisher's stream,
+// the reader's own target session, and the tables published.
+type connected struct {
+	src       *source.Source
+	app       *apply.Applier
+	published []source.PublishedTable
+}
+
+// close closes what connect opened, the target session first.
+func (c *connected) close() {
+	c.app.Close(context.Background())
+	c.src.Close()
+}
+
+// nameFault names the faults met on the reader's own target session, for
+// Run to tell a fault from a refusal: deferred by run, it sees the error
+// the run ends with, after the stream phase has closed what it opened.
+func (c *connected) nameFault(err *error) {
+	switch {
+	case *err == nil || faultCause(*err) != "":
+	case c.app.Closed():
+		*err = lostConnection(*err)
+	case isLockTimeout(*err):
+		*err = errLockStall{fmt.Errorf("a change waited on a lock longer than lock_timeout: %w", *err)}
+	}
+}
+
+// connect reaches the publisher (its slot and publications read) and the
+// target, and checks the target can take the publication: every table
+// there with its columns, and prepared transactions allowed if two_phase
+// is on. What it returns, the caller closes (connected.close).
+func (s *Subscriber) connect(ctx context.Context) (*connected, error) {
+	scfg := s.cfg.Source
+	scfg.ExportSnapshot = s.cfg.CopyData
+	src, err := source.Connect(ctx, scfg)
+	if err != nil {
+		return nil, err
+	}
+	s.runs.src.Store(src)
+	app, err := s.openTarget(ctx, s.cfg.Target, false)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	c := &connected{src: src, app: app, published: src.Published}
+	if err := s.checkTarget(ctx, c); err != nil {
+		c.nameFault(&err)
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkTarget refuses a target that cannot take the publication.
+func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
+	rels := make([]*parapply.Relation, len(c.published))
+	for i, pt := range c.published {
+		rels[i] = &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
+		for _, col := range pt.Columns {
+			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: col})
+		}
+	}
+	if err := target.CheckTables(ctx, c.app.Conn(), rels); err != nil {
+		return err
+	}
+	if s.cfg.Source.TwoPhase {
+		if err := target.CheckTwoPhase(ctx, c.app.Conn()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
