@@ -567,10 +567,10 @@ func (s *Subscriber) run(ctx context.Context) (err error) {
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	defer l.closeStreams()
 	l.dec.ProtoVersion = src.Proto
-	l.here = &applyHere{app: app, tracker: tracker}
-	l.sink = l.here
+	l.reader = &readerSink{app: app, tracker: tracker}
+	l.sink = l.reader
 	if workers != nil {
-		l.sink = &toPool{p: workers, keys: app}
+		l.sink = &poolSink{p: workers, keys: app}
 	}
 	if s.autoWorkers() || s.cfg.Target.Prefetch {
 		// One prefetch connection until the tuner sees them wait on a
