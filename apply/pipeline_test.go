@@ -14,6 +14,18 @@ import (
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
+// startServer starts a server of its own for a test, stopped when the
+// test ends.
+func startServer(ctx context.Context, t *testing.T, name string) *pgtest.Server {
+	t.Helper()
+	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	return srv
+}
+
 // TestPipeline sends round trips through the applier's pipeline on a real
 // server: rawArray parameters as they are, other parameters through pgx,
 // rows scanned, a failure that leaves the session usable, and prepared
@@ -21,11 +33,7 @@ import (
 func TestPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "apply-pipeline"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	srv := startServer(ctx, t, "apply-pipeline")
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
