@@ -260,9 +260,9 @@ func (p *prefetcher) pids(dst []uint32) []uint32 {
 	return dst
 }
 
-// readAheads opens a prefetcher the first time one is needed, once, for
-// every applier that shares it.
-type readAheads struct {
+// sharedPrefetcher opens a prefetcher the first time one is needed, once,
+// for every applier that shares it.
+type sharedPrefetcher struct {
 	mu    sync.Mutex
 	pf    *prefetcher
 	tried bool
@@ -277,7 +277,7 @@ type readAheads struct {
 
 // get returns the prefetcher, opening it on the first call; nil if it
 // could not be opened (said once).
-func (r *readAheads) get() *prefetcher {
+func (r *sharedPrefetcher) get() *prefetcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.tried {
@@ -293,7 +293,9 @@ func (r *readAheads) get() *prefetcher {
 	return r.pf
 }
 
-func (r *readAheads) counts() (rows, dropped int64, err error) {
+// counts reports the prefetcher's rows read and dropped and its error;
+// nothing before it opens.
+func (r *sharedPrefetcher) counts() (rows, dropped int64, err error) {
 	pf := r.opened()
 	if pf == nil {
 		return 0, 0, nil
@@ -302,7 +304,7 @@ func (r *readAheads) counts() (rows, dropped int64, err error) {
 }
 
 // open counts the prefetch connections open.
-func (r *readAheads) open() int {
+func (r *sharedPrefetcher) open() int {
 	pf := r.opened()
 	if pf == nil {
 		return 0
@@ -313,13 +315,14 @@ func (r *readAheads) open() int {
 }
 
 // opened returns the prefetcher if it is open.
-func (r *readAheads) opened() *prefetcher {
+func (r *sharedPrefetcher) opened() *prefetcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pf
 }
 
-func (r *readAheads) close(ctx context.Context) {
+// close closes the prefetcher, if it opened.
+func (r *sharedPrefetcher) close(ctx context.Context) {
 	pf := r.opened()
 	if pf != nil {
 		pf.close(ctx)
@@ -402,7 +405,7 @@ type readAhead struct {
 	on, pieces bool // Config.Prefetch, Config.PrefetchPieces
 	// shared opens the prefetcher when a table first needs it; own says
 	// whether this applier reports and closes it (see ShareReadAhead).
-	shared *readAheads
+	shared *sharedPrefetcher
 	own    bool
 	// roundRows caps the rows of a round trip while statements wait for
 	// their rows to be read ahead (see readAheadRows): the least of its
@@ -416,7 +419,7 @@ func (ra *readAhead) open(cc *pgx.ConnConfig, n int, warn func(string)) {
 	if n <= 0 {
 		n = DefaultPrefetchConns
 	}
-	ra.shared, ra.own = &readAheads{cc: cc, conns: n, warn: warn}, true
+	ra.shared, ra.own = &sharedPrefetcher{cc: cc, conns: n, warn: warn}, true
 }
 
 // close closes the applier's own prefetcher, if it has one.

@@ -81,7 +81,7 @@ func TestReadAheadPieces(t *testing.T) {
 				r.rows++
 			}
 			pf := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), max: 1}
-			ra := readAhead{on: true, pieces: tc.pieces, shared: &readAheads{tried: true, pf: pf}, roundRows: tc.roundRows}
+			ra := readAhead{on: true, pieces: tc.pieces, shared: &sharedPrefetcher{tried: true, pf: pf}, roundRows: tc.roundRows}
 			ra.shared.slow.Store(tc.slow)
 			ra.offer(r, true)
 			close(pf.jobs)
