@@ -269,11 +269,16 @@ type detector struct {
 	keep  keptGroup
 	found []foundConflict
 	// setBasedTry marks a run's first, set-based try under withFallback,
-	// whose unique violation is not a conflict.
+	// whose unique violation is not a conflict (set by the builder around
+	// that try's round trip, which it waits for).
 	setBasedTry bool
 	carefulSQL  map[sqlKey]string // used by the round trip only
 	builtSQL    map[sqlKey]string // checked and fast: by the builder only
 }
+
+// rolledBack forgets the conflicts found: the group they were met in is
+// rolled back, and the log rows with it.
+func (d *detector) rolledBack() { d.found = nil }
 
 // carefulNow reports whether a group begun now is applied with careful
 // statements from its start: a conflict was met within carefulFor.

@@ -332,7 +332,7 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.ops, a.qbytes, a.qrows = nil, 0, 0
 	a.batcher.reset()
 	a.takeCounts()
-	a.detector.found = nil
+	a.detector.rolledBack()
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left
 		// in an aborted transaction block. Outside a transaction,
