@@ -80,7 +80,7 @@ type Stats struct {
 	// target (the built-in subscription's update_missing / delete_missing).
 	Missing atomic.Int64
 	// Collapsed counts updates folded into an earlier update of the same
-	// row in the same statement (see Applier.collapse).
+	// row in the same statement (see batcher.collapse).
 	Collapsed atomic.Int64
 	// ConflictReplays counts target transactions applied again with
 	// careful statements after a conflict; Conflicts, the conflicts
@@ -94,7 +94,7 @@ type Stats struct {
 	// a move to the workers).
 	Executed atomic.Int64
 	// PrefetchWait is the time (ns) statements waited for their rows to
-	// be read ahead (see awaitReadAhead).
+	// be read ahead (see readAhead.await).
 	PrefetchWait atomic.Int64
 }
 
@@ -134,6 +134,13 @@ type Txn struct {
 
 // Applier owns one target connection and applies one transaction at a time.
 // Not goroutine safe.
+//
+// It is the builder (the open group, its runs and the statements queued
+// for the next round trip) and three parts, each with the fields it alone
+// writes: sender (the session's round trips; sender.go, pipeline.go),
+// detector (conflict detection and resolution; detect.go, resolve.go) and
+// readAhead (reading ahead on prefetch connections; prefetch.go). A round
+// trip (roundtrip.go) goes through them in turn.
 type Applier struct {
 	cfg  Config
 	conn *pgx.Conn
@@ -155,22 +162,10 @@ type Applier struct {
 	began  bool
 	grp    group
 	ops    []op // queued, in order, for the next round trip
-	// ra reads ahead (never without Config.Prefetch): the applier's own,
-	// or one shared with other appliers (ShareReadAhead); ownRA says
-	// whether this applier reports and closes it. cc is the target's
-	// configuration.
-	ra     *readAheads
-	ownRA  bool
-	cc     *pgx.ConnConfig
 	qbytes int
 	qrows  int // rows of the statements in ops
-	// roundRows caps qrows while statements wait for their rows to be
-	// read ahead (see readAheadRows): the least of its large tables'.
-	roundRows int
-	inflight  *inflight // round trip started by sendAsync
-	failed    error     // a failed round trip's error, until rollback
-	// b turns the open group's changes into statements.
-	b          *batcher
+	// batcher turns the open group's changes into runs.
+	batcher    *batcher
 	keybuf     []byte // RowKeys' buffer
 	syncCommit bool
 
@@ -182,34 +177,16 @@ type Applier struct {
 	// or the table is not copied yet.
 	Skipped atomic.Int64
 
-	// Conflict detection (see resolve.go): det is nil when it is off;
-	// careful makes the round trips of the open group use careful
-	// statements, as every group begun before carefulUntil (UnixNano)
-	// does; keep holds the group's statements sent so far, found the
-	// conflicts its careful statements met; inFallback marks a run's
-	// first, set-based try under withFallback, whose unique violation is
-	// not a conflict.
-	det *Detection
 	// MayResolve, when set, reports whether every source transaction
 	// before the ones this applier holds has committed: only then is a
 	// conflict the target's own (a worker running ahead may meet a row
 	// an earlier transaction, in flight, changes), and resolved; else the
 	// fast statement's error is returned, for the caller to try again.
-	MayResolve   func() bool
-	careful      atomic.Bool
-	replayed     bool // the open group was applied again (see exec)
-	carefulUntil atomic.Int64
-	keep         keptGroup
-	found        []foundConflict
-	carefulSQL   map[sqlKey]string // used by exec only
-	builtSQL     map[sqlKey]string // checked and fast: by the builder only
-	// stmts are the statements prepared on the session (see pipeline.go),
-	// used by the sender only; eqb encodes the parameters that are not
-	// rawArrays.
-	stmts      map[string]*preparedStmt
-	eqb        pgx.ExtendedQueryBuilder
-	wire       []byte // see reserve
-	inFallback bool
+	MayResolve func() bool
+
+	sender    sender
+	detector  detector
+	readAhead readAhead
 }
 
 // group is the target transaction being built: one or more consecutive
@@ -250,18 +227,9 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
 	}
-	if cfg.Tallies == nil {
-		cfg.Tallies = NewTallies()
-	}
-	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, Warn: func(string) {}, cc: cc}
-	a.b = newBatcher(cfg.BatchRows, &a.Stats.Collapsed)
-	a.det = cfg.Detection
+	a := newApplier(cfg, conn)
 	if cfg.Prefetch {
-		n := cfg.PrefetchConns
-		if n <= 0 {
-			n = DefaultPrefetchConns
-		}
-		a.ra, a.ownRA = &readAheads{cc: cc, conns: n, warn: func(m string) { a.Warn(m) }}, true
+		a.readAhead.open(cc, cfg.PrefetchConns, func(m string) { a.Warn(m) })
 	}
 	registerRawArrays(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
@@ -270,6 +238,20 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// newApplier makes an Applier of conn and wires its parts; Open connects
+// and sets the session up.
+func newApplier(cfg Config, conn *pgx.Conn) *Applier {
+	if cfg.Tallies == nil {
+		cfg.Tallies = NewTallies()
+	}
+	a := &Applier{cfg: cfg, tallies: cfg.Tallies, conn: conn, tables: map[uint32]*Table{}, Warn: func(string) {}}
+	a.batcher = newBatcher(cfg.BatchRows, &a.Stats.Collapsed)
+	a.sender = sender{conn: conn, stats: &a.Stats}
+	a.detector.config, a.detector.stats, a.detector.slot = cfg.Detection, &a.Stats, cfg.Slot
+	a.readAhead.on, a.readAhead.pieces = cfg.Prefetch, cfg.PrefetchPieces
+	return a
 }
 
 // Conn exposes the target connection for progress bookkeeping between
@@ -286,9 +268,7 @@ func (a *Applier) SyncCommit() bool { return a.syncCommit }
 // the server.
 func (a *Applier) Close(ctx context.Context) error {
 	a.wait()
-	if a.ownRA {
-		a.ra.close(ctx)
-	}
+	a.readAhead.close(ctx)
 	return a.conn.Close(ctx)
 }
 
@@ -300,7 +280,7 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 		// tables; a kept stream connection has them loaded already).
 		return nil
 	}
-	a.b.forget(rel.ID)
+	a.batcher.forget(rel.ID)
 	if err := a.queueReady(ctx); err != nil {
 		return err
 	}
@@ -327,11 +307,7 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	}
 	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
 	a.tables[rel.ID] = t
-	if t.Large {
-		if n := readAheadRows(t.BufferPages); a.roundRows == 0 || n < a.roundRows {
-			a.roundRows = n
-		}
-	}
+	a.readAhead.noteTable(t)
 	return nil
 }
 
@@ -406,17 +382,17 @@ func (a *Applier) Begin(txn Txn) {
 // must reach the progress row and the tracker (and, with conflict
 // detection, the rows its statements would log).
 func (a *Applier) Retitle(txn Txn) {
-	if a.det != nil {
+	if a.detector.config != nil {
 		a.wait()
-		if len(a.found) > 0 && a.txn.XID == txn.XID && a.txn.CommitLSN != txn.CommitLSN {
+		if len(a.detector.found) > 0 && a.txn.XID == txn.XID && a.txn.CommitLSN != txn.CommitLSN {
 			// Conflicts already logged name the stand-in commit.
 			a.queue(`UPDATE parapply.conflicts SET commit_lsn = $1::text::pg_lsn, remote_commit_time = $2
 				WHERE source_xid = $3 AND slot_name = $4 AND commit_lsn = $5::text::pg_lsn`,
 				"naming the commit of a streamed transaction's logged conflicts", -1,
 				txn.CommitLSN.String(), txn.CommitTime, int64(txn.XID), a.cfg.Slot, a.txn.CommitLSN.String())
 		}
-		a.b.retitle(txn)
-		for _, o := range a.keep.ops {
+		a.batcher.retitle(txn)
+		for _, o := range a.detector.keep.ops {
 			if o.run != nil {
 				o.run.retitle(txn)
 			}
@@ -479,5 +455,5 @@ func (a *Applier) GroupSize() (txns, changes, bytes int, age time.Duration) {
 	if !a.grp.open {
 		return 0, 0, 0, 0
 	}
-	return a.grp.txns, a.grp.changes, a.grp.bytes + a.b.bytes(), time.Since(a.grp.opened)
+	return a.grp.txns, a.grp.changes, a.grp.bytes + a.batcher.bytes(), time.Since(a.grp.opened)
 }

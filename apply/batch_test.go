@@ -346,8 +346,8 @@ func TestBatcherRefuses(t *testing.T) {
 // in binary format, under one BEGIN.
 func TestApplierQueuesRuns(t *testing.T) {
 	ctx := context.Background()
-	a := &Applier{cfg: Config{BatchRows: 2, PipelineBytes: 1 << 30}, tables: testTables(simpleTable()), Warn: func(string) {}, tallies: NewTallies()}
-	a.b = newBatcher(a.cfg.BatchRows, &a.Stats.Collapsed)
+	a := newApplier(Config{BatchRows: 2, PipelineBytes: 1 << 30}, nil)
+	a.tables = testTables(simpleTable())
 	a.Begin(Txn{XID: 1})
 	for i, v := range []string{"1", "2", "3"} {
 		if err := a.Insert(ctx, 1, tuple([]string{v, "-"})); err != nil {

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -44,8 +45,8 @@ func (a *Applier) Insert(ctx context.Context, rel uint32, tup parapply.Tuple) er
 	if t == nil {
 		return err
 	}
-	r := a.b.insert(t, tup)
-	if a.det != nil {
+	r := a.batcher.insert(t, tup)
+	if a.detector.config != nil {
 		r.noteTxn(a.txn)
 	}
 	return a.maybeFlush(ctx)
@@ -62,7 +63,7 @@ func (a *Applier) Update(ctx context.Context, rel uint32, oldKind byte, old, new
 	if t == nil {
 		return err
 	}
-	r, err := a.b.update(t, oldKind, old, new)
+	r, err := a.batcher.update(t, oldKind, old, new)
 	if err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 	if t == nil {
 		return err
 	}
-	r, err := a.b.delete(t, old)
+	r, err := a.batcher.delete(t, old)
 	if err != nil {
 		return err
 	}
@@ -85,14 +86,14 @@ func (a *Applier) Delete(ctx context.Context, rel uint32, oldKind byte, old para
 // added sends what the batcher closed and offers the rows of r, the run a
 // change joined (nil if none), to the prefetcher.
 func (a *Applier) added(ctx context.Context, r *run) error {
-	if r != nil && a.det != nil {
+	if r != nil && a.detector.config != nil {
 		r.noteTxn(a.txn)
 	}
 	if err := a.maybeFlush(ctx); err != nil {
 		return err
 	}
 	if r != nil {
-		a.readAhead(r, false)
+		a.readAhead.offer(r, false)
 	}
 	return nil
 }
@@ -133,12 +134,12 @@ func (a *Applier) maybeFlush(ctx context.Context) error {
 	if err := a.queueReady(ctx); err != nil {
 		return err
 	}
-	rows, bytes := a.b.held()
-	if a.qbytes+bytes >= a.cfg.PipelineBytes || (a.roundRows > 0 && a.readAheadSlow() && a.qrows+rows >= a.roundRows) {
+	rows, bytes := a.batcher.held()
+	if a.qbytes+bytes >= a.cfg.PipelineBytes || a.readAhead.roundFull(a.qrows+rows) {
 		if err := a.flushRuns(ctx); err != nil {
 			return err
 		}
-		return a.sendAsync(ctx, nil)
+		return a.sendQueuedAsync(ctx, nil)
 	}
 	return nil
 }
@@ -148,13 +149,13 @@ var kindNames = map[byte]string{'I': "insert", 'U': "update", 'F': "update", 'D'
 // flushRuns closes every open run and queues its statement, in the order
 // they were opened.
 func (a *Applier) flushRuns(ctx context.Context) error {
-	a.b.closeAll()
+	a.batcher.closeAll()
 	return a.queueReady(ctx)
 }
 
 // queueReady queues the statements of the runs the batcher closed.
 func (a *Applier) queueReady(ctx context.Context) error {
-	for _, r := range a.b.take() {
+	for _, r := range a.batcher.take() {
 		if err := a.queueStatement(ctx, r); err != nil {
 			return err
 		}
@@ -164,7 +165,7 @@ func (a *Applier) queueReady(ctx context.Context) error {
 
 // queueStatement turns the closed run r into a queued statement.
 func (a *Applier) queueStatement(ctx context.Context, r *run) error {
-	a.readAhead(r, true)
+	a.readAhead.offer(r, true)
 	what := fmt.Sprintf("%s of %d rows in %s", kindNames[r.kind], r.rows, r.table.Name)
 	a.grp.bytes += r.bytes
 	a.qbytes += r.bytes
@@ -193,9 +194,9 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 // carefully), or soon after a conflict the fast one, which resolves what
 // conflicts it meets by itself (see resolve.go).
 func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) error {
-	if a.det != nil && (r.kind == 'U' || r.kind == 'D') {
-		if time.Now().UnixNano() < a.carefulUntil.Load() {
-			o, err := a.resolvingOp(r, a.statement(r, fastStatement), what)
+	if a.detector.config != nil && (r.kind == 'U' || r.kind == 'D') {
+		if time.Now().UnixNano() < a.detector.carefulUntil.Load() {
+			o, err := a.detector.resolvingOp(r, a.detector.statement(r, fastStatement), what)
 			if err != nil {
 				return err
 			}
@@ -203,7 +204,7 @@ func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any)
 			a.queueOp(o)
 			return nil
 		}
-		o := a.queueRun(r, a.statement(r, checkedStatement), what, -1, args...)
+		o := a.queueRun(r, a.detector.statement(r, checkedStatement), what, -1, args...)
 		n := new(int64)
 		o.scan, o.after = []any{n}, func() {
 			a.Stats.Statements.Add(1)
@@ -238,9 +239,9 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
 	// A violation of one row is no transient duplicate: a conflict.
-	a.inFallback = r.rows > 1
-	err := a.send(ctx)
-	a.inFallback = false
+	a.detector.setBasedTry = r.rows > 1
+	err := a.sendQueued(ctx)
+	a.detector.setBasedTry = false
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != pgerrcode.UniqueViolation || r.rows == 1 {
 		return err
@@ -254,9 +255,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	}
 	// What the set-based try did is undone: a replay after a conflict
 	// starts from the savepoint too.
-	if i := slices.IndexFunc(a.keep.ops, func(o op) bool { return o.sql == "SAVEPOINT parapply_run" }); i >= 0 && !a.keep.lost {
-		a.keep.ops = a.keep.ops[:i+1]
-	}
+	a.detector.keep.backToSavepoint("SAVEPOINT parapply_run")
 	for i := 0; i < r.rows; i++ {
 		one := r.row(i)
 		args, err := one.encode()
@@ -268,5 +267,55 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 		}
 	}
 	a.queue("RELEASE SAVEPOINT parapply_run", "savepoint", -1)
-	return a.send(ctx)
+	return a.sendQueued(ctx)
+}
+
+// logFailed writes a change of a transaction that on_error skips to
+// parapply.conflicts (type apply_error), in place of applying it: what
+// (insert, update, delete, truncate), the key and the row as the publisher
+// sent them, and the error.
+func (a *Applier) logFailed(t *Table, what string, tups ...parapply.Tuple) {
+	var row, key []byte
+	if len(tups) > 0 {
+		k := tups[len(tups)-1] // the old image when there is one
+		key = tupleJSON(t, k, t.Key)
+		row = tupleJSON(t, tups[0], nil)
+		if what == "delete" && !t.Full {
+			row = key // the other columns of a key image are not the row's
+		}
+	}
+	a.queue(`INSERT INTO parapply.conflicts (slot_name, conflict_type, table_name, key, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied, detail)
+		VALUES ($1, 'apply_error', $2, $3::text::jsonb, $4::text::jsonb, $5, $6::text::pg_lsn, $7, $9, 'skip_transaction', false, $8)`,
+		"logging a change of a skipped transaction", -1,
+		a.cfg.Slot, t.Rel.Namespace+"."+t.Rel.Name, nullText(key), nullText(row), int64(a.txn.XID), a.txn.CommitLSN.String(), a.txn.CommitTime, what+": "+a.txn.Failed, nullText([]byte(a.txn.Origin)))
+	a.grp.changes++
+}
+
+// tupleJSON is a tuple's columns (only cols, when given) as a JSON object
+// of text values; nil when none is there.
+func tupleJSON(t *Table, tup parapply.Tuple, cols []int) []byte {
+	m := map[string]any{}
+	for i, v := range tup {
+		if cols != nil && !slices.Contains(cols, i) || i >= len(t.Rel.Columns) {
+			continue
+		}
+		switch v.Kind {
+		case parapply.ValueNull:
+			m[t.Rel.Columns[i].Name] = nil
+		case parapply.ValueText:
+			m[t.Rel.Columns[i].Name] = string(v.Data)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
 }

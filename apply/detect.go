@@ -1,19 +1,22 @@
 package apply
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/parapply/parapply"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/target"
 )
 
 // SetDetection turns conflict detection on (d set) or off for the
 // statements queued from now on.
-func (a *Applier) SetDetection(d *Detection) { a.det = d }
+func (a *Applier) SetDetection(d *Detection) { a.detector.config = d }
 
 // rowTxn says that the rows of a run up to upto (exclusive) that no earlier
 // entry holds came from source transaction txn.
@@ -110,14 +113,14 @@ func (r *run) hasCareful() bool {
 
 // carefulOps returns ops with the statement of every insert run (every
 // run, with all) replaced by its careful one (see resolve.go).
-func (a *Applier) carefulOps(ops []op, all bool) ([]op, error) {
+func (d *detector) carefulOps(ops []op, all bool) ([]op, error) {
 	out := make([]op, len(ops))
 	for i, o := range ops {
 		out[i] = o
 		if o.run != nil && !o.careful && (all || o.run.kind == 'I') {
-			if sql := a.statement(o.run, carefulStatement); sql != "" {
+			if sql := d.statement(o.run, carefulStatement); sql != "" {
 				var err error
-				if out[i], err = a.resolvingOp(o.run, sql, o.what); err != nil {
+				if out[i], err = d.resolvingOp(o.run, sql, o.what); err != nil {
 					return nil, err
 				}
 			}
@@ -144,12 +147,12 @@ type sqlKey struct {
 
 // statement returns the checked, fast or careful statement for run r,
 // building it once per table, kind and shape. Careful ones are asked for by
-// the session's sender only (see exec), the others by the builder: each
+// the session's sender only (see roundTrip), the others by the builder: each
 // side has its own map.
-func (a *Applier) statement(r *run, which int) string {
-	m := &a.builtSQL
+func (d *detector) statement(r *run, which int) string {
+	m := &d.builtSQL
 	if which == carefulStatement {
-		m = &a.carefulSQL
+		m = &d.carefulSQL
 	}
 	if *m == nil {
 		*m = map[sqlKey]string{}
@@ -163,11 +166,11 @@ func (a *Applier) statement(r *run, which int) string {
 			if r.table.suppresses(r.kind) {
 				match = matchSQL(r)
 			}
-			sql = a.det.checkedSQL(r.sql, r.kind, match)
+			sql = d.config.checkedSQL(r.sql, r.kind, match)
 		case fastStatement:
-			sql = a.det.fastSQL(r, a.cfg.Slot)
+			sql = d.config.fastSQL(r, d.slot)
 		default:
-			sql = a.det.carefulSQL(r, a.cfg.Slot)
+			sql = d.config.carefulSQL(r, d.slot)
 		}
 		if len(*m) > 1024 {
 			clear(*m)
@@ -180,7 +183,7 @@ func (a *Applier) statement(r *run, which int) string {
 // resolvingOp is a statement of run r that returns the rows it changed and
 // the conflicts it resolved (see Detection.finish): its parameters are the
 // run's, then its rows' source transactions.
-func (a *Applier) resolvingOp(r *run, sql, what string) (op, error) {
+func (d *detector) resolvingOp(r *run, sql, what string) (op, error) {
 	args, err := r.encode()
 	if err != nil {
 		return op{}, err
@@ -193,14 +196,14 @@ func (a *Applier) resolvingOp(r *run, sql, what string) (op, error) {
 	return op{sql: sql, what: what, rows: -1, kind: r.kind, table: table, cols: r.cols, args: args, applied: &r.applied,
 		run: r, careful: true, scan: []any{&n, &found}, after: func() {
 			for _, f := range found {
-				a.found = append(a.found, foundConflict{table, f})
+				d.found = append(d.found, foundConflict{table, f})
 			}
 			if len(found) > 0 {
 				// Conflicts go on: keep resolving them in place.
-				a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
+				d.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
 			}
-			a.Stats.Statements.Add(1)
-			a.Stats.Executed.Add(n)
+			d.stats.Statements.Add(1)
+			d.stats.Executed.Add(n)
 		}}, nil
 }
 
@@ -216,78 +219,181 @@ type foundConflict struct {
 const maxConflictLines = 10
 
 // reportConflicts counts the conflicts of the group just committed and
-// logs them.
-func (a *Applier) reportConflicts() {
-	for i, f := range a.found {
+// logs them (with warn, the applier's Warn).
+func (d *detector) reportConflicts(warn func(string)) {
+	for i, f := range d.found {
 		p := strings.SplitN(f.report, "|", 4)
 		if len(p) < 4 {
 			continue
 		}
 		ty := conflict.Type(p[0])
 		f.table.tally.Conflict(ty).Add(1)
-		a.Stats.Conflicts.Add(1)
+		d.stats.Conflicts.Add(1)
 		if ty == conflict.UpdateMissing || ty == conflict.DeleteMissing {
-			a.Stats.Missing.Add(1)
+			d.stats.Missing.Add(1)
 		}
 		if i < maxConflictLines {
 			what := "kept the local row"
 			if p[2] == "true" {
 				what = "applied the remote change"
 			}
-			a.Warn(fmt.Sprintf("conflict %s on %s, key %s: %s %s (logged in parapply.conflicts)", p[0], f.table.Rel.Namespace+"."+f.table.Rel.Name, p[3], p[1], what))
+			warn(fmt.Sprintf("conflict %s on %s, key %s: %s %s (logged in parapply.conflicts)", p[0], f.table.Rel.Namespace+"."+f.table.Rel.Name, p[3], p[1], what))
 		} else if i == maxConflictLines {
-			a.Warn(fmt.Sprintf("%d more conflicts in the same target transaction (logged in parapply.conflicts)", len(a.found)-i))
+			warn(fmt.Sprintf("%d more conflicts in the same target transaction (logged in parapply.conflicts)", len(d.found)-i))
 		}
 	}
-	a.found = nil
+	d.found = nil
 }
 
-// logFailed writes a change of a transaction that on_error skips to
-// parapply.conflicts (type apply_error), in place of applying it: what
-// (insert, update, delete, truncate), the key and the row as the publisher
-// sent them, and the error.
-func (a *Applier) logFailed(t *Table, what string, tups ...parapply.Tuple) {
-	var row, key []byte
-	if len(tups) > 0 {
-		k := tups[len(tups)-1] // the old image when there is one
-		key = tupleJSON(t, k, t.Key)
-		row = tupleJSON(t, tups[0], nil)
-		if what == "delete" && !t.Full {
-			row = key // the other columns of a key image are not the row's
-		}
-	}
-	a.queue(`INSERT INTO parapply.conflicts (slot_name, conflict_type, table_name, key, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied, detail)
-		VALUES ($1, 'apply_error', $2, $3::text::jsonb, $4::text::jsonb, $5, $6::text::pg_lsn, $7, $9, 'skip_transaction', false, $8)`,
-		"logging a change of a skipped transaction", -1,
-		a.cfg.Slot, t.Rel.Namespace+"."+t.Rel.Name, nullText(key), nullText(row), int64(a.txn.XID), a.txn.CommitLSN.String(), a.txn.CommitTime, what+": "+a.txn.Failed, nullText([]byte(a.txn.Origin)))
-	a.grp.changes++
+// detector is the part of an Applier that detects and resolves conflicts
+// (see resolve.go): the statements of detection built so far, whether the
+// open group is applied carefully, what it has sent (to apply it again
+// after a conflict) and the conflicts its careful statements resolved.
+// The builder asks it for checked and fast statements; the round trip
+// (roundTrip, possibly on sendQueuedAsync's goroutine) for careful ones,
+// and replays: each side has fields of its own, and carefulUntil, which
+// both read, is atomic.
+type detector struct {
+	// config is nil when detection is off.
+	config *Detection
+	// stats is the applier's Stats; slot names the subscription in the
+	// conflict log.
+	stats *Stats
+	slot  string
+	// carefulGroup makes the round trips of the open group use careful
+	// statements, as every group begun before carefulUntil (UnixNano)
+	// does; replayed: the open group was applied again (see replay).
+	carefulGroup atomic.Bool
+	replayed     bool
+	carefulUntil atomic.Int64
+	// keep holds the group's statements sent so far; found, the
+	// conflicts its careful statements met.
+	keep  keptGroup
+	found []foundConflict
+	// setBasedTry marks a run's first, set-based try under withFallback,
+	// whose unique violation is not a conflict (set by the builder around
+	// that try's round trip, which it waits for).
+	setBasedTry bool
+	carefulSQL  map[sqlKey]string // used by the round trip only
+	builtSQL    map[sqlKey]string // checked and fast: by the builder only
 }
 
-// tupleJSON is a tuple's columns (only cols, when given) as a JSON object
-// of text values; nil when none is there.
-func tupleJSON(t *Table, tup parapply.Tuple, cols []int) []byte {
-	m := map[string]any{}
-	for i, v := range tup {
-		if cols != nil && !slices.Contains(cols, i) || i >= len(t.Rel.Columns) {
-			continue
-		}
-		switch v.Kind {
-		case parapply.ValueNull:
-			m[t.Rel.Columns[i].Name] = nil
-		case parapply.ValueText:
-			m[t.Rel.Columns[i].Name] = string(v.Data)
-		}
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	b, _ := json.Marshal(m)
-	return b
+// rolledBack forgets the conflicts found: the group they were met in is
+// rolled back, and the log rows with it.
+func (d *detector) rolledBack() { d.found = nil }
+
+// carefulNow reports whether a group begun now is applied with careful
+// statements from its start: a conflict was met within carefulFor.
+func (d *detector) carefulNow() bool {
+	return d.config != nil && time.Now().UnixNano() < d.carefulUntil.Load()
 }
 
-func nullText(b []byte) any {
-	if b == nil {
-		return nil
+// beginGroup starts a target transaction's round trips: nothing kept or
+// found yet, and careful statements from the start when careful.
+func (d *detector) beginGroup(careful bool) {
+	d.keep, d.found, d.replayed = keptGroup{}, nil, false
+	d.carefulGroup.Store(careful)
+}
+
+// carefulIfAsked returns ops, made careful when the open group is applied
+// carefully: after a replay, every run; soon after one, inserts (the fast
+// statements of updates and deletes resolve by themselves).
+func (d *detector) carefulIfAsked(ops []op) ([]op, error) {
+	if !d.carefulGroup.Load() {
+		return ops, nil
 	}
-	return string(b)
+	return d.carefulOps(ops, d.replayed)
+}
+
+// replay returns the statements that apply the open group again from its
+// start, after ops met a conflict and the target transaction was rolled
+// back: what was kept of it, then ops, every run's statement careful.
+func (d *detector) replay(ops []op) ([]op, error) {
+	d.carefulGroup.Store(true)
+	d.replayed = true
+	d.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
+	all, err := d.carefulOps(append(d.keep.ops, ops...), true)
+	if err != nil {
+		return nil, err
+	}
+	d.keep, d.found = keptGroup{}, nil
+	return all, nil
+}
+
+// unresolved is the error of a conflict that is not applied again: err,
+// or when the group was too large to keep, err with the reason.
+func (d *detector) unresolved(err error) error {
+	if d.keep.lost {
+		return fmt.Errorf("%w (a conflict was met in a target transaction larger than %d MB, which is not kept to be applied again with conflict resolution: lower group_max_bytes, or resolve the conflict on the target)", err, keptGroupBytes>>20)
+	}
+	return err
+}
+
+// backToSavepoint drops what was kept of the open group after the
+// savepoint sql made: it was rolled back to it, and a replay starts from
+// there too.
+func (k *keptGroup) backToSavepoint(sql string) {
+	if i := slices.IndexFunc(k.ops, func(o op) bool { return o.sql == sql }); i >= 0 && !k.lost {
+		k.ops = k.ops[:i+1]
+	}
+}
+
+// ConflictFound reports whether err is a fast statement's sign of a
+// conflict that a worker running ahead of earlier transactions returns
+// (see MayResolve).
+func ConflictFound(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == target.SQLStateConflictFound
+}
+
+// conflictFound reports whether err is a fast statement's sign of a
+// conflict (see resolve.go) that careful statements resolve.
+func (d *detector) conflictFound(err error) bool {
+	var pe *pgconn.PgError
+	return d.config != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && !d.setBasedTry)
+}
+
+// Bounds of conflict replays: a target transaction is applied again with
+// careful statements at most maxReplays times (a local session may change
+// rows between two tries); for carefulFor after a conflict, inserts use
+// careful statements from the start and updates and deletes the fast ones
+// (see resolve.go); a group is kept for a replay up to keptGroupBytes of
+// parameters.
+const (
+	maxReplays     = 3
+	carefulFor     = 2 * time.Second
+	keptGroupBytes = 16 << 20
+)
+
+// keptGroup holds the statements of the open target transaction already
+// sent, to apply it again after a conflict.
+type keptGroup struct {
+	ops   []op
+	bytes int
+	lost  bool
+}
+
+// add keeps ops, sent in the open target transaction, unless the group
+// has grown past keptGroupBytes (then none is kept: lost).
+func (k *keptGroup) add(ops []op) {
+	if k.lost {
+		return
+	}
+	for _, o := range ops {
+		if o.run != nil {
+			k.bytes += o.run.bytes
+		}
+	}
+	if k.bytes > keptGroupBytes {
+		k.ops, k.lost = nil, true
+		return
+	}
+	for _, o := range ops {
+		if o.run != nil && !o.careful && o.run.hasCareful() {
+			// A replay builds the careful statement from the run: the
+			// encoded parameters need not be kept.
+			o.args, o.copy = nil, nil
+		}
+		k.ops = append(k.ops, o)
+	}
 }

@@ -45,17 +45,17 @@ var rawOIDs = func() map[uint32]bool {
 
 // prepared returns sql prepared on the session (a round trip the first
 // time).
-func (a *Applier) prepared(ctx context.Context, sql string) (*preparedStmt, error) {
-	if p, ok := a.stmts[sql]; ok {
+func (s *sender) prepared(ctx context.Context, sql string) (*preparedStmt, error) {
+	if p, ok := s.stmts[sql]; ok {
 		return p, nil
 	}
-	if len(a.stmts) >= maxPrepared {
-		if err := a.conn.DeallocateAll(ctx); err != nil {
+	if len(s.stmts) >= maxPrepared {
+		if err := s.conn.DeallocateAll(ctx); err != nil {
 			return nil, fmt.Errorf("deallocating prepared statements: %w", err)
 		}
-		clear(a.stmts)
+		clear(s.stmts)
 	}
-	sd, err := a.conn.Prepare(ctx, sql, sql)
+	sd, err := s.conn.Prepare(ctx, sql, sql)
 	if err != nil {
 		return nil, err
 	}
@@ -63,14 +63,14 @@ func (a *Applier) prepared(ctx context.Context, sql string) (*preparedStmt, erro
 	for _, oid := range sd.ParamOIDs {
 		p.raw = p.raw && rawOIDs[oid]
 	}
-	m := a.conn.TypeMap()
+	m := s.conn.TypeMap()
 	for _, f := range sd.Fields {
 		p.resultFormats = append(p.resultFormats, m.FormatCodeForOID(f.DataTypeOID))
 	}
-	if a.stmts == nil {
-		a.stmts = map[string]*preparedStmt{}
+	if s.stmts == nil {
+		s.stmts = map[string]*preparedStmt{}
 	}
-	a.stmts[sql] = p
+	s.stmts[sql] = p
 	return p, nil
 }
 
@@ -85,7 +85,7 @@ type bound struct {
 var binaryFormat = []int16{pgtype.BinaryFormatCode}
 
 // bind encodes o's parameters for p.
-func (a *Applier) bind(p *preparedStmt, o op) (bound, error) {
+func (s *sender) bind(p *preparedStmt, o op) (bound, error) {
 	if len(o.args) != len(p.sd.ParamOIDs) {
 		return bound{}, fmt.Errorf("statement takes %d parameters, %d given", len(p.sd.ParamOIDs), len(o.args))
 	}
@@ -107,32 +107,32 @@ func (a *Applier) bind(p *preparedStmt, o op) (bound, error) {
 	}
 	// Parameters of other kinds (the progress row, the conflict log):
 	// few and small, encoded by pgx and copied out of its buffer.
-	if err := a.eqb.Build(a.conn.TypeMap(), p.sd, o.args); err != nil {
+	if err := s.eqb.Build(s.conn.TypeMap(), p.sd, o.args); err != nil {
 		return bound{}, err
 	}
-	values := make([][]byte, len(a.eqb.ParamValues))
-	for i, v := range a.eqb.ParamValues {
+	values := make([][]byte, len(s.eqb.ParamValues))
+	for i, v := range s.eqb.ParamValues {
 		if v != nil {
 			values[i] = slices.Clone(v)
 		}
 	}
-	return bound{p: p, values: values, formats: slices.Clone(a.eqb.ParamFormats)}, nil
+	return bound{p: p, values: values, formats: slices.Clone(s.eqb.ParamFormats)}, nil
 }
 
 // pipeline sends ops, none of them a COPY, as one pipelined round trip.
-func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
+func (s *sender) pipeline(ctx context.Context, ops []op, desc txns) error {
 	bs := make([]bound, len(ops))
 	for i, o := range ops {
-		p, err := a.prepared(ctx, o.sql)
+		p, err := s.prepared(ctx, o.sql)
 		if err == nil {
-			bs[i], err = a.bind(p, o)
+			bs[i], err = s.bind(p, o)
 		}
 		if err != nil {
-			return a.opFailed(ctx, o, err, desc)
+			return s.opFailed(ctx, o, err, desc)
 		}
 	}
-	pl := a.conn.PgConn().StartPipeline(ctx)
-	a.reserve(bs)
+	pl := s.conn.PgConn().StartPipeline(ctx)
+	s.reserve(bs)
 	for _, b := range bs {
 		pl.SendQueryStatement(b.p.sd, b.values, b.formats, b.p.resultFormats)
 	}
@@ -143,11 +143,11 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 	for _, o := range ops {
 		res, err := pl.GetResults()
 		if err == nil {
-			err = a.result(o, res)
+			err = s.result(o, res)
 		}
 		if err != nil {
 			pl.Close()
-			return a.opFailed(ctx, o, err, desc)
+			return s.opFailed(ctx, o, err, desc)
 		}
 	}
 	if res, err := pl.GetResults(); err != nil {
@@ -160,7 +160,7 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 	return pl.Close()
 }
 
-// The round trip's messages are written into one buffer the applier
+// The round trip's messages are written into one buffer the sender
 // keeps (wire), sized for all of them before the first: pgproto3's
 // frontend appends every message to its write buffer, which it drops
 // after each flush of more than 1 kB, so a round trip of a few hundred
@@ -170,7 +170,7 @@ func (a *Applier) pipeline(ctx context.Context, ops []op, desc txns) error {
 // Config.PipelineBytes at most (8 MB by default), for the session's life.
 
 // reserve hands the frontend a write buffer with room for bs.
-func (a *Applier) reserve(bs []bound) {
+func (s *sender) reserve(bs []bound) {
 	n := 64 // Sync, and slack
 	for _, b := range bs {
 		n += 64 + len(b.p.sd.Name) + 2*(len(b.formats)+len(b.p.resultFormats))
@@ -181,36 +181,40 @@ func (a *Applier) reserve(bs []bound) {
 	if n <= 1024 {
 		return // within what the frontend keeps
 	}
-	a.conn.PgConn().Frontend().Send(reservation{a: a, n: n})
+	s.conn.PgConn().Frontend().Send(reservation{s: s, n: n})
 }
 
 // reservation is no message: encoding it swaps the frontend's write
-// buffer for the applier's wire buffer, with n bytes free, holding what
+// buffer for the sender's wire buffer, with n bytes free, holding what
 // was written so far (Encode may return a buffer other than dst, as
 // append does). The frontend writes into wire until its next flush (and
 // keeps it past that if it holds 1 kB or less); wire is only scratch
 // here, and a reservation copies what the frontend holds first, so the
 // two sharing it is harmless.
 type reservation struct {
-	a *Applier
+	s *sender
 	n int
 }
 
+// Encode hands the frontend a buffer with r.n bytes free (see reservation).
 func (r reservation) Encode(dst []byte) ([]byte, error) {
 	if cap(dst)-len(dst) >= r.n {
 		return dst, nil
 	}
-	w := slices.Grow(r.a.wire[:0], len(dst)+r.n)
+	w := slices.Grow(r.s.wire[:0], len(dst)+r.n)
 	w = append(w, dst...)
-	r.a.wire = w[:0]
+	r.s.wire = w[:0]
 	return w, nil
 }
 
+// Decode refuses: a reservation is never received.
 func (reservation) Decode([]byte) error { return fmt.Errorf("reservation is not a message") }
-func (reservation) Frontend()           {}
+
+// Frontend marks a reservation as something the frontend sends.
+func (reservation) Frontend() {}
 
 // result takes o's result: its row scanned, or its command tag counted.
-func (a *Applier) result(o op, res any) error {
+func (s *sender) result(o op, res any) error {
 	rr, ok := res.(*pgconn.ResultReader)
 	if !ok {
 		return fmt.Errorf("expected a statement's result, got %T (protocol error)", res)
@@ -220,10 +224,10 @@ func (a *Applier) result(o op, res any) error {
 		if err != nil {
 			return err
 		}
-		a.done(o, tag)
+		s.done(o, tag)
 		return nil
 	}
-	rows := pgx.RowsFromResultReader(a.conn.TypeMap(), rr)
+	rows := pgx.RowsFromResultReader(s.conn.TypeMap(), rr)
 	if !rows.Next() {
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -250,9 +254,9 @@ func (a *Applier) result(o op, res any) error {
 
 // opFailed explains why o failed: with the table and column for statements
 // built from a run.
-func (a *Applier) opFailed(ctx context.Context, o op, err error, desc txns) error {
+func (s *sender) opFailed(ctx context.Context, o op, err error, desc txns) error {
 	if o.scan != nil && o.table == nil {
 		return fmt.Errorf("%s after %s: %w", o.what, desc, err)
 	}
-	return a.explain(ctx, o, err, desc)
+	return s.explain(ctx, o, err, desc)
 }

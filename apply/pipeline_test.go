@@ -14,6 +14,18 @@ import (
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
+// startServer starts a server of its own for a test, stopped when the
+// test ends.
+func startServer(ctx context.Context, t *testing.T, name string) *pgtest.Server {
+	t.Helper()
+	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	return srv
+}
+
 // TestPipeline sends round trips through the applier's pipeline on a real
 // server: rawArray parameters as they are, other parameters through pgx,
 // rows scanned, a failure that leaves the session usable, and prepared
@@ -21,18 +33,14 @@ import (
 func TestPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: "apply-pipeline"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
+	srv := startServer(ctx, t, "apply-pipeline")
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
 	registerRawArrays(conn)
-	a := &Applier{conn: conn, Warn: func(string) {}}
+	a := newApplier(Config{}, conn)
 	if _, err := conn.Exec(ctx, "CREATE TABLE t (k int PRIMARY KEY, v text, f float8)"); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,7 @@ func TestPipeline(t *testing.T) {
 		{sql: "UPDATE t SET v = $1 WHERE k = $2", rows: 1, args: []any{"b", int64(2)}},
 		{sql: "SELECT count(*), array_agg(v ORDER BY k) FROM t WHERE f IS NOT NULL OR k = 2", rows: -1, scan: []any{&n, &vals}},
 	}
-	if err := a.pipeline(ctx, ops, desc); err != nil {
+	if err := a.sender.pipeline(ctx, ops, desc); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -80,7 +88,7 @@ func TestPipeline(t *testing.T) {
 	// A failure names the transaction and keeps the server's error; the
 	// statements after it in the round trip do not run, and the session
 	// takes the next round trip.
-	err = a.pipeline(ctx, []op{
+	err = a.sender.pipeline(ctx, []op{
 		{sql: ins, rows: 1, what: "insert of t", args: []any{encodeTextArray([][]byte{[]byte("1")}), encodeTextArray([][]byte{[]byte("dup")}), one}},
 		{sql: "UPDATE t SET v = 'after' WHERE k = 3", rows: 1},
 	}, desc)
@@ -109,7 +117,7 @@ func TestPipeline(t *testing.T) {
 			t.Fatal(err)
 		}
 		var sum int64
-		if err := a.pipeline(ctx, []op{
+		if err := a.sender.pipeline(ctx, []op{
 			{sql: ins, rows: 4, args: []any{encodeTextArray(keys), encodeTextArray(texts), fs}},
 			{sql: "SELECT sum(length(v)) FROM t WHERE k BETWEEN $1 AND $1 + 3", rows: -1, args: []any{int64(100 + 10*i)}, scan: []any{&sum}},
 		}, desc); err != nil {
@@ -131,7 +139,7 @@ func TestPipeline(t *testing.T) {
 	for i := range 10 {
 		var s string
 		sql := fmt.Sprintf("SELECT array_to_string($1::text[], ',') || '%d'", i%6)
-		if err := a.pipeline(ctx, []op{{sql: sql, rows: -1, args: []any{encodeTextArray([][]byte{[]byte("x"), []byte("y")})}, scan: []any{&s}}}, desc); err != nil {
+		if err := a.sender.pipeline(ctx, []op{{sql: sql, rows: -1, args: []any{encodeTextArray([][]byte{[]byte("x"), []byte("y")})}, scan: []any{&s}}}, desc); err != nil {
 			t.Fatal(err)
 		}
 		if want := fmt.Sprintf("x,y%d", i%6); s != want {
@@ -141,8 +149,8 @@ func TestPipeline(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE left(name, 5) = 'stmt_'").Scan(&prepared); err != nil {
 			t.Fatal(err)
 		}
-		if len(a.stmts) > maxPrepared || prepared > maxPrepared {
-			t.Fatalf("after statement %d: %d kept, %d prepared on the server; at most %d", i, len(a.stmts), prepared, maxPrepared)
+		if len(a.sender.stmts) > maxPrepared || prepared > maxPrepared {
+			t.Fatalf("after statement %d: %d kept, %d prepared on the server; at most %d", i, len(a.sender.stmts), prepared, maxPrepared)
 		}
 	}
 }

@@ -30,7 +30,7 @@ type prefetcher struct {
 	max     int
 	growing atomic.Bool
 	// waits is what the target's own view of the prefetch sessions says
-	// (SetPrefetchWaits): their reads wait on a disk, and more
+	// (Tune): their reads wait on a disk, and more
 	// connections may open. Until told, one connection reads. (The wall
 	// time of a read cannot tell a busy CPU from a slow disk: on two busy
 	// cores a row from the operating system's cache takes as long as one
@@ -62,7 +62,7 @@ type prefetchJob struct {
 	// pages in memory) catches up with the appliers instead of reading
 	// pages they no longer need.
 	stale *atomic.Bool
-	// pending counts the run's key sets not read yet (see awaitReadAhead);
+	// pending counts the run's key sets not read yet (see readAhead.await);
 	// the job takes one off once read, skipped or dropped.
 	pending *atomic.Int32
 }
@@ -98,7 +98,7 @@ const prefetchQueue = 384
 // another (an index lookup, then the heap page), so reads overlap only
 // across connections; on a disk where a read waits, that many reads are in
 // flight. The prefetcher starts with one and opens more only while key
-// sets wait for one and its sessions wait on reads (SetPrefetchWaits):
+// sets wait for one and its sessions wait on reads (Tune):
 // reads from the operating system's cache need no more, and more would
 // only take CPU from the appliers.
 const DefaultPrefetchConns = 16
@@ -260,16 +260,16 @@ func (p *prefetcher) pids(dst []uint32) []uint32 {
 	return dst
 }
 
-// readAheads opens a prefetcher the first time one is needed, once, for
-// every applier that shares it.
-type readAheads struct {
+// sharedPrefetcher opens a prefetcher the first time one is needed, once,
+// for every applier that shares it.
+type sharedPrefetcher struct {
 	mu    sync.Mutex
 	pf    *prefetcher
 	tried bool
 	conns int
 	cc    *pgx.ConnConfig
 	warn  func(string)
-	// waits is the last SetPrefetchWaits verdict, for a prefetcher opened
+	// waits is the last verdict Tune passed on, for a prefetcher opened
 	// after it; slow is the same, read without the lock on every change.
 	waits bool
 	slow  atomic.Bool
@@ -277,7 +277,7 @@ type readAheads struct {
 
 // get returns the prefetcher, opening it on the first call; nil if it
 // could not be opened (said once).
-func (r *readAheads) get() *prefetcher {
+func (r *sharedPrefetcher) get() *prefetcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.tried {
@@ -293,7 +293,9 @@ func (r *readAheads) get() *prefetcher {
 	return r.pf
 }
 
-func (r *readAheads) counts() (rows, dropped int64, err error) {
+// counts reports the prefetcher's rows read and dropped and its error;
+// nothing before it opens.
+func (r *sharedPrefetcher) counts() (rows, dropped int64, err error) {
 	pf := r.opened()
 	if pf == nil {
 		return 0, 0, nil
@@ -302,7 +304,7 @@ func (r *readAheads) counts() (rows, dropped int64, err error) {
 }
 
 // open counts the prefetch connections open.
-func (r *readAheads) open() int {
+func (r *sharedPrefetcher) open() int {
 	pf := r.opened()
 	if pf == nil {
 		return 0
@@ -313,13 +315,14 @@ func (r *readAheads) open() int {
 }
 
 // opened returns the prefetcher if it is open.
-func (r *readAheads) opened() *prefetcher {
+func (r *sharedPrefetcher) opened() *prefetcher {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pf
 }
 
-func (r *readAheads) close(ctx context.Context) {
+// close closes the prefetcher, if it opened.
+func (r *sharedPrefetcher) close(ctx context.Context) {
 	pf := r.opened()
 	if pf != nil {
 		pf.close(ctx)
@@ -392,49 +395,98 @@ func InsertProbeSQL(t *Table, c int) string {
 	return b.String()
 }
 
+// readAhead is the part of an Applier that reads ahead (never without
+// Config.Prefetch): it offers the keys of the runs the builder fills to a
+// prefetcher, the applier's own or one shared with other appliers, and
+// makes a round trip wait for its rows when reads wait on a disk. The
+// builder writes it (open, noteTable, offer); the round trip only reads
+// it (await).
+type readAhead struct {
+	on, pieces bool // Config.Prefetch, Config.PrefetchPieces
+	// shared opens the prefetcher when a table first needs it; own says
+	// whether this applier reports and closes it (see ShareReadAhead).
+	shared *sharedPrefetcher
+	own    bool
+	// roundRows caps the rows of a round trip while statements wait for
+	// their rows to be read ahead (see readAheadRows): the least of its
+	// large tables'.
+	roundRows int
+}
+
+// open gives the applier a prefetcher of its own, of up to n connections
+// (0: DefaultPrefetchConns), opened when a table first needs it.
+func (ra *readAhead) open(cc *pgx.ConnConfig, n int, warn func(string)) {
+	if n <= 0 {
+		n = DefaultPrefetchConns
+	}
+	ra.shared, ra.own = &sharedPrefetcher{cc: cc, conns: n, warn: warn}, true
+}
+
+// close closes the applier's own prefetcher, if it has one.
+func (ra *readAhead) close(ctx context.Context) {
+	if ra.own {
+		ra.shared.close(ctx)
+	}
+}
+
+// noteTable lowers roundRows to what a table larger than shared_buffers
+// calls for.
+func (ra *readAhead) noteTable(t *Table) {
+	if t.Large {
+		if n := readAheadRows(t.BufferPages); ra.roundRows == 0 || n < ra.roundRows {
+			ra.roundRows = n
+		}
+	}
+}
+
+// roundFull reports whether a round trip of rows rows is as large as one
+// may be while statements wait for their rows (see readAheadRows).
+func (ra *readAhead) roundFull(rows int) bool {
+	return ra.roundRows > 0 && ra.slow() && rows >= ra.roundRows
+}
+
 // Prefetched reports the rows read ahead and those dropped while the
 // prefetcher was busy, and the error that stopped it, if any (for an
 // applier sharing another's prefetcher: nothing, that one reports them).
 func (a *Applier) Prefetched() (rows, dropped int64, err error) {
-	if !a.ownRA {
+	if !a.readAhead.own {
 		return 0, 0, nil
 	}
-	return a.ra.counts()
+	return a.readAhead.shared.counts()
 }
 
 // PrefetchConns reports how many prefetch connections are open (they
-// grow while key sets wait; see prefetcher), for status and for
-// workers = auto, which does not judge the appliers' reads while the
-// prefetcher is still growing.
-func (a *Applier) PrefetchConns() int {
-	if !a.ownRA {
+// grow while key sets wait; see prefetcher), for status.
+func (a *Applier) PrefetchConns() int { return a.readAhead.conns() }
+
+// conns counts the applier's own prefetch connections open.
+func (ra *readAhead) conns() int {
+	if !ra.own {
 		return 0
 	}
-	return a.ra.open()
+	return ra.shared.open()
 }
 
-// PrefetchPIDs appends the backends of the applier's own prefetch
-// connections, so that the target's view of them (pg_stat_activity) can
-// tell whether their reads wait on a disk (SetPrefetchWaits).
-func (a *Applier) PrefetchPIDs(dst []uint32) []uint32 {
-	if !a.ownRA {
+// pids appends the backends of the applier's own prefetch connections.
+func (ra *readAhead) pids(dst []uint32) []uint32 {
+	if !ra.own {
 		return dst
 	}
-	if pf := a.ra.opened(); pf != nil {
+	if pf := ra.shared.opened(); pf != nil {
 		return pf.pids(dst)
 	}
 	return dst
 }
 
-// SetPrefetchWaits tells the applier's own prefetcher (open, or opened
-// later) whether its sessions were seen waiting on reads of a disk: only
-// then does it open more connections, and when told they do not, it goes
-// back to one. Never told, it keeps one.
-func (a *Applier) SetPrefetchWaits(wait bool) {
-	if !a.ownRA {
+// setWaits tells the applier's own prefetcher (open, or opened later)
+// whether its sessions were seen waiting on reads of a disk: only then
+// does it open more connections, and when told they do not, it goes back
+// to one. Never told, it keeps one.
+func (ra *readAhead) setWaits(wait bool) {
+	if !ra.own {
 		return
 	}
-	r := a.ra
+	r := ra.shared
 	r.mu.Lock()
 	r.waits = wait
 	r.slow.Store(wait)
@@ -457,17 +509,17 @@ func (a *Applier) SetPrefetchWaits(wait bool) {
 // of opening its own: workers share one prefetcher, so that its
 // connections stay few however many workers there are.
 func (a *Applier) ShareReadAhead(from *Applier) {
-	if !a.cfg.Prefetch || from.ra == nil {
+	if !a.cfg.Prefetch || from.readAhead.shared == nil {
 		return
 	}
-	a.ra, a.ownRA = from.ra, false
+	a.readAhead.shared, a.readAhead.own = from.readAhead.shared, false
 }
 
-// readAhead offers the keys of r's rows not offered yet to the prefetcher:
+// offer offers the keys of r's rows not offered yet to the prefetcher:
 // a chunk at a time while the run fills, and what is left when it becomes a
 // statement (final), unless that is a handful of rows.
-func (a *Applier) readAhead(r *run, final bool) {
-	if !a.cfg.Prefetch || !r.table.Large {
+func (ra *readAhead) offer(r *run, final bool) {
+	if !ra.on || !r.table.Large {
 		return
 	}
 	if r.kind != 'U' && r.kind != 'D' && (r.kind != 'I' || len(r.table.Probes) == 0) {
@@ -477,7 +529,7 @@ func (a *Applier) readAhead(r *run, final bool) {
 	if n < prefetchChunk && (!final || n < prefetchChunk/8) {
 		return
 	}
-	pf := a.ra.get()
+	pf := ra.shared.get()
 	if pf == nil {
 		return
 	}
@@ -486,21 +538,21 @@ func (a *Applier) readAhead(r *run, final bool) {
 	}
 	// In pieces, so that the prefetch connections read them side by side.
 	piece := prefetchChunk
-	if a.cfg.PrefetchPieces {
+	if ra.pieces {
 		piece = prefetchPiece
 	}
-	if a.readAheadSlow() && a.roundRows > 0 {
+	if ra.slow() && ra.roundRows > 0 {
 		// Round trips of roundRows rows (small when shared_buffers is):
 		// at least four pieces each, or one connection would read a
 		// statement's rows one after another while the others idle, and
 		// with no more key sets queued than connections the prefetcher
 		// would never grow.
-		piece = min(piece, max(a.roundRows/4, minPrefetchPiece))
+		piece = min(piece, max(ra.roundRows/4, minPrefetchPiece))
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
 		if r.kind == 'I' {
-			a.probe(pf, r, from, to)
+			probe(pf, r, from, to)
 			continue
 		}
 		args := make([]any, r.split)
@@ -518,7 +570,7 @@ func (a *Applier) readAhead(r *run, final bool) {
 
 // probe offers the values that rows from..to of an insert run take in
 // each probed column (Table.Probes) to the prefetcher.
-func (a *Applier) probe(pf *prefetcher, r *run, from, to int) {
+func probe(pf *prefetcher, r *run, from, to int) {
 	for _, c := range r.table.Probes {
 		i := slices.Index(r.cols, c)
 		if i < 0 {
@@ -567,16 +619,17 @@ func readAheadRows(bufferPages int) int {
 	return min(max(bufferPages/8, 16), 2048)
 }
 
-// readAheadSlow reports whether statements wait for their rows to be read
-// ahead (see readAheadRows).
-func (a *Applier) readAheadSlow() bool {
-	return a.cfg.Prefetch && a.ra != nil && a.ra.slow.Load()
+// slow reports whether statements wait for their rows to be read ahead
+// (see readAheadRows).
+func (ra *readAhead) slow() bool {
+	return ra.on && ra.shared != nil && ra.shared.slow.Load()
 }
 
-// awaitReadAhead waits until the key sets of the runs among ops have been
-// read ahead, or readAheadWaitMax has passed, when reads wait on a disk.
-func (a *Applier) awaitReadAhead(ctx context.Context, ops []op) {
-	if !a.readAheadSlow() {
+// await waits until the key sets of the runs among ops have been read
+// ahead, or readAheadWaitMax has passed, when reads wait on a disk; it
+// adds the time waited to waited (Stats.PrefetchWait).
+func (ra *readAhead) await(ctx context.Context, ops []op, waited *atomic.Int64) {
+	if !ra.slow() {
 		return
 	}
 	var began time.Time
@@ -588,13 +641,13 @@ func (a *Applier) awaitReadAhead(ctx context.Context, ops []op) {
 			if began.IsZero() {
 				began = time.Now()
 			} else if time.Since(began) > readAheadWaitMax || ctx.Err() != nil {
-				a.Stats.PrefetchWait.Add(int64(time.Since(began)))
+				waited.Add(int64(time.Since(began)))
 				return
 			}
 			time.Sleep(readAheadPoll)
 		}
 	}
 	if !began.IsZero() {
-		a.Stats.PrefetchWait.Add(int64(time.Since(began)))
+		waited.Add(int64(time.Since(began)))
 	}
 }

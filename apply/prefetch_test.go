@@ -81,9 +81,9 @@ func TestReadAheadPieces(t *testing.T) {
 				r.rows++
 			}
 			pf := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), max: 1}
-			a := &Applier{cfg: Config{Prefetch: true, PrefetchPieces: tc.pieces}, ra: &readAheads{tried: true, pf: pf}, roundRows: tc.roundRows}
-			a.ra.slow.Store(tc.slow)
-			a.readAhead(r, true)
+			ra := readAhead{on: true, pieces: tc.pieces, shared: &sharedPrefetcher{tried: true, pf: pf}, roundRows: tc.roundRows}
+			ra.shared.slow.Store(tc.slow)
+			ra.offer(r, true)
 			close(pf.jobs)
 			var got []int
 			for j := range pf.jobs {

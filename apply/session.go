@@ -1,12 +1,9 @@
 package apply
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
-	"github.com/parapply/parapply/target"
 )
 
 type op struct {
@@ -33,7 +29,7 @@ type op struct {
 	// scan, when set, receives the single row the statement returns.
 	scan []any
 	// copy, when set, makes the statement a COPY FROM STDIN of these
-	// bytes: it ends the pipelined batch before it (see exec).
+	// bytes: it ends the pipelined batch before it (see sender.send).
 	copy []byte
 	// run is the run the statement applies, if any: a conflict makes
 	// the group be applied again with the run's careful statement.
@@ -63,6 +59,7 @@ type txns struct {
 	n           int
 }
 
+// String names the source transactions in an error's words.
 func (d txns) String() string {
 	if d.n <= 1 {
 		return fmt.Sprintf("source transaction %d (commit %s)", d.last.XID, d.last.CommitLSN)
@@ -87,7 +84,10 @@ type TxnError struct {
 	Err error
 }
 
+// Error is the statement's error's text.
 func (e *TxnError) Error() string { return e.Err.Error() }
+
+// Unwrap lets errors.Is and As see the statement's error.
 func (e *TxnError) Unwrap() error { return e.Err }
 
 // GroupError is an error met applying several source transactions as one
@@ -100,7 +100,10 @@ type GroupError struct {
 	Err         error
 }
 
+// Error is the statement's error's text.
 func (e *GroupError) Error() string { return e.Err.Error() }
+
+// Unwrap lets errors.Is and As see the statement's error.
 func (e *GroupError) Unwrap() error { return e.Err }
 
 // describe names the source transactions of the open group, or of the one
@@ -112,220 +115,6 @@ func (a *Applier) describe() txns {
 		return txns{first: a.txn, last: a.txn, n: 1}
 	}
 	return txns{first: g.first, last: a.txn, n: g.txns}
-}
-
-// send performs one round trip with everything queued, after the one in
-// flight (if any) has finished.
-func (a *Applier) send(ctx context.Context) error {
-	ops, err := a.takeOps()
-	if err != nil || len(ops) == 0 {
-		return err
-	}
-	return a.exec(ctx, ops, a.describe())
-}
-
-// takeOps waits for the round trip in flight, if any, and takes what is
-// queued for the next one.
-func (a *Applier) takeOps() ([]op, error) {
-	if err := a.wait(); err != nil {
-		return nil, err
-	}
-	ops := a.ops
-	a.ops, a.qbytes, a.qrows = a.ops[:0:0], 0, 0
-	return ops, nil
-}
-
-// sendAsync starts a round trip with everything queued and returns at once,
-// so that the next statements are built while the target executes these;
-// their outcome is taken by the next wait (every send, and anything else
-// that uses the connection, waits first). Within an open group only: the
-// group's COMMIT is sent synchronously after them.
-func (a *Applier) sendAsync(ctx context.Context, after func() error) error {
-	ops, err := a.takeOps()
-	if err != nil || len(ops) == 0 {
-		return err
-	}
-	f := &inflight{done: make(chan struct{})}
-	desc := a.describe()
-	a.inflight = f
-	go func() {
-		f.err = a.exec(ctx, ops, desc)
-		if f.err == nil && after != nil {
-			f.err = after()
-		}
-		close(f.done)
-	}()
-	return nil
-}
-
-// inflight is a round trip started by sendAsync.
-type inflight struct {
-	done chan struct{}
-	err  error
-}
-
-// wait waits for the round trip in flight and returns its error. An error
-// stays until the group is rolled back: a statement that failed must never
-// be followed by a COMMIT that the target would turn into a rollback.
-func (a *Applier) wait() error {
-	if f := a.inflight; f != nil {
-		<-f.done
-		a.inflight = nil
-		if f.err != nil {
-			a.failed = f.err
-		}
-	}
-	return a.failed
-}
-
-// exec sends ops (see send): when a statement meets a conflict (see
-// resolve.go), the target transaction is rolled back and applied again from
-// its start with careful statements, which resolve and log conflicts.
-func (a *Applier) exec(ctx context.Context, ops []op, desc txns) error {
-	a.awaitReadAhead(ctx, ops)
-	if len(ops) > 0 && ops[0].sql == "BEGIN" {
-		a.keep, a.found, a.replayed = keptGroup{}, nil, false
-		a.careful.Store(a.det != nil && time.Now().UnixNano() < a.carefulUntil.Load() && a.alone())
-	}
-	if a.careful.Load() {
-		// After a replay, every run; soon after one, inserts (the fast
-		// statements of updates and deletes resolve by themselves).
-		var err error
-		if ops, err = a.carefulOps(ops, a.replayed); err != nil {
-			return err
-		}
-	}
-	err := a.send1(ctx, ops, desc)
-	for try := 1; err != nil && a.conflictFound(err); try++ {
-		if a.keep.lost || try > maxReplays || a.conn.IsClosed() || !a.alone() {
-			if a.keep.lost {
-				return fmt.Errorf("%w (a conflict was met in a target transaction larger than %d MB, which is not kept to be applied again with conflict resolution: lower group_max_bytes, or resolve the conflict on the target)", err, keptGroupBytes>>20)
-			}
-			return err
-		}
-		a.Stats.ConflictReplays.Add(1)
-		if _, rerr := a.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
-			return err
-		}
-		a.careful.Store(true)
-		a.replayed = true
-		a.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
-		all, cerr := a.carefulOps(append(a.keep.ops, ops...), true)
-		if cerr != nil {
-			return cerr
-		}
-		a.keep, a.found = keptGroup{}, nil
-		ops = all
-		err = a.send1(ctx, ops, desc)
-	}
-	a.keep.add(ops)
-	return err
-}
-
-// alone reports whether conflicts met now are the target's own (see
-// MayResolve).
-func (a *Applier) alone() bool { return a.MayResolve == nil || a.MayResolve() }
-
-// ConflictFound reports whether err is a fast statement's sign of a
-// conflict that a worker running ahead of earlier transactions returns
-// (see MayResolve).
-func ConflictFound(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == target.SQLStateConflictFound
-}
-
-// conflictFound reports whether err is a fast statement's sign of a
-// conflict (see resolve.go) that careful statements resolve.
-func (a *Applier) conflictFound(err error) bool {
-	var pe *pgconn.PgError
-	return a.det != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && !a.inFallback)
-}
-
-// Bounds of conflict replays: a target transaction is applied again with
-// careful statements at most maxReplays times (a local session may change
-// rows between two tries); for carefulFor after a conflict, inserts use
-// careful statements from the start and updates and deletes the fast ones
-// (see resolve.go); a group is kept for a replay up to keptGroupBytes of
-// parameters.
-const (
-	maxReplays     = 3
-	carefulFor     = 2 * time.Second
-	keptGroupBytes = 16 << 20
-)
-
-// keptGroup holds the statements of the open target transaction already
-// sent, to apply it again after a conflict.
-type keptGroup struct {
-	ops   []op
-	bytes int
-	lost  bool
-}
-
-func (k *keptGroup) add(ops []op) {
-	if k.lost {
-		return
-	}
-	for _, o := range ops {
-		if o.run != nil {
-			k.bytes += o.run.bytes
-		}
-	}
-	if k.bytes > keptGroupBytes {
-		k.ops, k.lost = nil, true
-		return
-	}
-	for _, o := range ops {
-		if o.run != nil && !o.careful && o.run.hasCareful() {
-			// A replay builds the careful statement from the run: the
-			// encoded parameters need not be kept.
-			o.args, o.copy = nil, nil
-		}
-		k.ops = append(k.ops, o)
-	}
-}
-
-// send1 sends ops: one pipelined round trip, or one more for each COPY
-// among them (a COPY cannot ride in a pipeline); desc names the source
-// transactions for errors. After a failure nothing further is sent.
-func (a *Applier) send1(ctx context.Context, ops []op, desc txns) error {
-	for len(ops) > 0 {
-		if o := ops[0]; o.copy != nil {
-			tag, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(o.copy), o.sql)
-			if err != nil {
-				return a.explain(ctx, o, err, desc)
-			}
-			a.done(o, tag)
-			ops = ops[1:]
-			continue
-		}
-		n := slices.IndexFunc(ops, func(o op) bool { return o.copy != nil })
-		if n < 0 {
-			n = len(ops)
-		}
-		if err := a.pipeline(ctx, ops[:n], desc); err != nil {
-			return err
-		}
-		ops = ops[n:]
-	}
-	return nil
-}
-
-// done counts a statement built from a run, and the rows it was expected to
-// change but did not find.
-func (a *Applier) done(o op, tag pgconn.CommandTag) {
-	if o.table != nil {
-		a.Stats.Statements.Add(1)
-		a.Stats.Executed.Add(tag.RowsAffected())
-	}
-	if o.applied != nil {
-		o.applied.Store(true)
-	}
-	if o.rows >= 0 {
-		if n := tag.RowsAffected(); n < int64(o.rows) {
-			a.Stats.Missing.Add(int64(o.rows) - n)
-			missing(o.table, o.kind, int64(o.rows)-n)
-		}
-	}
 }
 
 // Commit commits the open group: its last statements, the progress row
@@ -345,7 +134,7 @@ func (a *Applier) end(ctx context.Context, c *Committed, gid string) error {
 	if err := a.queueEnd(ctx, c, gid); err != nil {
 		return err
 	}
-	if err := a.send(ctx); err != nil {
+	if err := a.sendQueued(ctx); err != nil {
 		a.rollback(ctx)
 		return err
 	}
@@ -379,7 +168,7 @@ func (c *Committed) finish(a *Applier) error {
 		a.Stats.Deletes.Add(t.n[tallyDelete])
 	}
 	if c.a != nil {
-		c.a.reportConflicts()
+		c.a.detector.reportConflicts(c.a.Warn)
 	}
 	var err error
 	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
@@ -396,7 +185,7 @@ func (a *Applier) CommitAsync(ctx context.Context, done func(Committed)) error {
 	if err := a.queueEnd(ctx, c, ""); err != nil {
 		return err
 	}
-	return a.sendAsync(ctx, func() error {
+	return a.sendQueuedAsync(ctx, func() error {
 		if err := c.finish(a); err != nil {
 			return err
 		}
@@ -458,18 +247,7 @@ func (a *Applier) Wait() error { return a.wait() }
 
 // Busy reports whether a round trip is still in flight, and the error of
 // one that has finished (taking it, as Wait does).
-func (a *Applier) Busy() (bool, error) {
-	f := a.inflight
-	if f == nil {
-		return false, a.failed
-	}
-	select {
-	case <-f.done:
-		return false, a.wait()
-	default:
-		return true, nil
-	}
-}
+func (a *Applier) Busy() (bool, error) { return a.sender.busy() }
 
 // queueProgress queues a statement of package progress.
 func (a *Applier) queueProgress(st progress.Statement, what string) {
@@ -548,13 +326,14 @@ func (a *Applier) WALPositions(ctx context.Context) (insert, flush parapply.LSN,
 	return parseWALPositions(i, f)
 }
 
+// rollback abandons the open group: what is queued, its runs and counts,
+// and on the target its transaction.
 func (a *Applier) rollback(ctx context.Context) {
-	a.wait()
-	a.failed = nil
+	a.sender.forget()
 	a.ops, a.qbytes, a.qrows = nil, 0, 0
-	a.b.reset()
+	a.batcher.reset()
 	a.takeCounts()
-	a.found = nil
+	a.detector.rolledBack()
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left
 		// in an aborted transaction block. Outside a transaction,
@@ -567,45 +346,6 @@ func (a *Applier) rollback(ctx context.Context) {
 // Abort abandons the transaction being applied.
 func (a *Applier) Abort(ctx context.Context) { a.rollback(ctx) }
 
-// explain turns a failed statement into an error naming the source
-// transaction, the table and, for a value the target cannot take, the column.
-func (a *Applier) explain(ctx context.Context, o op, err error, desc txns) error {
-	var pe *pgconn.PgError
-	col := ""
-	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == pgerrcode.DataException[:2] || pe.Code == pgerrcode.NotNullViolation || pe.Code == pgerrcode.CheckViolation) && !a.conn.IsClosed() {
-		// Roll back, then cast each parameter on its own to find the column.
-		_, _ = a.conn.Exec(ctx, "ROLLBACK")
-		for i, c := range o.cols {
-			if pe.ColumnName != "" || i >= len(o.args) || c < 0 {
-				break
-			}
-			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::" + o.table.paramType(c) + "[]) AS u(v)"
-			if _, cerr := a.conn.Exec(ctx, q, o.args[i]); cerr != nil {
-				col = fmt.Sprintf(" column %s (%s on the target):", parapply.QuoteIdent(o.table.Rel.Columns[c].Name), o.table.Types[c])
-				break
-			}
-		}
-		if pe.ColumnName != "" {
-			col = fmt.Sprintf(" column %s:", parapply.QuoteIdent(pe.ColumnName))
-		}
-		if o.copy != nil && pe.Where != "" {
-			col = " " + pe.Where + ":" // names the column and its value
-		}
-		return desc.wrap(fmt.Errorf("applying %s of %s:%s %w%s; the target's column types must accept the publisher's values (nothing of this transaction was applied)", o.what, desc, col, err, detail(err)))
-	}
-	return desc.wrap(fmt.Errorf("applying %s of %s: %w%s", o.what, desc, err, detail(err)))
-}
-
-// detail returns the server's DETAIL of a failed statement, which names the
-// key involved in a constraint violation ("Key (id)=(7) already exists.").
-func detail(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Detail != "" {
-		return " (" + strings.TrimSuffix(pe.Detail, ".") + ")"
-	}
-	return ""
-}
-
 // Prepare sends every statement of the open group, so that only the
 // progress row and COMMIT are left for Commit.
 func (a *Applier) Prepare(ctx context.Context) error {
@@ -613,7 +353,7 @@ func (a *Applier) Prepare(ctx context.Context) error {
 		a.rollback(ctx)
 		return err
 	}
-	if err := a.send(ctx); err != nil {
+	if err := a.sendQueued(ctx); err != nil {
 		a.rollback(ctx)
 		return err
 	}

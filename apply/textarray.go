@@ -194,6 +194,8 @@ func encodeTextArray(vals [][]byte) rawArray {
 // as it is.
 type rawArrayCodec struct{ pgtype.Codec }
 
+// PlanEncode sends a rawArray in binary as it is, anything else as the
+// array codec would.
 func (c rawArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
 	if _, ok := value.(rawArray); ok && format == pgtype.BinaryFormatCode {
 		return rawPlan{}
@@ -201,8 +203,10 @@ func (c rawArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value
 	return c.Codec.PlanEncode(m, oid, format, value)
 }
 
+// rawPlan copies a rawArray into the parameter buffer unchanged.
 type rawPlan struct{}
 
+// Encode appends the rawArray's bytes: they are already in binary format.
 func (rawPlan) Encode(value any, buf []byte) ([]byte, error) {
 	return append(buf, value.(rawArray)...), nil
 }

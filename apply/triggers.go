@@ -23,7 +23,7 @@ import (
 // statement (matchSQL: a CTE, under the statement's snapshot, so the rows
 // as they were before the change). Tables without one keep the plain
 // count, and a careful statement, which finds every row before changing
-// it, does not count the rows changed for them (see careful.finish).
+// it, does not count the rows changed for them (see carefulBuilder.finish).
 
 // Event bits of pg_trigger.tgtype.
 const (

@@ -4,9 +4,9 @@
 //
 // A run (Subscriber.run) reads the slot's stream from the position the
 // target recorded, decodes each frame (loop.frame, loop.dispatch) and hands
-// every source transaction to a sink: applyHere, the reader's own
+// every source transaction to a sink: readerSink, the reader's own
 // apply.Applier (workers = 0, and workers = auto until the tuner moves), or
-// toPool, which cuts the stream into units for the worker pool (pool.go).
+// poolSink, which cuts the stream into units for the worker pool (pool.go).
 // Subscriber.Run starts a new run after each fault it can ride out
 // (fault.go) and after a group that failed as one (below).
 //
@@ -25,7 +25,7 @@
 //     point neither loses a transaction nor applies one twice.
 //
 //  2. Commit order. Source transactions arrive in commit order and are
-//     committed on the target in that order: on one connection (applyHere)
+//     committed on the target in that order: on one connection (readerSink)
 //     trivially; in the pool a worker commits a batch only once every
 //     earlier unit has committed (pool.try waits in pool.waitOldest, the
 //     scheduler's commit gate), unless commit_order = dependency, where a
@@ -37,7 +37,7 @@
 //     and new rows, the values taken in unique indexes beyond the key, the
 //     whole table where rows cannot be told apart, a barrier for TRUNCATE
 //     and for tables with triggers on the target) go with its unit
-//     (toPool.change). The scheduler (package schedule) makes a unit wait
+//     (poolSink.change). The scheduler (package schedule) makes a unit wait
 //     for the last earlier unit that touched one of its keys and is not yet
 //     committed, and for nothing else. A freed unique value carries no key:
 //     a unit that meets a unique violation while earlier units are in
@@ -49,7 +49,7 @@
 //     of values, or has been open group_max_delay (loop.commitTxn), and
 //     whenever the stream has nothing more waiting (Subscriber.run commits
 //     the group when no frame is queued). With workers, the same rule cuts
-//     units (at most unitMaxChanges changes, toPool.maxChanges), and a
+//     units (at most unitMaxChanges changes, poolSink.maxChanges), and a
 //     worker puts consecutive ready units into one target transaction, a
 //     batch (pool.take, pool.budget; schedule.Scheduler.Extend), so a
 //     batch is always a run of consecutive source transactions.

@@ -53,16 +53,17 @@ type loop struct {
 	// between them.
 	streamConns streamConns
 	limits      GroupLimits
-	// sink takes the transactions: here, the reader's own applier, or
-	// toPool, the workers. held is the sink set aside while a transaction
-	// prepared for two-phase commit goes to here (see beginPrepare).
-	sink sink
-	here *applyHere
-	held sink
+	// sink takes the transactions: reader, the stream reader's own
+	// applier, or a poolSink, the workers. held is the sink set aside
+	// while a transaction prepared for two-phase commit goes to reader
+	// (see beginPrepare).
+	sink   sink
+	reader *readerSink
+	held   sink
 	// With AutoWorkers: the pool once the tuner has opened it, and whether
 	// the tuner wants it used (see retune).
-	autoPool atomic.Pointer[pool]
-	wantPool atomic.Bool
+	aupoolSink atomic.Pointer[pool]
+	wantPool   atomic.Bool
 }
 
 // group describes the source transactions taken but not yet committed (or,
@@ -290,7 +291,7 @@ func (l *loop) commit(ctx context.Context, end parapply.LSN) error {
 	if err := l.commitTxn(ctx, end); err != nil || l.oneByOne == 0 || l.txn.CommitLSN < l.oneByOne {
 		return err
 	}
-	if err := l.settle(ctx); err != nil {
+	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
 	l.s.runs.oneByOne.Store(0)
@@ -334,9 +335,10 @@ func (l *loop) commitTxn(ctx context.Context, end parapply.LSN) error {
 // transaction: itself, or with workers by handing them over as one unit.
 func (l *loop) commitGroup(ctx context.Context) error { return l.sink.commitGroup(ctx) }
 
-// settle commits everything taken from the stream so far (with workers:
-// hands it over and waits until it is committed).
-func (l *loop) settle(ctx context.Context) error {
+// commitTaken commits everything taken from the stream so far (with
+// workers: hands it over and waits until it is committed), before the loop
+// changes how it applies or must know everything before a point applied.
+func (l *loop) commitTaken(ctx context.Context) error {
 	if open, inTxn, _, _, _ := l.group(); open && !inTxn {
 		if err := l.commitGroup(ctx); err != nil {
 			return err

@@ -11,9 +11,9 @@ import (
 )
 
 // sink is where the loop puts the source transactions it decodes: applied
-// here, on the stream reader's own connection (applyHere), or handed to the
-// pool of workers in units (toPool). The loop decides what is skipped, when
-// a group ends and when everything must be committed (settle); the sink
+// here, on the stream reader's own connection (readerSink), or handed to the
+// pool of workers in units (poolSink). The loop decides what is skipped, when
+// a group ends and when everything must be committed (commitTaken); the sink
 // only takes.
 type sink interface {
 	// begin starts a source transaction.
@@ -47,60 +47,61 @@ type sink interface {
 	err() error
 }
 
-// applyHere applies on the stream reader's own connection: each group is
-// one target transaction, committed while the next is built.
-type applyHere struct {
+// readerSink applies on the stream reader's own connection (no workers:
+// the least work per change): each group is one target transaction,
+// committed while the next is built.
+type readerSink struct {
 	app     *apply.Applier
 	tracker *progress.Tracker
 }
 
-func (h *applyHere) begin(txn apply.Txn)                                    { h.app.Begin(txn) }
-func (h *applyHere) relation(*parapply.Relation, *pgoutput.RelationMessage) {}
-func (h *applyHere) change(ctx context.Context, m pgoutput.Message) error {
-	return applyChange(ctx, h.app, m)
+func (r *readerSink) begin(txn apply.Txn)                                    { r.app.Begin(txn) }
+func (r *readerSink) relation(*parapply.Relation, *pgoutput.RelationMessage) {}
+func (r *readerSink) change(ctx context.Context, m pgoutput.Message) error {
+	return applyChange(ctx, r.app, m)
 }
-func (h *applyHere) end(_ apply.Txn, end parapply.LSN) { h.app.End(end) }
-func (h *applyHere) group(bool) (open, stillIn bool, changes, bytes int, age time.Duration) {
-	_, changes, bytes, age = h.app.GroupSize()
-	return h.app.InGroup(), h.app.InTxn(), changes, bytes, age
+func (r *readerSink) end(_ apply.Txn, end parapply.LSN) { r.app.End(end) }
+func (r *readerSink) group(bool) (open, stillIn bool, changes, bytes int, age time.Duration) {
+	_, changes, bytes, age = r.app.GroupSize()
+	return r.app.InGroup(), r.app.InTxn(), changes, bytes, age
 }
-func (h *applyHere) maxChanges(limit int) int { return limit }
+func (r *readerSink) maxChanges(limit int) int { return limit }
 
 // commitGroup lets the target commit while the next group is built; the
 // tracker hears of it when it is done (commits on one connection finish in
 // order).
-func (h *applyHere) commitGroup(ctx context.Context) error {
-	return h.app.CommitAsync(ctx, func(c apply.Committed) { record(h.tracker, c) })
+func (r *readerSink) commitGroup(ctx context.Context) error {
+	return r.app.CommitAsync(ctx, func(c apply.Committed) { record(r.tracker, c) })
 }
-func (h *applyHere) drain() error { return h.app.Wait() }
-func (h *applyHere) quiet() (bool, error) {
-	if h.app.InGroup() {
+func (r *readerSink) drain() error { return r.app.Wait() }
+func (r *readerSink) quiet() (bool, error) {
+	if r.app.InGroup() {
 		return false, nil
 	}
-	busy, err := h.app.Busy()
+	busy, err := r.app.Busy()
 	return !busy && err == nil, err
 }
-func (h *applyHere) busy() bool              { return false }
-func (h *applyHere) failed() <-chan struct{} { return nil }
-func (h *applyHere) err() error              { return nil }
+func (r *readerSink) busy() bool              { return false }
+func (r *readerSink) failed() <-chan struct{} { return nil }
+func (r *readerSink) err() error              { return nil }
 
-// toPool builds units of consecutive source transactions, with their
+// poolSink builds units of consecutive source transactions, with their
 // scheduling keys (read by the reader's applier, which knows every
 // relation), and hands them to the pool.
-type toPool struct {
+type poolSink struct {
 	p       *pool
 	keys    *apply.Applier
 	cur     *unit
 	curOpen time.Time
 }
 
-func (t *toPool) begin(apply.Txn) {
+func (t *poolSink) begin(apply.Txn) {
 	if t.cur == nil {
 		t.cur, t.curOpen = &unit{relSeq: t.p.relSeq()}, time.Now()
 	}
 }
 
-func (t *toPool) relation(rel *parapply.Relation, m *pgoutput.RelationMessage) {
+func (t *poolSink) relation(rel *parapply.Relation, m *pgoutput.RelationMessage) {
 	t.p.relation(rel)
 	if m != nil && t.cur != nil {
 		t.cur.msgs = append(t.cur.msgs, m)
@@ -108,7 +109,7 @@ func (t *toPool) relation(rel *parapply.Relation, m *pgoutput.RelationMessage) {
 }
 
 // change adds a change to the unit being built, with its scheduling keys.
-func (t *toPool) change(_ context.Context, m pgoutput.Message) error {
+func (t *poolSink) change(_ context.Context, m pgoutput.Message) error {
 	u := t.cur
 	var err error
 	barrier := false
@@ -135,11 +136,11 @@ func (t *toPool) change(_ context.Context, m pgoutput.Message) error {
 	return err
 }
 
-func (t *toPool) end(txn apply.Txn, end parapply.LSN) {
+func (t *poolSink) end(txn apply.Txn, end parapply.LSN) {
 	t.cur.txns = append(t.cur.txns, unitTxn{txn: txn, end: end, upto: len(t.cur.msgs)})
 }
 
-func (t *toPool) group(inTxn bool) (open, stillIn bool, changes, bytes int, age time.Duration) {
+func (t *poolSink) group(inTxn bool) (open, stillIn bool, changes, bytes int, age time.Duration) {
 	if t.cur == nil {
 		return false, false, 0, 0, 0
 	}
@@ -148,9 +149,9 @@ func (t *toPool) group(inTxn bool) (open, stillIn bool, changes, bytes int, age 
 
 // maxChanges keeps units small: workers find independent ones, and merge
 // consecutive ready ones into batches of their own size.
-func (t *toPool) maxChanges(limit int) int { return min(limit, unitMaxChanges) }
+func (t *poolSink) maxChanges(limit int) int { return min(limit, unitMaxChanges) }
 
-func (t *toPool) commitGroup(context.Context) error {
+func (t *poolSink) commitGroup(context.Context) error {
 	u := t.cur
 	t.cur = nil
 	if u == nil || len(u.txns) == 0 {
@@ -158,11 +159,11 @@ func (t *toPool) commitGroup(context.Context) error {
 	}
 	return t.p.add(u)
 }
-func (t *toPool) drain() error            { return t.p.drain() }
-func (t *toPool) quiet() (bool, error)    { return t.cur == nil && t.p.idle(), nil }
-func (t *toPool) busy() bool              { return t.p.busy() }
-func (t *toPool) failed() <-chan struct{} { return t.p.failed }
-func (t *toPool) err() error              { return t.p.err }
+func (t *poolSink) drain() error            { return t.p.drain() }
+func (t *poolSink) quiet() (bool, error)    { return t.cur == nil && t.p.idle(), nil }
+func (t *poolSink) busy() bool              { return t.p.busy() }
+func (t *poolSink) failed() <-chan struct{} { return t.p.failed }
+func (t *poolSink) err() error              { return t.p.err }
 
 // unitMaxChanges bounds, with workers, the changes of the consecutive
 // source transactions the reader puts in one unit (a larger transaction is

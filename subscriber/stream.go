@@ -119,10 +119,10 @@ func (s *Subscriber) newLoop(su setUp, tracker *progress.Tracker, oneByOne parap
 	l := &loop{s: s, app: su.app, tracker: tracker, skipBelow: o.Position.CommitLSN, ahead: o.Ahead, skips: o.Skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	l.dec.ProtoVersion = su.src.Proto
-	l.here = &applyHere{app: su.app, tracker: tracker}
-	l.sink = l.here
+	l.reader = &readerSink{app: su.app, tracker: tracker}
+	l.sink = l.reader
 	if workers != nil {
-		l.sink = &toPool{p: workers, keys: su.app}
+		l.sink = &poolSink{p: workers, keys: su.app}
 	}
 	return l
 }
@@ -143,7 +143,7 @@ func (s *Subscriber) startTuner(ctx, sctx context.Context, cancel context.Cancel
 	return func() {
 		cancel()
 		<-tuned
-		if p := l.autoPool.Load(); p != nil {
+		if p := l.aupoolSink.Load(); p != nil {
 			p.stop()
 		}
 	}

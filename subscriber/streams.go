@@ -116,7 +116,7 @@ func (l *loop) handOver(ctx context.Context, st *stream) error {
 	// What came before this block takes its locks on the target first;
 	// nothing else arrives within a block.
 	if !st.settled {
-		if err := l.settle(ctx); err != nil {
+		if err := l.commitTaken(ctx); err != nil {
 			return err
 		}
 		st.settled = true
@@ -207,7 +207,7 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 	txn.Origin = st.origin
 	if f := st.inflight; f != nil {
 		st.inflight = nil
-		if err := l.settle(ctx); err != nil {
+		if err := l.commitTaken(ctx); err != nil {
 			f.abort()
 			return err
 		}

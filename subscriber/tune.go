@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/apply"
 )
 
 // With workers = auto, a run applies on the stream reader's connection (no
@@ -62,7 +63,7 @@ const tuneSQL = `SELECT count(*) FILTER (WHERE active AND pid = ANY($1)),
 		FROM pg_catalog.pg_stat_activity WHERE pid = ANY($1) OR pid = ANY($2)) AS s`
 
 // The prefetch sessions' reads wait on a disk, and more prefetch
-// connections may open (apply.Applier.SetPrefetchWaits), from a window in
+// connections may open (apply.Applier.Tune, apply.DiskWaiting), from a window in
 // which they spent prefetchWaitShare of their active samples waiting on a
 // read; they do not, and the prefetcher goes back to one connection, after
 // prefetchFastWindows windows in a row under prefetchFastShare. From the
@@ -294,7 +295,7 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 		r.windowEnd = time.Now().Add(r.every)
 	}
 	r.lastRows = s.executedRows(l)
-	r.lastConns = l.app.PrefetchConns()
+	r.lastConns = s.prefetchConns(l)
 	for {
 		select {
 		case <-ctx.Done():
@@ -386,7 +387,7 @@ func (s *Subscriber) judgeWindow(runCtx, ctx context.Context, r *tuning, now tim
 		pooled, changed = !l.wantPool.Load(), true
 	} else {
 		r.windowEnd = now.Add(tuneWindow)
-		rows, conns := s.executedRows(l), l.app.PrefetchConns()
+		rows, conns := s.executedRows(l), s.prefetchConns(l)
 		moved := (s.tuner.activeWorkers.Load() > 0) == t.pooled
 		pooled, changed = t.judge(rows-r.lastRows, conns == r.lastConns && moved)
 		r.lastConns = conns
@@ -397,15 +398,15 @@ func (s *Subscriber) judgeWindow(runCtx, ctx context.Context, r *tuning, now tim
 	if !changed {
 		return true
 	}
-	if pooled && l.autoPool.Load() == nil {
-		p, err := s.openAutoPool(runCtx, l)
+	if pooled && l.aupoolSink.Load() == nil {
+		p, err := s.openAupoolSink(runCtx, l)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("workers = auto cannot open its workers; applying on the stream reader's connection for this run", "workers", s.cfg.Workers, "error", err)
 			}
 			return false
 		}
-		l.autoPool.Store(p)
+		l.aupoolSink.Store(p)
 	}
 	logAt := slog.LevelInfo
 	if r.every > 0 {
@@ -422,21 +423,27 @@ func (s *Subscriber) judgeWindow(runCtx, ctx context.Context, r *tuning, now tim
 // thousands of changes, so what it has committed moves in lumps, and a
 // window without a commit would look like a window without work.
 func (s *Subscriber) executedRows(l *loop) int64 {
-	n := l.app.Stats.Executed.Load()
-	if p := l.autoPool.Load(); p != nil {
+	n := l.app.Tune(apply.DiskUnjudged, nil).Executed
+	if p := l.aupoolSink.Load(); p != nil {
 		for _, w := range p.workers {
-			n += w.shown.Load().Stats.Executed.Load()
+			n += w.shown.Load().Tune(apply.DiskUnjudged, nil).Executed
 		}
 	}
 	return n
 }
 
+// prefetchConns counts the reader's own prefetch connections open (the
+// workers of workers = auto share them).
+func (s *Subscriber) prefetchConns(l *loop) int {
+	return l.app.Tune(apply.DiskUnjudged, nil).PrefetchConns
+}
+
 // prefetchers appends the backends of the run's prefetch connections: the
 // reader's, or those of the workers' shared prefetcher.
 func (s *Subscriber) prefetchers(l *loop, pids []uint32) []uint32 {
-	pids = l.app.PrefetchPIDs(pids)
+	pids = l.app.Tune(apply.DiskUnjudged, pids).PrefetchPIDs
 	for _, w := range s.workersNow() {
-		pids = w.app.PrefetchPIDs(pids)
+		pids = w.app.Tune(apply.DiskUnjudged, pids).PrefetchPIDs
 	}
 	return pids
 }
@@ -444,9 +451,13 @@ func (s *Subscriber) prefetchers(l *loop, pids []uint32) []uint32 {
 // prefetchWaits tells the run's prefetchers whether their reads wait on a
 // disk.
 func (s *Subscriber) prefetchWaits(l *loop, wait bool) {
-	l.app.SetPrefetchWaits(wait)
+	verdict := apply.DiskFast
+	if wait {
+		verdict = apply.DiskWaiting
+	}
+	l.app.Tune(verdict, nil)
 	for _, w := range s.workersNow() {
-		w.app.SetPrefetchWaits(wait)
+		w.app.Tune(verdict, nil)
 	}
 }
 
@@ -462,17 +473,17 @@ func (s *Subscriber) workersNow() []*worker {
 
 // appliers appends the backends of the workers once the pool is open.
 func (s *Subscriber) appliers(l *loop, pids []uint32) []uint32 {
-	if p := l.autoPool.Load(); p != nil {
+	if p := l.aupoolSink.Load(); p != nil {
 		for _, w := range p.workers {
-			pids = append(pids, w.app.Conn().PgConn().PID())
+			pids = append(pids, w.app.Tune(apply.DiskUnjudged, nil).PID)
 		}
 	}
 	return pids
 }
 
-// openAutoPool opens the workers of workers = auto; they read ahead through
+// openAupoolSink opens the workers of workers = auto; they read ahead through
 // the stream reader's prefetcher, so that a run has one whichever applies.
-func (s *Subscriber) openAutoPool(ctx context.Context, l *loop) (*pool, error) {
+func (s *Subscriber) openAupoolSink(ctx context.Context, l *loop) (*pool, error) {
 	tcfg := s.cfg.Target
 	tcfg.AppName = s.targetName()
 	tcfg.AheadOfOrder = s.cfg.CommitOrder == CommitDependency
@@ -498,18 +509,18 @@ func (l *loop) retune(ctx context.Context) error {
 	if !l.s.cfg.AutoWorkers {
 		return nil // asked after every message: the common case first
 	}
-	_, pooled := l.sink.(*toPool)
+	_, pooled := l.sink.(*poolSink)
 	want := l.wantPool.Load()
 	if want == pooled || l.inTxn || l.inStream || l.held != nil {
 		return nil
 	}
 	var p *pool
 	if want {
-		if p = l.autoPool.Load(); p == nil {
+		if p = l.aupoolSink.Load(); p == nil {
 			return nil
 		}
 	}
-	if err := l.settle(ctx); err != nil {
+	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
 	if p != nil {
@@ -525,10 +536,10 @@ func (l *loop) retune(ctx context.Context) error {
 		}
 	}
 	n := 0
-	l.sink = l.here
+	l.sink = l.reader
 	if p != nil {
 		n = len(p.workers)
-		l.sink = &toPool{p: p, keys: l.app}
+		l.sink = &poolSink{p: p, keys: l.app}
 	}
 	l.s.tuner.activeWorkers.Store(int32(n))
 	l.s.tuner.workerSwitches.Add(1)

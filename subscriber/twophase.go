@@ -25,7 +25,7 @@ func (l *loop) preparedGID(xid parapply.XID) string {
 }
 
 func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
-	if err := l.settle(ctx); err != nil {
+	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
 	skip := l.applied(txn.CommitLSN)
@@ -37,7 +37,7 @@ func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
 		}
 	}
 	// The prepared transaction is the reader's own, with workers or not.
-	l.held, l.sink = l.sink, l.here
+	l.held, l.sink = l.sink, l.reader
 	return l.start(txn, skip)
 }
 
@@ -87,7 +87,7 @@ func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
 }
 
 func (l *loop) finishPrepared(ctx context.Context, commit bool, txn apply.Txn, end parapply.LSN) error {
-	if err := l.settle(ctx); err != nil {
+	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
 	if commit && l.applied(txn.CommitLSN) {

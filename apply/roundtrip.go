@@ -1,0 +1,97 @@
+package apply
+
+import "context"
+
+// A round trip, top to bottom: the statements queued (see queue) are
+// taken once the round trip before them has finished (takeOps); then
+// roundTrip waits for the rows they change to be read ahead (readAhead,
+// when reads wait on a disk), makes them careful when the group is applied
+// carefully (detector), and sends them (sender); when one meets a conflict,
+// the target transaction is rolled back and applied again from its start
+// with careful statements, which resolve and log conflicts (detector,
+// resolve.go). sendQueued waits for the round trip; sendQueuedAsync lets
+// it run while the next statements are built.
+
+// sendQueued performs one round trip with everything queued, after the one
+// in flight (if any) has finished.
+func (a *Applier) sendQueued(ctx context.Context) error {
+	ops, err := a.takeOps()
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	return a.roundTrip(ctx, ops, a.describe())
+}
+
+// sendQueuedAsync starts a round trip with everything queued and returns
+// at once, so that the next statements are built while the target executes
+// these; their outcome is taken by the next wait (every send, and anything
+// else that uses the connection, waits first). Within an open group only:
+// the group's COMMIT is sent synchronously after them. after, when set,
+// runs once the round trip has succeeded, in its goroutine.
+func (a *Applier) sendQueuedAsync(ctx context.Context, after func() error) error {
+	ops, err := a.takeOps()
+	if err != nil || len(ops) == 0 {
+		return err
+	}
+	f := &inflight{done: make(chan struct{})}
+	desc := a.describe()
+	a.sender.inflight = f
+	go func() {
+		f.err = a.roundTrip(ctx, ops, desc)
+		if f.err == nil && after != nil {
+			f.err = after()
+		}
+		close(f.done)
+	}()
+	return nil
+}
+
+// takeOps waits for the round trip in flight, if any, and takes what is
+// queued for the next one.
+func (a *Applier) takeOps() ([]op, error) {
+	if err := a.wait(); err != nil {
+		return nil, err
+	}
+	ops := a.ops
+	a.ops, a.qbytes, a.qrows = a.ops[:0:0], 0, 0
+	return ops, nil
+}
+
+// roundTrip sends ops, which desc names for errors (see the top of this
+// file). It runs on the goroutine of sendQueuedAsync: what it writes
+// belongs to the sender and the detector, never to the builder.
+func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
+	a.readAhead.await(ctx, ops, &a.Stats.PrefetchWait)
+	d := &a.detector
+	if len(ops) > 0 && ops[0].sql == "BEGIN" {
+		d.beginGroup(d.carefulNow() && a.alone())
+	}
+	ops, err := d.carefulIfAsked(ops)
+	if err != nil {
+		return err
+	}
+	err = a.sender.send(ctx, ops, desc)
+	for try := 1; err != nil && d.conflictFound(err); try++ {
+		if d.keep.lost || try > maxReplays || a.conn.IsClosed() || !a.alone() {
+			return d.unresolved(err)
+		}
+		a.Stats.ConflictReplays.Add(1)
+		if _, rerr := a.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			return err
+		}
+		if ops, err = d.replay(ops); err != nil {
+			return err
+		}
+		err = a.sender.send(ctx, ops, desc)
+	}
+	d.keep.add(ops)
+	return err
+}
+
+// alone reports whether conflicts met now are the target's own (see
+// MayResolve).
+func (a *Applier) alone() bool { return a.MayResolve == nil || a.MayResolve() }
+
+// wait waits for the round trip in flight and returns its error (see
+// sender.wait): everything that uses the connection waits first.
+func (a *Applier) wait() error { return a.sender.wait() }
