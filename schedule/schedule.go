@@ -204,7 +204,10 @@ func (s *Scheduler) Done(id ID) error {
 		s.barrier = 0
 	}
 	for _, w := range u.waiters {
-		wu := s.units[w]
+		wu, ok := s.units[w]
+		if !ok {
+			continue // a unit of the same batch, reported done first
+		}
 		if wu.waits--; wu.waits == 0 && !wu.started {
 			s.insertReady(w)
 		}
