@@ -1,14 +1,17 @@
 package progress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/target"
 )
 
 // TestOpen: a run's one reading of the slot's records (Open) answers what
@@ -62,6 +65,10 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 				t.Fatal(err)
 			}
 			conn := pgtest.Connect(ctx, t, srv.DSN(db))
+			// As the run's claim phase does first.
+			if err := target.Migrate(ctx, conn); err != nil {
+				t.Fatal(err)
+			}
 			if c.setup != "" {
 				if _, err := Open(ctx, conn, "s", "src"); err != nil {
 					t.Fatal(err)
@@ -93,4 +100,13 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 			}
 		})
 	}
+}
+
+// start is what a run's start does with the progress row: parapply's
+// schema brought up to date (the claim phase), then Init.
+func start(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
+	if err := target.Migrate(ctx, conn); err != nil {
+		return Position{}, false, err
+	}
+	return Init(ctx, conn, slot, sourceID)
 }

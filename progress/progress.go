@@ -213,14 +213,12 @@ func Forget(ctx context.Context, tx pgx.Tx, slot string) error {
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")
 
-// Init creates parapply's schema and the slot's progress row if missing and
+// Init creates the slot's progress row if missing (in parapply's schema,
+// which target.Migrate has brought up to date) and
 // returns the position to resume from (zero when new). sourceID names the
 // publisher (its system identifier and database) so that a slot name reused
 // against another publisher is refused instead of silently skipping changes.
 func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
-	if err := target.Migrate(ctx, conn); err != nil {
-		return Position{}, false, err
-	}
 	p, src, found, err := readRow(ctx, conn, slot)
 	if err != nil {
 		return p, false, err

@@ -89,7 +89,7 @@ func TestSkipTableUpgrade(t *testing.T) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							_, _, errs[k] = Init(ctx, c, "a", "src")
+							_, _, errs[k] = start(ctx, c, "a", "src")
 						}()
 					}
 					wg.Wait()
@@ -166,7 +166,7 @@ func TestSkipTableUpgrade(t *testing.T) {
 					t.Errorf("ListSkips(a) = %+v, %v; want 0/200 skipped, 0/300 pending, neither passed", listed, err)
 				}
 				// Another start leaves the new form as it is.
-				if _, _, err := Init(ctx, conn, "a", "src"); err != nil {
+				if _, _, err := start(ctx, conn, "a", "src"); err != nil {
 					t.Fatalf("Init on the new form: %v", err)
 				}
 			})

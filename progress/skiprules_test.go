@@ -111,7 +111,7 @@ func TestSkipRules(t *testing.T) {
 		slot := fmt.Sprintf("s%d", i)
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.progress != 0 {
-				if _, _, err := Init(ctx, conn, slot, "src"); err != nil {
+				if _, _, err := start(ctx, conn, slot, "src"); err != nil {
 					t.Fatal(err)
 				}
 				if err := Advance(ctx, conn, slot, tt.progress, tt.progress+8, 1, time.Now()); err != nil {

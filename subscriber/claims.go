@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
 )
 
 // One writer per target table. Two slots applying to the same target
@@ -37,9 +36,6 @@ import (
 // and that this process holds the slot; it refuses tables other slots
 // have claimed unless SharedTables, and then warns of them.
 func (s *Subscriber) claimTables(ctx context.Context, conn *pgx.Conn, tables []string) error {
-	if err := target.Migrate(ctx, conn); err != nil {
-		return err
-	}
 	slot := s.cfg.Source.Slot
 	tx, err := conn.Begin(ctx)
 	if err != nil {

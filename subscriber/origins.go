@@ -52,11 +52,6 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	if len(plan.Retire) > 0 {
-		if err := target.Migrate(ctx, conn); err != nil {
-			return err
-		}
-	}
 	for _, name := range plan.Retire {
 		err := target.RetireOrigin(ctx, conn, slot, name)
 		switch {

@@ -39,7 +39,7 @@ const maxFuncLines = 100
 // longer than maxFuncLines lines.
 func TestFunctionsShort(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, dir := range []string{".", "../source", "../tablesync"} {
+	for _, dir := range []string{".", "../apply", "../source", "../tablesync", "../target"} {
 		for _, f := range parseDir(t, fset, dir) {
 			for _, d := range f.Decls {
 				fd, ok := d.(*ast.FuncDecl)

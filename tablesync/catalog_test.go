@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/target"
 )
 
 // TestPlanFromCatalogs: what plan reads of both catalogs for a table's
@@ -75,6 +76,9 @@ func TestPlanFromCatalogs(t *testing.T) {
 	}
 
 	// Deferred indexes.
+	if err := target.Migrate(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := LoadState(ctx, dst, "s"); err != nil {
 		t.Fatal(err)
 	}

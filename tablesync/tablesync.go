@@ -150,11 +150,9 @@ type State struct {
 }
 
 // LoadState reads the sync state of every table of a slot, keyed by
-// qualified name, creating the parapply schema if needed.
+// qualified name (parapply's schema is target.Migrate's: the run's claim
+// phase brought it up to date).
 func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]State, error) {
-	if err := target.Migrate(ctx, conn); err != nil {
-		return nil, err
-	}
 	rows, err := conn.Query(ctx, `SELECT table_name, state, sync_lsn::text FROM parapply.sync_state WHERE slot_name = $1`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.sync_state: %w", err)
