@@ -83,7 +83,7 @@
 // a target connection of its own (inflight.go): every 256 kB of a stream
 // block and at each stream stop, loop.handOver passes what arrived to the
 // transaction's inflight applier, after committing everything before the
-// block (loop.settle), so that its locks are taken in the publisher's
+// block (loop.commitTaken), so that its locks are taken in the publisher's
 // order. A subtransaction's first change takes a savepoint, and its abort
 // rolls back to it (inflight.subAbort). At the stream commit
 // (loop.streamCommit) the loop settles what it holds, then the inflight
