@@ -401,11 +401,13 @@ const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
 // Claim waits until no earlier session of this slot is left on the target,
 // then holds the slot's shared lock on conn. Those of ours (the previous
 // run of this process) are ended at once with pg_terminate_backend; others
-// are waited for, at most limit. wait, if set, is told every ten seconds
-// which backends are still there.
-func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limit time.Duration, wait func(pids []int32)) error {
+// are waited for, at most limit. wait, if set, is told which backends are
+// still there when the lock is first found held (first true) and every ten
+// seconds after; an error it returns ends the wait with that error (the
+// holder is another process that will not let go, say).
+func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limit time.Duration, wait func(pids []int32, first bool) error) error {
 	start := time.Now()
-	reported := start
+	reported, first := start, true
 	for {
 		var ok bool
 		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+lockKey+")", slot).Scan(&ok); err != nil {
@@ -434,9 +436,11 @@ func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limi
 		if time.Since(start) >= limit {
 			return fmt.Errorf("target sessions of an earlier run of slot %s (pids %v) are still there after %s: if no other parapply runs with this slot, end them with SELECT pg_terminate_backend(pid) on the target", slot, holders(ctx, conn, slot), limit)
 		}
-		if wait != nil && time.Since(reported) >= 10*time.Second {
-			reported = time.Now()
-			wait(holders(ctx, conn, slot))
+		if wait != nil && (first || time.Since(reported) >= 10*time.Second) {
+			if err := wait(holders(ctx, conn, slot), first); err != nil {
+				return err
+			}
+			reported, first = time.Now(), false
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/target"
@@ -21,8 +22,18 @@ func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
 	if err := target.Migrate(ctx, c.app.Conn()); err != nil {
 		return claimed{}, err
 	}
-	err := progress.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32) {
-		s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
+	err := progress.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32, first bool) error {
+		// Another live parapply on this host holding the slot (it reached
+		// the publisher's slot free, between its creation and the
+		// holder's START_REPLICATION, say) is named at once, as when the
+		// publisher finds the slot busy, not waited for.
+		if holder := s.slotHolder(ctx); holder != "" {
+			return errSlotHeld(s.cfg.Source.Slot, holder, errors.New("its target session holds the slot's lock"))
+		}
+		if !first {
+			s.log.Warn("waiting for target sessions of an earlier run of this slot to end (they finish the work already sent to them; pg_terminate_backend ends them at once)", "slot", s.cfg.Source.Slot, "pids", pids)
+		}
+		return nil
 	})
 	if err != nil {
 		return claimed{}, err
