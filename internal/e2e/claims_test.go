@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -67,5 +71,34 @@ func TestOneWriterPerTable(t *testing.T) {
 	}
 	if n := strings.Count(out, "a fault ended the run"); n > 0 {
 		t.Errorf("the second process rode the held slot out as a fault %d times:\n%s", n, out)
+	}
+
+	// A start that finds the slot free on the publisher (as between a
+	// holder's creating it and streaming from it) but its lock on the
+	// target held by a live parapply on this host, as slot_claims records
+	// it: refused at once, naming the holder, not waited for.
+	holder := exec.Command("sleep", "120")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
+	lockConn, err := pgx.Connect(ctx, e.pair.Subscriber.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockConn.Close(ctx)
+	host, _ := os.Hostname()
+	e.exec(lockConn, `SELECT pg_advisory_lock_shared(hashtextextended('parapply slot ' || 'three', 0))`)
+	e.exec(lockConn, `INSERT INTO parapply.slot_claims VALUES ('three', $1, $2, 'parapply holder', pg_backend_pid(), now())`, host, holder.Process.Pid)
+	began := time.Now()
+	err = runUntilStopped(e.config("three"))
+	if err == nil || !errors.Is(err, subscriber.ErrPermanent) || !strings.Contains(err.Error(), fmt.Sprintf("slot three is held by another parapply pid %d", holder.Process.Pid)) {
+		t.Fatalf("a start whose slot's lock a live parapply holds: %v after %s, want a refusal naming pid %d", err, time.Since(began).Round(time.Millisecond), holder.Process.Pid)
+	}
+	if waited := time.Since(began); waited > 30*time.Second {
+		t.Errorf("the refusal came after %s, want it at once", waited)
+	}
+	if s := e.slots("three"); len(s) != 0 {
+		t.Errorf("the refused start left slots %v on the publisher", s)
 	}
 }
