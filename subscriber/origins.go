@@ -52,6 +52,13 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
+	if len(plan.Retire) > 0 {
+		// Retired numbers are kept in the schema (setup migrates it for
+		// the rest of the run; this comes first).
+		if err := target.Migrate(ctx, conn); err != nil {
+			return err
+		}
+	}
 	for _, name := range plan.Retire {
 		err := target.RetireOrigin(ctx, conn, slot, name)
 		switch {

@@ -32,6 +32,13 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	if err := c.app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
 		return su, err
 	}
+	// parapply's schema brought up to date, once for the run: everything
+	// after reads and writes it (the origins' retirement above already
+	// did, when it had origins to retire). After the origins: a role
+	// refused those is told so first, the fix it needs whatever else.
+	if err := target.Migrate(ctx, conn); err != nil {
+		return su, err
+	}
 	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
 		return su, err
 	}
