@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,26 +13,12 @@ import (
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
-// startServer starts a server of its own for a test, stopped when the
-// test ends.
-func startServer(ctx context.Context, t *testing.T, name string) *pgtest.Server {
-	t.Helper()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	return srv
-}
-
 // TestPipeline sends round trips through the applier's pipeline on a real
 // server: rawArray parameters as they are, other parameters through pgx,
 // rows scanned, a failure that leaves the session usable, and prepared
 // statements bounded by maxPrepared.
 func TestPipeline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv := startServer(ctx, t, "apply-pipeline")
+	ctx, srv := pgtest.ForTest(t, "apply-pipeline", 2*time.Minute)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,11 @@
 package apply
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/parapply/parapply/internal/pgtest"
 )
 
 // TestTune checks the tuner's one call into an applier on a real server:
@@ -16,9 +17,7 @@ import (
 // flight (it comes from the tuner's goroutine; under -race, touching the
 // applier's round trip state from there is a data race).
 func TestTune(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	srv := startServer(ctx, t, "apply-tune")
+	ctx, srv := pgtest.ForTest(t, "apply-tune", 2*time.Minute)
 	a, err := Open(ctx, Config{DSN: srv.DSN("postgres"), Prefetch: true, PrefetchConns: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -13,33 +13,20 @@ import (
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
-// server starts one PostgreSQL server for a test and returns a function
-// that makes a fresh database on it and connects to it.
-func server(t *testing.T, ctx context.Context, name string) func(t *testing.T, db string) (*pgx.Conn, string) {
+// server starts one PostgreSQL server for a test and returns the test's
+// bound and a function that makes a fresh database on it and connects to
+// it.
+func server(t *testing.T, name string) (context.Context, func(t *testing.T, db string) (*pgx.Conn, string)) {
 	t.Helper()
-	srv, err := pgtest.Start(ctx, pgtest.Options{Name: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	admin := connect(ctx, t, srv.DSN("postgres"))
-	return func(t *testing.T, db string) (*pgx.Conn, string) {
+	ctx, srv := pgtest.ForTest(t, name, 5*time.Minute)
+	admin := pgtest.Connect(ctx, t, srv.DSN("postgres"))
+	return ctx, func(t *testing.T, db string) (*pgx.Conn, string) {
 		t.Helper()
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 			t.Fatal(err)
 		}
-		return connect(ctx, t, srv.DSN(db)), srv.DSN(db)
+		return pgtest.Connect(ctx, t, srv.DSN(db)), srv.DSN(db)
 	}
-}
-
-func connect(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
 }
 
 func exec(ctx context.Context, t *testing.T, c *pgx.Conn, sql string, args ...any) {
@@ -153,9 +140,7 @@ func tableRows(ctx context.Context, t *testing.T, c *pgx.Conn, cols map[string]s
 // kept; migrating again changes nothing, so much so that a role with no
 // privilege to change the schema can run it.
 func TestMigrateUpgrades(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	newDB := server(t, ctx, "target-migrate")
+	ctx, newDB := server(t, "target-migrate")
 	fresh, want := freshCatalog(ctx, t, newDB)
 	exec(ctx, t, fresh, `CREATE ROLE reader LOGIN`)
 	// Every table with rows per slot is one that parapply drop empties
@@ -194,7 +179,7 @@ func TestMigrateUpgrades(t *testing.T) {
 func migrateAgain(ctx context.Context, t *testing.T, conn *pgx.Conn, readerDSN string, want []string, cols, before map[string]string) {
 	t.Helper()
 	exec(ctx, t, conn, `GRANT USAGE ON SCHEMA parapply TO reader; GRANT SELECT ON parapply.schema_version TO reader`)
-	reader := connect(ctx, t, readerDSN)
+	reader := pgtest.Connect(ctx, t, readerDSN)
 	if err := Migrate(ctx, reader); err != nil {
 		t.Fatalf("Migrate again, as a role that cannot change the schema: %v", err)
 	}
@@ -286,9 +271,7 @@ func shapeTables(steps []string) map[string]bool {
 // waits longer than migrateLockWait for another gives up with an error
 // that says so.
 func TestMigrateConcurrent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	newDB := server(t, ctx, "target-concurrent")
+	ctx, newDB := server(t, "target-concurrent")
 	_, want := freshCatalog(ctx, t, newDB)
 	last := oldShapes[len(oldShapes)-3] // upgraded through claims: skip keyed by slot
 	for i, steps := range [][]string{nil, last.steps} {
@@ -298,7 +281,7 @@ func TestMigrateConcurrent(t *testing.T) {
 			const starters = 4
 			conns := make([]*pgx.Conn, starters)
 			for k := range conns {
-				conns[k] = connect(ctx, t, dsn)
+				conns[k] = pgtest.Connect(ctx, t, dsn)
 			}
 			errs := make([]error, starters)
 			var wg sync.WaitGroup
@@ -321,7 +304,7 @@ func TestMigrateConcurrent(t *testing.T) {
 
 	t.Run("bounded wait", func(t *testing.T) {
 		conn, dsn := newDB(t, "waiting")
-		holder := connect(ctx, t, dsn)
+		holder := pgtest.Connect(ctx, t, dsn)
 		exec(ctx, t, holder, "SELECT pg_catalog.pg_advisory_lock("+lockKeySQL+")")
 		defer func(d time.Duration) { migrateLockWait = d }(migrateLockWait)
 		migrateLockWait = time.Second
