@@ -28,12 +28,6 @@ import (
 // runs with session_replication_role = replica, fires it too).
 const TriggerName = "parapply_tombstones"
 
-// SessionSetting is set, in every target session of parapply's that
-// applies changes, to the session's replication origin: the trigger
-// records nothing for those sessions (parapply's own deletes are no
-// conflict, and cost no record).
-const SessionSetting = target.OriginSetting
-
 // Table is a published target table to record deletes of.
 type Table struct {
 	Name string   // quoted, schema-qualified
