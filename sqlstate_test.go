@@ -2,10 +2,7 @@ package parapply
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,30 +15,9 @@ import (
 // cannot slip in as a code no server sends.
 func TestSQLStatesAreNamed(t *testing.T) {
 	var found []string
-	files := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		files++
-		found = append(found, bareSQLStates(t, path)...)
-		return nil
+	eachSourceFile(t, func(_ string, fset *token.FileSet, file *ast.File) {
+		found = append(found, bareSQLStates(fset, file)...)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files < 50 {
-		t.Fatalf("read %d Go files; expected the whole module", files)
-	}
 	for _, f := range found {
 		t.Errorf("%s: name the SQLSTATE: a github.com/jackc/pgerrcode constant (a class as one's, pgerrcode.DataException[:2]), parapply's own a target.SQLState constant", f)
 	}
@@ -50,15 +26,10 @@ func TestSQLStatesAreNamed(t *testing.T) {
 // raisedCode finds an SQLSTATE written into SQL text that raises it.
 var raisedCode = regexp.MustCompile(`(?i)ERRCODE\s*=\s*'[0-9A-Z]{5}'|SQLSTATE\s+'[0-9A-Z]{5}'`)
 
-// bareSQLStates returns the places in the file at path where a string
+// bareSQLStates returns the places in file f where a string
 // literal is compared with, switched on as, or prefixed to an error's Code,
 // or raised in SQL text.
-func bareSQLStates(t *testing.T, path string) []string {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, 0)
-	if err != nil {
-		t.Fatalf("parse %s: %v", path, err)
-	}
+func bareSQLStates(fset *token.FileSet, f *ast.File) []string {
 	var out []string
 	report := func(lit *ast.BasicLit) {
 		out = append(out, fset.Position(lit.Pos()).String()+": "+lit.Value)

@@ -62,6 +62,10 @@ type Config struct {
 	// prefetch connection; the single applier's long runs are offered in
 	// chunks that spread by themselves.
 	PrefetchPieces bool
+	// Tracer, if set, is told every statement the session runs (pgx's
+	// tracer): how a caller follows what parapply does on the target (the
+	// test that a run's setup enters each package once, in order, does).
+	Tracer pgx.QueryTracer
 }
 
 // Defaults for Config.
@@ -83,7 +87,7 @@ type Stats struct {
 	// row in the same statement (see batcher.collapse).
 	Collapsed atomic.Int64
 	// ConflictReplays counts target transactions applied again with
-	// careful statements after a conflict; Conflicts, the conflicts
+	// resolving statements after a conflict; Conflicts, the conflicts
 	// resolved in committed ones.
 	ConflictReplays, Conflicts atomic.Int64
 	// Groups counts target transactions; Txns/Groups is the grouping factor.
@@ -222,6 +226,9 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	if cfg.AppName != "" {
 		cc.RuntimeParams["application_name"] = cfg.AppName
+	}
+	if cfg.Tracer != nil {
+		cc.Tracer = cfg.Tracer
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {

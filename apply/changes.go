@@ -190,17 +190,17 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 
 // queueRunStatement queues the statement of run r: the run's own, or with
 // conflict detection on, for an update or delete run, the checked one
-// (which fails on a conflict, and the transaction is applied again
-// carefully), or soon after a conflict the fast one, which resolves what
+// (which fails on a conflict, and the transaction is applied again with
+// resolving statements), or soon after a conflict the fast one, which resolves what
 // conflicts it meets by itself (see resolve.go).
 func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) error {
 	if a.detector.config != nil && (r.kind == 'U' || r.kind == 'D') {
-		if time.Now().UnixNano() < a.detector.carefulUntil.Load() {
+		if time.Now().UnixNano() < a.detector.resolvingUntil.Load() {
 			o, err := a.detector.resolvingOp(r, a.detector.statement(r, fastStatement), what)
 			if err != nil {
 				return err
 			}
-			o.careful = false // a replay makes it careful
+			o.resolving = false // a replay makes it resolving
 			a.queueOp(o)
 			return nil
 		}

@@ -105,20 +105,20 @@ func (r *run) txnColumns() (upto, xid, lsn, at, origin [][]byte) {
 	return upto, xid, lsn, at, origin
 }
 
-// hasCareful reports whether the run has a careful statement (see
-// Detection.carefulSQL).
-func (r *run) hasCareful() bool {
+// hasResolving reports whether the run has a resolving statement (see
+// Detection.resolvingSQL).
+func (r *run) hasResolving() bool {
 	return r.kind == 'U' || r.kind == 'D' || (r.kind == 'I' && r.cols[r.split] >= 0)
 }
 
-// carefulOps returns ops with the statement of every insert run (every
-// run, with all) replaced by its careful one (see resolve.go).
-func (d *detector) carefulOps(ops []op, all bool) ([]op, error) {
+// resolvingOps returns ops with the statement of every insert run (every
+// run, with all) replaced by its resolving one (see resolve.go).
+func (d *detector) resolvingOps(ops []op, all bool) ([]op, error) {
 	out := make([]op, len(ops))
 	for i, o := range ops {
 		out[i] = o
-		if o.run != nil && !o.careful && (all || o.run.kind == 'I') {
-			if sql := d.statement(o.run, carefulStatement); sql != "" {
+		if o.run != nil && !o.resolving && (all || o.run.kind == 'I') {
+			if sql := d.statement(o.run, resolvingStatement); sql != "" {
 				var err error
 				if out[i], err = d.resolvingOp(o.run, sql, o.what); err != nil {
 					return nil, err
@@ -133,7 +133,7 @@ func (d *detector) carefulOps(ops []op, all bool) ([]op, error) {
 const (
 	checkedStatement = iota
 	fastStatement
-	carefulStatement
+	resolvingStatement
 )
 
 // sqlKey names a statement of conflict detection: the table, the run's
@@ -145,14 +145,14 @@ type sqlKey struct {
 	which int
 }
 
-// statement returns the checked, fast or careful statement for run r,
-// building it once per table, kind and shape. Careful ones are asked for by
+// statement returns the checked, fast or resolving statement for run r,
+// building it once per table, kind and shape. Resolving ones are asked for by
 // the session's sender only (see roundTrip), the others by the builder: each
 // side has its own map.
 func (d *detector) statement(r *run, which int) string {
 	m := &d.builtSQL
-	if which == carefulStatement {
-		m = &d.carefulSQL
+	if which == resolvingStatement {
+		m = &d.resolvingSQL
 	}
 	if *m == nil {
 		*m = map[sqlKey]string{}
@@ -170,7 +170,7 @@ func (d *detector) statement(r *run, which int) string {
 		case fastStatement:
 			sql = d.config.fastSQL(r, d.slot)
 		default:
-			sql = d.config.carefulSQL(r, d.slot)
+			sql = d.config.resolvingSQL(r, d.slot)
 		}
 		if len(*m) > 1024 {
 			clear(*m)
@@ -194,20 +194,20 @@ func (d *detector) resolvingOp(r *run, sql, what string) (op, error) {
 	var found []string
 	table := r.table
 	return op{sql: sql, what: what, rows: -1, kind: r.kind, table: table, cols: r.cols, args: args, applied: &r.applied,
-		run: r, careful: true, scan: []any{&n, &found}, after: func() {
+		run: r, resolving: true, scan: []any{&n, &found}, after: func() {
 			for _, f := range found {
 				d.found = append(d.found, foundConflict{table, f})
 			}
 			if len(found) > 0 {
 				// Conflicts go on: keep resolving them in place.
-				d.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
+				d.resolvingUntil.Store(time.Now().Add(resolvingFor).UnixNano())
 			}
 			d.stats.Statements.Add(1)
 			d.stats.Executed.Add(n)
 		}}, nil
 }
 
-// foundConflict is a conflict a careful statement resolved and logged:
+// foundConflict is a conflict a resolving statement resolved and logged:
 // "type|resolution|remote applied|key" as the statement returned it.
 type foundConflict struct {
 	table  *Table
@@ -247,11 +247,11 @@ func (d *detector) reportConflicts(warn func(string)) {
 
 // detector is the part of an Applier that detects and resolves conflicts
 // (see resolve.go): the statements of detection built so far, whether the
-// open group is applied carefully, what it has sent (to apply it again
-// after a conflict) and the conflicts its careful statements resolved.
+// open group is applied with resolving statements, what it has sent (to apply it again
+// after a conflict) and the conflicts its resolving statements resolved.
 // The builder asks it for checked and fast statements; the round trip
-// (roundTrip, possibly on sendQueuedAsync's goroutine) for careful ones,
-// and replays: each side has fields of its own, and carefulUntil, which
+// (roundTrip, possibly on sendQueuedAsync's goroutine) for resolving ones,
+// and replays: each side has fields of its own, and resolvingUntil, which
 // both read, is atomic.
 type detector struct {
 	// config is nil when detection is off.
@@ -260,59 +260,59 @@ type detector struct {
 	// conflict log.
 	stats *Stats
 	slot  string
-	// carefulGroup makes the round trips of the open group use careful
-	// statements, as every group begun before carefulUntil (UnixNano)
+	// resolvingGroup makes the round trips of the open group use resolving
+	// statements, as every group begun before resolvingUntil (UnixNano)
 	// does; replayed: the open group was applied again (see replay).
-	carefulGroup atomic.Bool
-	replayed     bool
-	carefulUntil atomic.Int64
+	resolvingGroup atomic.Bool
+	replayed       bool
+	resolvingUntil atomic.Int64
 	// keep holds the group's statements sent so far; found, the
-	// conflicts its careful statements met.
+	// conflicts its resolving statements met.
 	keep  keptGroup
 	found []foundConflict
 	// setBasedTry marks a run's first, set-based try under withFallback,
 	// whose unique violation is not a conflict (set by the builder around
 	// that try's round trip, which it waits for).
-	setBasedTry bool
-	carefulSQL  map[sqlKey]string // used by the round trip only
-	builtSQL    map[sqlKey]string // checked and fast: by the builder only
+	setBasedTry  bool
+	resolvingSQL map[sqlKey]string // used by the round trip only
+	builtSQL     map[sqlKey]string // checked and fast: by the builder only
 }
 
 // rolledBack forgets the conflicts found: the group they were met in is
 // rolled back, and the log rows with it.
 func (d *detector) rolledBack() { d.found = nil }
 
-// carefulNow reports whether a group begun now is applied with careful
-// statements from its start: a conflict was met within carefulFor.
-func (d *detector) carefulNow() bool {
-	return d.config != nil && time.Now().UnixNano() < d.carefulUntil.Load()
+// resolvingNow reports whether a group begun now is applied with resolving
+// statements from its start: a conflict was met within resolvingFor.
+func (d *detector) resolvingNow() bool {
+	return d.config != nil && time.Now().UnixNano() < d.resolvingUntil.Load()
 }
 
 // beginGroup starts a target transaction's round trips: nothing kept or
-// found yet, and careful statements from the start when careful.
-func (d *detector) beginGroup(careful bool) {
+// found yet, and resolving statements from the start when resolving.
+func (d *detector) beginGroup(resolving bool) {
 	d.keep, d.found, d.replayed = keptGroup{}, nil, false
-	d.carefulGroup.Store(careful)
+	d.resolvingGroup.Store(resolving)
 }
 
-// carefulIfAsked returns ops, made careful when the open group is applied
-// carefully: after a replay, every run; soon after one, inserts (the fast
+// resolvingIfAsked returns ops, made resolving when the open group is
+// applied with resolving statements: after a replay, every run; soon after one, inserts (the fast
 // statements of updates and deletes resolve by themselves).
-func (d *detector) carefulIfAsked(ops []op) ([]op, error) {
-	if !d.carefulGroup.Load() {
+func (d *detector) resolvingIfAsked(ops []op) ([]op, error) {
+	if !d.resolvingGroup.Load() {
 		return ops, nil
 	}
-	return d.carefulOps(ops, d.replayed)
+	return d.resolvingOps(ops, d.replayed)
 }
 
 // replay returns the statements that apply the open group again from its
 // start, after ops met a conflict and the target transaction was rolled
-// back: what was kept of it, then ops, every run's statement careful.
+// back: what was kept of it, then ops, every run's statement a resolving one.
 func (d *detector) replay(ops []op) ([]op, error) {
-	d.carefulGroup.Store(true)
+	d.resolvingGroup.Store(true)
 	d.replayed = true
-	d.carefulUntil.Store(time.Now().Add(carefulFor).UnixNano())
-	all, err := d.carefulOps(append(d.keep.ops, ops...), true)
+	d.resolvingUntil.Store(time.Now().Add(resolvingFor).UnixNano())
+	all, err := d.resolvingOps(append(d.keep.ops, ops...), true)
 	if err != nil {
 		return nil, err
 	}
@@ -347,21 +347,21 @@ func ConflictFound(err error) bool {
 }
 
 // conflictFound reports whether err is a fast statement's sign of a
-// conflict (see resolve.go) that careful statements resolve.
+// conflict (see resolve.go) that resolving statements resolve.
 func (d *detector) conflictFound(err error) bool {
 	var pe *pgconn.PgError
 	return d.config != nil && (ConflictFound(err) || errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && !d.setBasedTry)
 }
 
 // Bounds of conflict replays: a target transaction is applied again with
-// careful statements at most maxReplays times (a local session may change
-// rows between two tries); for carefulFor after a conflict, inserts use
-// careful statements from the start and updates and deletes the fast ones
+// resolving statements at most maxReplays times (a local session may change
+// rows between two tries); for resolvingFor after a conflict, inserts use
+// resolving statements from the start and updates and deletes the fast ones
 // (see resolve.go); a group is kept for a replay up to keptGroupBytes of
 // parameters.
 const (
 	maxReplays     = 3
-	carefulFor     = 2 * time.Second
+	resolvingFor   = 2 * time.Second
 	keptGroupBytes = 16 << 20
 )
 
@@ -389,8 +389,8 @@ func (k *keptGroup) add(ops []op) {
 		return
 	}
 	for _, o := range ops {
-		if o.run != nil && !o.careful && o.run.hasCareful() {
-			// A replay builds the careful statement from the run: the
+		if o.run != nil && !o.resolving && o.run.hasResolving() {
+			// A replay builds the resolving statement from the run: the
 			// encoded parameters need not be kept.
 			o.args, o.copy = nil, nil
 		}

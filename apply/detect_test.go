@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestRunTxns: the source transaction of each row of a run, as careful
+// TestRunTxns: the source transaction of each row of a run, as resolving
 // statements are given it (the last row of each transaction), through
 // noteTxn, retitle (a streamed transaction learns its commit) and row (a
 // replay row by row).

@@ -80,7 +80,7 @@
 // row another origin changed last; an insert run's fails on a unique
 // violation. exec then rolls the target
 // transaction back and sends it again from its start, every run's statement
-// replaced by its careful one, which examines, resolves and logs each
+// replaced by its resolving one, which examines, resolves and logs each
 // conflict in parapply.conflicts within the same statement; for that the
 // session keeps what it sent of the open target transaction (keptGroup, up
 // to keptGroupBytes: a larger transaction's conflict stops with an error

@@ -20,18 +20,18 @@ import (
 // conflict that is all detection costs.
 //
 // When a checked statement fails that way, the applier rolls its target
-// transaction back and applies it again with careful statements (see
+// transaction back and applies it again with resolving statements (see
 // Applier.roundTrip), which examine every row: by key, by every unique index for
 // inserts (insert_exists, multiple_unique_conflicts) and for the columns an
 // update sets (update_exists); each conflict is classified, resolved by the
 // policy in force, written to parapply.conflicts, and returned, all in the
 // one statement of the run.
 //
-// For a while after a conflict (carefulFor), update and delete runs use the
+// For a while after a conflict (resolvingFor), update and delete runs use the
 // fast statement instead of the checked one, so that a stream with many
 // conflicts is not applied twice: the rows this subscription changed last
 // are changed at once (CTE w0), and only the rest (not found, or left out)
-// are examined as by the careful statement, in the same statement; unique
+// are examined as by the resolving statement, in the same statement; unique
 // violations are still left to the indexes. A policy of error raises PC002,
 // naming the conflict and the source transaction.
 
@@ -63,7 +63,7 @@ type Detection struct {
 	OldReturning bool
 }
 
-// conflictColumns are the columns of parapply.conflicts a careful
+// conflictColumns are the columns of parapply.conflicts a resolving
 // statement fills.
 const conflictColumns = "slot_name, conflict_type, table_name, key, local_row, local_origin, local_commit_time, remote_row, source_xid, commit_lsn, remote_commit_time, remote_origin, resolution, remote_applied"
 
@@ -127,33 +127,33 @@ func (d *Detection) origins() string {
 		" AND NOT EXISTS (SELECT FROM pg_catalog.pg_replication_origin AS o WHERE o.roident = r.roident AND o.roname !~ " + p + ")))::oid[]"
 }
 
-// carefulSQL builds the statement that applies run r detecting and
-// resolving conflicts; "" when the run's kind has no careful form (runs
+// resolvingSQL builds the statement that applies run r detecting and
+// resolving conflicts; "" when the run's kind has no resolving form (runs
 // of REPLICA IDENTITY FULL tables, and inserts of rows without columns),
 // whose fast statement is then used as it is.
-func (d *Detection) carefulSQL(r *run, slot string) string {
+func (d *Detection) resolvingSQL(r *run, slot string) string {
 	return d.examine(r, slot, false)
 }
 
 // fastSQL is the statement of an update or delete run with detection on:
 // the run's rows that this subscription changed last are updated or
 // deleted at once, and only the others are examined, resolved and logged
-// as by the careful statement, in the same statement (so conflicts there
+// as by the resolving statement, in the same statement (so conflicts there
 // need no second try); unique violations are left to the indexes.
 func (d *Detection) fastSQL(r *run, slot string) string {
 	return d.examine(r, slot, true)
 }
 
-// examine builds the careful statement of run r, or with fast its fast
-// one ("" when the run has no careful form).
+// examine builds the resolving statement of run r, or with fast its fast
+// one ("" when the run has no resolving form).
 func (d *Detection) examine(r *run, slot string, fast bool) string {
 	t := r.table
 	head, tail := r.cols[:r.split], r.cols[r.split:]
 	// A change a BEFORE trigger suppressed would be examined, and its
 	// trigger fired, a second time after the fast statement's w0.
-	c := carefulBuilder{d: d, t: t, slot: slot, fast: fast && r.kind != 'I' && !t.suppresses(r.kind),
+	c := resolvingBuilder{d: d, t: t, slot: slot, fast: fast && r.kind != 'I' && !t.suppresses(r.kind),
 		found: t.suppresses(r.kind) || (r.kind == 'I' && t.suppresses('U')) || (r.kind == 'U' && t.suppresses('I'))}
-	if !r.hasCareful() {
+	if !r.hasResolving() {
 		return ""
 	}
 	switch r.kind {
@@ -167,9 +167,9 @@ func (d *Detection) examine(r *run, slot string, fast bool) string {
 	return ""
 }
 
-// carefulBuilder writes the careful or fast statement of one run (see
+// resolvingBuilder writes the resolving or fast statement of one run (see
 // examine): its CTEs in order, src to the statement's one row.
-type carefulBuilder struct {
+type resolvingBuilder struct {
 	d    *Detection
 	t    *Table
 	slot string
@@ -189,7 +189,7 @@ type carefulBuilder struct {
 }
 
 // rows is the CTE of the rows to examine: src, or rest after w0.
-func (c *carefulBuilder) rows() string {
+func (c *resolvingBuilder) rows() string {
 	if c.fast {
 		return "rest"
 	}
@@ -199,7 +199,7 @@ func (c *carefulBuilder) rows() string {
 // first writes, for a fast statement, w0 (the set-based change of the rows
 // that are this subscription's, as the fast statement makes it: change
 // holds its text, ending in its WHERE clause) and rest, the others.
-func (c *carefulBuilder) first(change string) {
+func (c *resolvingBuilder) first(change string) {
 	if !c.fast {
 		return
 	}
@@ -213,7 +213,7 @@ func (c *carefulBuilder) first(change string) {
 		" AND NOT EXISTS (SELECT 1 FROM w0 WHERE w0.n = s.n))")
 }
 
-func (c *carefulBuilder) w(s ...string) {
+func (c *resolvingBuilder) w(s ...string) {
 	for _, x := range s {
 		c.b.WriteString(x)
 	}
@@ -225,7 +225,7 @@ func lit(s string) string { return parapply.QuoteLiteral(s) }
 // n), and tx, its source transactions: the last row number of each, its
 // xid, commit LSN, commit time and origin (the five parameters after the run's;
 // see run.txnColumns), looked up for the rows examined only.
-func (c *carefulBuilder) src(cols []int, names []string) {
+func (c *resolvingBuilder) src(cols []int, names []string) {
 	c.w("WITH src AS MATERIALIZED (SELECT * FROM ")
 	unnest(&c.b, c.t, cols, names, true)
 	p := len(names)
@@ -242,7 +242,7 @@ func (c *carefulBuilder) src(cols []int, names []string) {
 // origin writes the columns lo (origin id), lt (commit time) and lname
 // (origin name) of the local row whose xmin is given, and the joins they
 // need after from.
-func (c *carefulBuilder) origin(xmin string) (cols, joins string) {
+func (c *resolvingBuilder) origin(xmin string) (cols, joins string) {
 	if !c.d.CommitTimestamps {
 		return "NULL::oid AS lo, NULL::timestamptz AS lt, NULL::text AS lname", ""
 	}
@@ -252,7 +252,7 @@ func (c *carefulBuilder) origin(xmin string) (cols, joins string) {
 
 // differs is true when the local row was last changed by someone else
 // than this subscription.
-func (c *carefulBuilder) differs() string {
+func (c *resolvingBuilder) differs() string {
 	if !c.d.CommitTimestamps {
 		return "false"
 	}
@@ -262,7 +262,7 @@ func (c *carefulBuilder) differs() string {
 // resolve writes the outcome of a conflict of type ty under its policy:
 // app (what applying the remote change means: 'apply', 'insert',
 // 'update'), 'skip' or 'error'.
-func (c *carefulBuilder) resolve(ty conflict.Type, app string) string {
+func (c *resolvingBuilder) resolve(ty conflict.Type, app string) string {
 	p := c.d.Rules.For(c.name(), ty)
 	tie := "false"
 	if c.d.RemoteWinsTies {
@@ -282,13 +282,13 @@ func (c *carefulBuilder) resolve(ty conflict.Type, app string) string {
 }
 
 // name is the table as policies name it: schema.name, unquoted.
-func (c *carefulBuilder) name() string { return c.t.Rel.Namespace + "." + c.t.Rel.Name }
+func (c *resolvingBuilder) name() string { return c.t.Rel.Namespace + "." + c.t.Rel.Name }
 
 // decide writes the CTE d: every row of src with its local row (from loc)
 // and conflict type ct (cases: SQL condition on l, the row's loc, and u,
 // its src; then the type, first match wins), and its outcome res (app when
 // there is no conflict; apps gives what applying means per type).
-func (c *carefulBuilder) decide(cases [][2]string, app string, apps map[conflict.Type]string) {
+func (c *resolvingBuilder) decide(cases [][2]string, app string, apps map[conflict.Type]string) {
 	c.w(", d AS MATERIALIZED (SELECT q.*, CASE q.ct")
 	for _, cs := range cases {
 		ty := conflict.Type(cs[1])
@@ -309,7 +309,7 @@ func (c *carefulBuilder) decide(cases [][2]string, app string, apps map[conflict
 
 // jsonObject writes a jsonb object of the given columns' text values,
 // taken from aliases of u.
-func (c *carefulBuilder) jsonObject(cols []int, names []string) string {
+func (c *resolvingBuilder) jsonObject(cols []int, names []string) string {
 	if len(cols) == 0 {
 		return "NULL::jsonb"
 	}
@@ -324,14 +324,14 @@ func (c *carefulBuilder) jsonObject(cols []int, names []string) string {
 // localRow is the local row a row of d met first (u.toid, u.tid), as
 // jsonb: read by its position, from the statement's snapshot (before it
 // changed anything).
-func (c *carefulBuilder) localRow() string {
+func (c *resolvingBuilder) localRow() string {
 	return "(SELECT pg_catalog.to_jsonb(c) FROM " + c.t.Target() + " AS c WHERE c.tableoid = u.toid AND c.ctid = u.tid)"
 }
 
 // localRows is the local rows in CTE from (m, toid, tid) that row u.n of
 // src met, as jsonb: the row, or an array of them when there are several.
 // It scans from: for the rare conflicts that meet several rows only.
-func (c *carefulBuilder) localRows(from string) string {
+func (c *resolvingBuilder) localRows(from string) string {
 	return "(SELECT CASE WHEN pg_catalog.count(*) = 1 THEN (pg_catalog.array_agg(r.j))[1] ELSE pg_catalog.jsonb_agg(r.j) END FROM " + from +
 		" AS h, LATERAL (SELECT pg_catalog.to_jsonb(c) AS j FROM " + c.t.Target() + " AS c WHERE c.tableoid = h.toid AND c.ctid = h.tid) AS r WHERE h.m = u.n)"
 }
@@ -339,7 +339,7 @@ func (c *carefulBuilder) localRows(from string) string {
 // finish writes the error raiser, the conflict log (local: the local rows
 // of the conflict), and the statement's one row: the rows changed (checked against those meant to be) and the
 // conflicts found, one "type|resolution|applied|key" per row.
-func (c *carefulBuilder) finish(key, remote, local string, changed []string) {
+func (c *resolvingBuilder) finish(key, remote, local string, changed []string) {
 	c.w(", e AS (SELECT parapply.conflict_error(", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key, ", ", remote, ", ", local, ", u.rx, u.rl) FROM d AS u WHERE u.res = 'error' LIMIT 1)")
 	c.w(", g AS (INSERT INTO parapply.conflicts (", conflictColumns, ") SELECT ", lit(c.slot), ", u.ct, ", lit(c.name()), ", ", key,
 		", ", local,
@@ -382,7 +382,7 @@ func positionsOf(cols, of []int) []int {
 // uniqueMatches lists, per unique index whose every column the row
 // carries (in cols, aliases names), the join condition of a local row c
 // with the row's values.
-func (c *carefulBuilder) uniqueMatches(cols []int, names []string, withKey bool) []string {
+func (c *resolvingBuilder) uniqueMatches(cols []int, names []string, withKey bool) []string {
 	var idx [][]int
 	var nullsEqual []bool
 	if withKey && len(c.t.Key) > 0 && c.t.KeyUnique {
@@ -413,7 +413,7 @@ func (c *carefulBuilder) uniqueMatches(cols []int, names []string, withKey bool)
 // hits writes the CTEs hit (every local row a row of src meets: by key for
 // an update or delete, by any unique index for an insert) and loc (per row
 // of src, how many and the first, with its origin).
-func (c *carefulBuilder) hits(matches []string) {
+func (c *resolvingBuilder) hits(matches []string) {
 	c.w(", hit AS MATERIALIZED (")
 	for i, m := range matches {
 		if i > 0 {
@@ -429,7 +429,7 @@ func (c *carefulBuilder) hits(matches []string) {
 		" FROM hit AS h", joins, " ORDER BY h.m, h.toid, h.tid)")
 }
 
-func (c *carefulBuilder) insert(cols []int) string {
+func (c *resolvingBuilder) insert(cols []int) string {
 	v := aliases("v", len(cols))
 	c.src(cols, v)
 	c.hits(c.uniqueMatches(cols, v, true))
@@ -447,7 +447,7 @@ func (c *carefulBuilder) insert(cols []int) string {
 
 // setList writes col = value for every column but those GENERATED ALWAYS
 // AS IDENTITY on the target (which no UPDATE may set).
-func (c *carefulBuilder) setList(cols []int, names []string) {
+func (c *resolvingBuilder) setList(cols []int, names []string) {
 	n := 0
 	for i, col := range cols {
 		if slices.Contains(c.t.AlwaysIdentity, col) {
@@ -467,7 +467,7 @@ func (c *carefulBuilder) setList(cols []int, names []string) {
 
 // keyJSON is the key of a row as a jsonb object, from the columns it
 // carries ("NULL" when they do not hold the whole key).
-func (c *carefulBuilder) keyJSON(cols []int, names []string) string {
+func (c *resolvingBuilder) keyJSON(cols []int, names []string) string {
 	pos := positionsOf(c.t.Key, cols)
 	if len(pos) == 0 || slices.Contains(pos, -1) {
 		return "NULL::jsonb"
@@ -505,7 +505,7 @@ func insertFrom(t *Table, cols []int, names []string, from string) string {
 	return b.String()
 }
 
-func (c *carefulBuilder) update(key, set []int) string {
+func (c *resolvingBuilder) update(key, set []int) string {
 	k, v := aliases("k", len(key)), aliases("v", len(set))
 	c.src(append(slices.Clone(key), set...), append(k, v...))
 	var up strings.Builder
@@ -522,7 +522,7 @@ func (c *carefulBuilder) update(key, set []int) string {
 	var exists []string
 	if !c.fast {
 		// (A fast statement leaves these to the unique indexes: a
-		// violation makes the transaction be applied again carefully.)
+		// violation makes the transaction be applied again with resolving statements.)
 		exists = c.uniqueMatches(set, v, true)
 	}
 	if len(exists) > 0 {
@@ -578,7 +578,7 @@ func (c *carefulBuilder) update(key, set []int) string {
 // tombstone is the join of CTE d's rows with the latest record of their
 // key's delete (tb: its deleter's origin lo and name lname, and its commit
 // time lt), for the rows not found only.
-func (c *carefulBuilder) tombstone(key []int, k []string) string {
+func (c *resolvingBuilder) tombstone(key []int, k []string) string {
 	kv := make([]string, 0, 2*len(key))
 	for i, col := range key {
 		kv = append(kv, lit(c.t.Rel.Columns[col].Name), cast(k[i], c.t.Types[col]))
@@ -595,7 +595,7 @@ func (c *carefulBuilder) tombstone(key []int, k []string) string {
 // wholeRow returns the columns (and their aliases) of the new row of an
 // update, when it carries every column the target takes: the set columns,
 // and the key columns not among them; nil otherwise.
-func (c *carefulBuilder) wholeRow(key, set []int, k, v []string) ([]int, []string) {
+func (c *resolvingBuilder) wholeRow(key, set []int, k, v []string) ([]int, []string) {
 	cols, names := c.remoteCols(key, set, k, v)
 	for i, typ := range c.t.Types {
 		if typ != "" && !slices.Contains(cols, i) {
@@ -607,7 +607,7 @@ func (c *carefulBuilder) wholeRow(key, set []int, k, v []string) ([]int, []strin
 
 // remoteCols are the columns of an update's new row: set's, then the key
 // columns not among them.
-func (c *carefulBuilder) remoteCols(key, set []int, k, v []string) ([]int, []string) {
+func (c *resolvingBuilder) remoteCols(key, set []int, k, v []string) ([]int, []string) {
 	cols, names := slices.Clone(set), slices.Clone(v)
 	for i, col := range key {
 		if !slices.Contains(set, col) {
@@ -617,7 +617,7 @@ func (c *carefulBuilder) remoteCols(key, set []int, k, v []string) ([]int, []str
 	return cols, names
 }
 
-func (c *carefulBuilder) delete(key []int) string {
+func (c *resolvingBuilder) delete(key []int) string {
 	k := aliases("k", len(key))
 	c.src(key, k)
 	var del strings.Builder

@@ -5,10 +5,10 @@ import "context"
 // A round trip, top to bottom: the statements queued (see queue) are
 // taken once the round trip before them has finished (takeOps); then
 // roundTrip waits for the rows they change to be read ahead (readAhead,
-// when reads wait on a disk), makes them careful when the group is applied
-// carefully (detector), and sends them (sender); when one meets a conflict,
+// when reads wait on a disk), makes them resolving when the group is
+// applied with resolving statements (detector), and sends them (sender); when one meets a conflict,
 // the target transaction is rolled back and applied again from its start
-// with careful statements, which resolve and log conflicts (detector,
+// with resolving statements, which resolve and log conflicts (detector,
 // resolve.go). sendQueued waits for the round trip; sendQueuedAsync lets
 // it run while the next statements are built.
 
@@ -64,9 +64,9 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 	a.readAhead.await(ctx, ops, &a.Stats.PrefetchWait)
 	d := &a.detector
 	if len(ops) > 0 && ops[0].sql == "BEGIN" {
-		d.beginGroup(d.carefulNow() && a.alone())
+		d.beginGroup(d.resolvingNow() && a.alone())
 	}
-	ops, err := d.carefulIfAsked(ops)
+	ops, err := d.resolvingIfAsked(ops)
 	if err != nil {
 		return err
 	}

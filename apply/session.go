@@ -32,10 +32,10 @@ type op struct {
 	// bytes: it ends the pipelined batch before it (see sender.send).
 	copy []byte
 	// run is the run the statement applies, if any: a conflict makes
-	// the group be applied again with the run's careful statement.
+	// the group be applied again with the run's resolving statement.
 	run *run
-	// careful marks a run's careful statement.
-	careful bool
+	// resolving marks a run's resolving statement.
+	resolving bool
 	// after, when set, is called once the statement's row is scanned.
 	after func()
 }

@@ -22,8 +22,8 @@ import (
 // found are counted instead, by a SELECT of the same rows in the same
 // statement (matchSQL: a CTE, under the statement's snapshot, so the rows
 // as they were before the change). Tables without one keep the plain
-// count, and a careful statement, which finds every row before changing
-// it, does not count the rows changed for them (see carefulBuilder.finish).
+// count, and a resolving statement, which finds every row before changing
+// it, does not count the rows changed for them (see resolvingBuilder.finish).
 
 // Event bits of pg_trigger.tgtype.
 const (

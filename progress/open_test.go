@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,12 +43,21 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 		name     string
 		setup    string // run after a first Open of s from publisher src
 		sourceID string
-		want     Opened
-		wantErr  error
+		// slotMissing: the publisher has no slot s (Open's last argument).
+		slotMissing bool
+		want        Opened
+		wantErr     error
+		wantText    string // in the error, when there is one to read
 		// Rows of s left in parapply.applied and parapply.skip after.
 		wantApplied, wantSkip int
 	}{
-		{name: "first start", sourceID: "src", want: Opened{}},
+		{name: "first start", sourceID: "src", want: Opened{Created: true}},
+		{name: "first start, slot to create", sourceID: "src", slotMissing: true, want: Opened{Created: true}},
+		// A start refused after recording s and before it applied
+		// anything left a row at 0/0: the next start creates the slot.
+		{name: "slot to create after a refused start", setup: "SELECT 1", sourceID: "src", slotMissing: true, want: Opened{}},
+		{name: "slot lost", setup: earlier, sourceID: "src", slotMissing: true,
+			wantText: "slot s does not exist on the publisher, but the target records progress from an earlier slot of that name (last applied commit 0/100)", wantApplied: 3, wantSkip: 4},
 		{name: "restart", setup: earlier, sourceID: "src",
 			want: Opened{
 				Position: Position{CommitLSN: lsn("0/100"), EndLSN: lsn("0/108")}, Resumed: true,
@@ -70,15 +80,20 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 				t.Fatal(err)
 			}
 			if c.setup != "" {
-				if _, err := Open(ctx, conn, "s", "src"); err != nil {
+				if _, err := Open(ctx, conn, "s", "src", false); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := conn.Exec(ctx, c.setup); err != nil {
 					t.Fatal(err)
 				}
 			}
-			got, err := Open(ctx, conn, "s", c.sourceID)
-			if !errors.Is(err, c.wantErr) {
+			got, err := Open(ctx, conn, "s", c.sourceID, c.slotMissing)
+			switch {
+			case c.wantText != "":
+				if err == nil || !strings.Contains(err.Error(), c.wantText) {
+					t.Fatalf("Open: error %v, want one saying %q", err, c.wantText)
+				}
+			case !errors.Is(err, c.wantErr):
 				t.Fatalf("Open: error %v, want %v", err, c.wantErr)
 			}
 			if err == nil {
@@ -103,10 +118,11 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 }
 
 // start is what a run's start does with the progress row: parapply's
-// schema brought up to date (the claim phase), then Init.
+// schema brought up to date (the setup phase), then Open.
 func start(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
 	if err := target.Migrate(ctx, conn); err != nil {
 		return Position{}, false, err
 	}
-	return Init(ctx, conn, slot, sourceID)
+	o, err := Open(ctx, conn, slot, sourceID, false)
+	return o.Position, o.Resumed, err
 }

@@ -213,25 +213,21 @@ func Forget(ctx context.Context, tx pgx.Tx, slot string) error {
 // publisher: resuming from it would skip or repeat changes.
 var ErrOtherSource = errors.New("progress row belongs to another publisher")
 
-// Init creates the slot's progress row if missing (in parapply's schema,
-// which target.Migrate has brought up to date) and
-// returns the position to resume from (zero when new). sourceID names the
-// publisher (its system identifier and database) so that a slot name reused
-// against another publisher is refused instead of silently skipping changes.
-func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
-	p, src, found, err := readRow(ctx, conn, slot)
-	if err != nil {
-		return p, false, err
-	}
+// record creates the slot's progress row if the target had none (found
+// false) and returns the position to resume from (zero when new). sourceID
+// names the publisher (its system identifier and database) so that a slot
+// name reused against another publisher is refused instead of silently
+// skipping changes.
+func record(ctx context.Context, conn *pgx.Conn, slot, sourceID string, p Position, rowSource string, found bool) (Position, bool, error) {
 	if !found {
-		_, err = conn.Exec(ctx, `INSERT INTO parapply.progress (slot_name, source_id, commit_lsn, end_lsn) VALUES ($1, $2, '0/0', '0/0')`, slot, sourceID)
+		_, err := conn.Exec(ctx, `INSERT INTO parapply.progress (slot_name, source_id, commit_lsn, end_lsn) VALUES ($1, $2, '0/0', '0/0')`, slot, sourceID)
 		if err != nil {
 			return p, false, fmt.Errorf("recording slot %s in %s.progress: %w", slot, Schema, err)
 		}
 		return p, false, nil
 	}
-	if src != sourceID {
-		return p, false, fmt.Errorf("slot %s: %w (%s, now %s); use another --slot, or delete its row from %s.progress if the target was re-seeded", slot, ErrOtherSource, src, sourceID, Schema)
+	if rowSource != sourceID {
+		return p, false, fmt.Errorf("slot %s: %w (%s, now %s); use another --slot, or delete its row from %s.progress if the target was re-seeded", slot, ErrOtherSource, rowSource, sourceID, Schema)
 	}
 	return p, p.EndLSN != 0, nil
 }
@@ -241,9 +237,10 @@ func Init(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position,
 // skipped.
 type Opened struct {
 	// Position is the progress row's (zero when new); Resumed, that
-	// there was one to resume from.
+	// there was one to resume from; Created, that this Open made the row.
 	Position Position
 	Resumed  bool
+	Created  bool
 	// Ahead are the groups committed ahead of Position (ReadApplied).
 	Ahead []Range
 	// Skips are the pending skip requests; Passed, the commit LSNs of
@@ -253,14 +250,25 @@ type Opened struct {
 }
 
 // Open is a run's one reading of the slot's records on the target: it
-// creates what is missing (Init), then reads the groups applied ahead and
+// creates the progress row if missing, then reads the groups applied ahead and
 // the skip requests, so that the run starts from one consistent answer.
-func Open(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Opened, error) {
+// slotMissing says the publisher has no slot of the name (the run is to
+// create it): progress recorded from an earlier slot of the name is then
+// refused, since the changes between that slot's loss and the new one's
+// creation never reached the target.
+func Open(ctx context.Context, conn *pgx.Conn, slot, sourceID string, slotMissing bool) (Opened, error) {
 	var o Opened
-	var err error
-	if o.Position, o.Resumed, err = Init(ctx, conn, slot, sourceID); err != nil {
+	p, rowSource, found, err := readRow(ctx, conn, slot)
+	if err != nil {
 		return o, err
 	}
+	if slotMissing && found && p.EndLSN != 0 {
+		return o, fmt.Errorf("slot %s does not exist on the publisher, but the target records progress from an earlier slot of that name (last applied commit %s): %s", slot, p.CommitLSN, target.LostSlotFix)
+	}
+	if o.Position, o.Resumed, err = record(ctx, conn, slot, sourceID, p, rowSource, found); err != nil {
+		return o, err
+	}
+	o.Created = !found
 	if o.Ahead, err = ReadApplied(ctx, conn, slot); err != nil {
 		return o, err
 	}
@@ -382,88 +390,4 @@ func (t *Tracker) Positions() (applied, durable parapply.LSN, lastCommit time.Ti
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.applied, t.durable, t.lastTime
-}
-
-// A killed parapply's target sessions outlive it: a backend keeps executing
-// the statements already in its socket, COMMIT included, until it notices
-// the client is gone. Were a restarted parapply to read the progress row
-// before such a commit, it would apply those changes a second time. Every
-// target session that writes for a slot therefore holds a shared advisory
-// lock named after the slot, and a starting parapply first waits for the
-// exclusive one.
-
-// LockKey is the SQL expression of the slot's advisory lock key ($1 the
-// slot name), for queries of pg_locks in other packages.
-const LockKey = lockKey
-
-const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
-
-// Claim waits until no earlier session of this slot is left on the target,
-// then holds the slot's shared lock on conn. Those of ours (the previous
-// run of this process) are ended at once with pg_terminate_backend; others
-// are waited for, at most limit. wait, if set, is told which backends are
-// still there when the lock is first found held (first true) and every ten
-// seconds after; an error it returns ends the wait with that error (the
-// holder is another process that will not let go, say).
-func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limit time.Duration, wait func(pids []int32, first bool) error) error {
-	start := time.Now()
-	reported, first := start, true
-	for {
-		var ok bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+lockKey+")", slot).Scan(&ok); err != nil {
-			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
-		}
-		if ok {
-			_, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock("+lockKey+"), pg_catalog.pg_advisory_lock_shared("+lockKey+")", slot)
-			if err != nil {
-				return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
-			}
-			return nil
-		}
-		if len(ours) > 0 {
-			// Only backends that hold this slot's lock: a pid of ours may
-			// have been reused by an unrelated backend since.
-			pids := make([]int64, len(ours))
-			for i, p := range ours {
-				pids[i] = int64(p)
-			}
-			if _, err := conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l
-				WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid() AND l.pid = ANY($2::int8[])
-				AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot, pids); err != nil {
-				return fmt.Errorf("ending the target sessions of slot %s's previous run: %w", slot, err)
-			}
-		}
-		if time.Since(start) >= limit {
-			return fmt.Errorf("target sessions of an earlier run of slot %s (pids %v) are still there after %s: if no other parapply runs with this slot, end them with SELECT pg_terminate_backend(pid) on the target", slot, holders(ctx, conn, slot), limit)
-		}
-		if wait != nil && (first || time.Since(reported) >= 10*time.Second) {
-			if err := wait(holders(ctx, conn, slot), first); err != nil {
-				return err
-			}
-			reported, first = time.Now(), false
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// holders lists the other backends holding slot's lock (best effort).
-func holders(ctx context.Context, conn *pgx.Conn, slot string) []int32 {
-	var pids []int32
-	_ = conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
-		AND (l.classid::bigint << 32 | l.objid::bigint) = `+lockKey, slot).Scan(&pids)
-	return pids
-}
-
-// Share holds the slot's shared lock on another target session of a
-// parapply that has claimed the slot.
-func Share(ctx context.Context, conn *pgx.Conn, slot string) error {
-	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock_shared("+lockKey+")", slot); err != nil {
-		return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
-	}
-	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // claimed is what the claim phase returns: the connection, with the slot's
@@ -12,11 +12,11 @@ import (
 // an earlier run of the slot writes any more.
 type claimed struct{ *connected }
 
-// claim takes the slot on the target (progress.Claim), waiting up to
+// claim takes the slot on the target (target.Claim), waiting up to
 // claimTimeout for the target sessions of an earlier run of the slot to
 // end; those of this process's previous run are ended at once.
 func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
-	err := progress.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32, first bool) error {
+	err := target.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32, first bool) error {
 		// Another live parapply on this host holding the slot (it reached
 		// the publisher's slot free, between its creation and the
 		// holder's START_REPLICATION, say) is named at once, as when the

@@ -16,13 +16,14 @@ import (
 	"github.com/parapply/parapply/target"
 )
 
-// detection builds the run's conflict detection from the settings and the
-// target: whether commit timestamps are tracked there (without them
-// *_origin_differs cannot be told, nor last/first_update_wins decided),
-// the names of this slot's origins, and who wins a tie of commit times.
-// It refuses per-table entries for tables not published, and policies
-// that need commit timestamps where there are none.
-func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID string, published []source.PublishedTable) (*apply.Detection, error) {
+// detection builds the run's conflict detection from the settings and
+// what the target said of itself (td): whether commit timestamps are
+// tracked there (without them *_origin_differs cannot be told, nor
+// last/first_update_wins decided), the names of this slot's origins, and
+// who wins a tie of commit times. It refuses per-table entries for tables
+// not published, and policies that need commit timestamps where there are
+// none.
+func (s *Subscriber) detection(td target.Detection, sourceID string, published []source.PublishedTable) (*apply.Detection, error) {
 	rules := s.cfg.Conflicts
 	var names []string
 	for _, pt := range published {
@@ -33,11 +34,7 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 			return nil, fmt.Errorf("conflict_resolution names table %s, which the publication does not publish to this target; fix the name (schema.table) or remove the entry", t)
 		}
 	}
-	tct, old, err := target.CommitTimestamps(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	if !tct {
+	if !td.CommitTimestamps {
 		if e := rules.NeedsCommitTimestamps(); e != "" {
 			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
 		}
@@ -45,16 +42,14 @@ func (s *Subscriber) detection(ctx context.Context, conn *pgx.Conn, sourceID str
 			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
 		}
 	}
-	d := &apply.Detection{Rules: rules, CommitTimestamps: tct, OldReturning: old,
+	d := &apply.Detection{Rules: rules, CommitTimestamps: td.CommitTimestamps, OldReturning: td.OldReturning,
 		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
-	var targetID string
-	err = conn.QueryRow(ctx, "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system())::text || '/' || pg_catalog.current_database()").Scan(&targetID)
-	if err != nil {
-		s.log.Warn("cannot read the target's system identifier (pg_control_system): ties of commit times in last_update_wins and first_update_wins keep the local row", "error", err)
+	if td.IDErr != nil {
+		s.log.Warn("cannot read the target's system identifier (pg_control_system): ties of commit times in last_update_wins and first_update_wins keep the local row", "error", td.IDErr)
 	} else {
-		d.RemoteWinsTies = strings.Compare(sourceID, targetID) > 0
+		d.RemoteWinsTies = strings.Compare(sourceID, td.ID) > 0
 	}
 	return d, nil
 }

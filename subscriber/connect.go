@@ -13,9 +13,10 @@ import (
 // A run goes through four phases, each a function of its own file taking
 // what the one before returned: connect (here: both servers reached and
 // the target checked against the publication), claim (claim.go: the slot
-// taken on the target), setup (setup.go: origins, table claims, conflict
-// detection, the slot, the progress record, the copy and the sequences)
-// and stream (stream.go: the loop that applies the stream until the run
+// taken on the target), setup (setup.go: the target's origins, schema and
+// table claims, the tombstones, the progress record, the tables' sync with
+// the slot's creation, and the sequences: one package at a time, each
+// once) and stream (stream.go: the loop that applies the stream until the run
 // ends).
 
 // connected is what the connect phase returns: the publisher's stream,

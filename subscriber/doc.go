@@ -19,7 +19,7 @@
 //     commit_order = dependency it records its range of source commits in
 //     parapply.applied instead (progress.RecordApplied), and pool.advance
 //     moves the progress row past the ranges every earlier one of which has
-//     committed. A run starts from what the target says (progress.Init,
+//     committed. A run starts from what the target says (progress.Open,
 //     progress.ReadApplied) and loop.applied skips every transaction the
 //     progress row or a parapply.applied range covers; so a crash at any
 //     point neither loses a transaction nor applies one twice.

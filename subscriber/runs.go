@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/apply"
-	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 // claimTimeout bounds the wait for the target sessions of an earlier run
@@ -52,7 +52,7 @@ func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream b
 	}
 	s.mu.Unlock()
 	if share {
-		if err := progress.Share(ctx, app.Conn(), cfg.Slot); err != nil {
+		if err := target.Share(ctx, app.Conn(), cfg.Slot); err != nil {
 			app.Close(context.Background())
 			return nil, err
 		}

@@ -16,39 +16,27 @@ type setUp struct {
 	tombs, commitTS bool
 }
 
-// setup readies the target and the slot for streaming, in the order that
-// keeps a refused start cheap: the replication origins (before the slot
-// is created: a target that refuses origins is a setup error), the table
-// claims, tombstones and conflict detection, then the slot (see
-// createSlot; a start refused after it drops it again, see Run), the
-// slot's progress record, the copy of tables not synced yet, and the
-// sequences.
+// setup readies the target and the slot for streaming, one package at a
+// time, in the order that keeps a refused start cheap (every refusal comes
+// before the slot's creation, the one step that costs the publisher
+// something): the target (prepareTarget: origins, parapply's schema, the
+// table claims, what detection reads), the tombstone triggers, the slot's
+// progress record (progress.Open), the tables (tablesync.Sync: its checks,
+// the slot's creation, the copy), and the sequences. A start refused after
+// it recorded the slot undoes that (see abandonSlot).
 func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	su := setUp{claimed: c}
 	conn := c.app.Conn()
-	if err := s.prepareOrigins(ctx, conn); err != nil {
+	td, err := s.prepareTarget(ctx, c)
+	if err != nil {
 		return su, err
 	}
-	if err := c.app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
-		return su, err
-	}
-	// parapply's schema brought up to date, once for the run: everything
-	// after reads and writes it (the origins' retirement above already
-	// did, when it had origins to retire). After the origins: a role
-	// refused those is told so first, the fix it needs whatever else.
-	if err := target.Migrate(ctx, conn); err != nil {
-		return su, err
-	}
-	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
-		return su, err
-	}
-	s.runs.det.Store(nil)
-	var err error
 	if su.tombs, err = s.setupTombstones(ctx, conn, c.published); err != nil {
 		return su, err
 	}
+	s.runs.det.Store(nil)
 	if s.cfg.DetectConflicts {
-		det, err := s.detection(ctx, conn, c.src.SourceID(), c.published)
+		det, err := s.detection(td, c.src.SourceID(), c.published)
 		if err != nil {
 			return su, err
 		}
@@ -56,10 +44,8 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 		s.runs.det.Store(det)
 		c.app.SetDetection(det)
 	}
-	if err := s.createSlot(ctx, c.src, conn, c.published); err != nil {
-		return su, err
-	}
-	su.opened, err = progress.Open(ctx, conn, s.cfg.Source.Slot, c.src.SourceID())
+	su.opened, err = progress.Open(ctx, conn, s.cfg.Source.Slot, c.src.SourceID(), c.src.Missing)
+	s.runs.createdRecord = s.runs.createdRecord || su.opened.Created
 	// Noted before the error is looked at: what Open read before it
 	// failed (a zero position changes nothing) shows in Status.
 	pos := su.opened.Position
@@ -73,4 +59,32 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	}
 	s.syncSequences(ctx, c.published)
 	return su, nil
+}
+
+// prepareTarget is setup's step on the target: its replication origins
+// fitted to the run and the reader's set up (before the slot is created: a
+// target that refuses origins is a setup error), parapply's schema brought
+// up to date (once for the run: everything after reads and writes it), the
+// slot's tables claimed, and what conflict detection reads of the target.
+func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detection, error) {
+	conn := c.app.Conn()
+	if err := s.prepareOrigins(ctx, conn); err != nil {
+		return target.Detection{}, err
+	}
+	if err := c.app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
+		return target.Detection{}, err
+	}
+	// After the origins: a role refused those is told so first, the fix
+	// it needs whatever else (their retirement migrated already, when it
+	// had origins to retire).
+	if err := target.Migrate(ctx, conn); err != nil {
+		return target.Detection{}, err
+	}
+	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
+		return target.Detection{}, err
+	}
+	if !s.cfg.DetectConflicts {
+		return target.Detection{}, nil
+	}
+	return target.ReadDetection(ctx, conn)
 }

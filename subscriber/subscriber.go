@@ -154,12 +154,12 @@ type runState struct {
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
-	// createdSlot is set once a run of this process created the slot;
-	// keptRows are the tables that held rows before its copy with
-	// existing_data = keep (see abandonSlot). Only Run's goroutine uses
-	// them.
-	createdSlot bool
-	keptRows    []string
+	// createdSlot is set once a run of this process created the slot,
+	// createdRecord once one created the slot's progress row; keptRows
+	// are the tables that held rows before its copy with existing_data =
+	// keep (see abandonSlot). Only Run's goroutine uses them.
+	createdSlot, createdRecord bool
+	keptRows                   []string
 	// lastSkip is the commit LSN on_error last asked to skip.
 	lastSkip parapply.LSN
 	// Across runs: when the current run began streaming (Unix ns, 0 if it
@@ -303,7 +303,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	defer func() {
 		// Given up: a slot this process created and never streamed from
 		// goes, with what its starts recorded on the target.
-		if err != nil && s.runs.createdSlot && !s.runs.everStreamed.Load() {
+		if err != nil && (s.runs.createdSlot || s.runs.createdRecord) && !s.runs.everStreamed.Load() {
 			s.abandonSlot()
 		}
 	}()
@@ -392,7 +392,7 @@ const DefaultReconnectTimeout = 5 * time.Minute
 // set up, stream, until ctx ends or the first error. Everything it opens it
 // closes; what it learnt of the target's state dies with it, but the pids
 // of its target sessions are kept, so that the next run can end any that
-// outlive it (see progress.Claim).
+// outlive it (see target.Claim).
 func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.runs.streamedSince.Store(0)
 	defer s.endRun()

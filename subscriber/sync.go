@@ -21,59 +21,64 @@ func (s *Subscriber) copyProgress(p tablesync.Progress) {
 	}
 }
 
-// sync copies the published tables this target has not synced yet, then
-// tells the applier each table's sync position.
+// sync is the setup's step of table synchronisation (tablesync.Sync): a
+// first start's checks, the slot's creation once they pass, and the copy
+// of the tables not synced yet; then it tells the applier each table's
+// sync position.
 func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Applier, published []source.PublishedTable) error {
-	slot := s.cfg.Source.Slot
-	state, err := tablesync.LoadState(ctx, app.Conn(), slot)
+	res, err := tablesync.Sync(ctx, app.Conn(), tablesync.Request{
+		Config: tablesync.Config{
+			SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN, Slot: s.cfg.Source.Slot, Origins: true,
+			Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
+			Log: s.log, Progress: s.copyProgress,
+		},
+		Tables: syncTables(published), CopyData: s.cfg.CopyData, SlotMissing: src.Missing,
+		Publisher: publisher{s, src}, Copying: s.copying,
+	})
+	if src.Missing && s.cfg.ExistingData == tablesync.ExistingKeep {
+		s.runs.keptRows = res.Held
+	}
 	if err != nil {
 		return err
 	}
-	pending := tablesync.Pending(syncTables(published), state)
-	if len(pending) > 0 {
-		if !s.cfg.CopyData {
-			s.log.Info("taking tables as already in sync (copy_data = off)", "tables", len(pending))
-			if err := tablesync.MarkSynced(ctx, app.Conn(), slot, pending, 0); err != nil {
-				return err
-			}
-		} else {
-			snapshot, lsn := src.Snapshot, src.ConsistentPoint
-			if snapshot == "" {
-				// The slot existed: copy under a temporary slot's snapshot.
-				tmp, err := source.NewSnapshotSlot(ctx, s.cfg.Source)
-				if err != nil {
-					return err
-				}
-				defer tmp.Close()
-				snapshot, lsn = tmp.Snapshot, tmp.ConsistentPoint
-			}
-			stopWatch := s.watchSlotWAL(ctx)
-			defer stopWatch()
-			s.runs.state.Store(StateCopying)
-			s.log.Info("copying existing rows", "tables", len(pending), "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
-			err := tablesync.Copy(ctx, tablesync.Config{
-				SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN,
-				Snapshot: snapshot, SyncLSN: lsn, Slot: slot, Origins: true,
-				Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
-				Log: s.log, Progress: s.copyProgress,
-			}, pending)
-			if err != nil {
-				return err
-			}
-		}
-		if state, err = tablesync.LoadState(ctx, app.Conn(), slot); err != nil {
-			return err
-		}
-	}
-	synced := map[string]parapply.LSN{}
-	for name, st := range state {
-		if st.State == "done" {
-			synced[name] = st.SyncLSN
-		}
-	}
-	app.SetSynced(synced)
+	app.SetSynced(res.Tables)
 	app.Warn = func(msg string) { s.log.Warn(msg) }
 	return nil
+}
+
+// copying shows the copy in Status while it runs, with the WAL the slot
+// retains meanwhile (watchSlotWAL).
+func (s *Subscriber) copying(tables int, lsn parapply.LSN) (done func()) {
+	s.runs.state.Store(StateCopying)
+	s.log.Info("copying existing rows", "tables", tables, "snapshot_lsn", lsn.String(), "workers", s.cfg.CopyWorkers)
+	return s.watchSlotWAL(context.Background())
+}
+
+// publisher is the run's publisher side as tablesync.Sync asks for it.
+type publisher struct {
+	s   *Subscriber
+	src *source.Source
+}
+
+// CreateSlot creates the run's slot, noting it for the undo of a start
+// refused later (see abandonSlot).
+func (p publisher) CreateSlot(ctx context.Context) (string, parapply.LSN, error) {
+	if err := p.src.CreateSlot(ctx); err != nil {
+		return "", 0, err
+	}
+	p.s.runs.createdSlot = true
+	p.s.log.Info("created the slot", "slot", p.s.cfg.Source.Slot, "consistent_point", p.src.ConsistentPoint.String())
+	return p.src.Snapshot, p.src.ConsistentPoint, nil
+}
+
+// Snapshot exports a temporary slot's snapshot for a copy of tables when
+// the run's slot existed.
+func (p publisher) Snapshot(ctx context.Context) (string, parapply.LSN, func(), error) {
+	tmp, err := source.NewSnapshotSlot(ctx, p.s.cfg.Source)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	return tmp.Snapshot, tmp.ConsistentPoint, func() { tmp.Close() }, nil
 }
 
 // slotWALEvery is how often the copy reads the WAL its slot retains.

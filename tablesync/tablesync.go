@@ -52,7 +52,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
-	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/target"
 )
 
@@ -270,7 +269,7 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 // emptied; then every table the copy empties in one statement (see
 // examine), and the indexes deferred.
 func prepareJobs(ctx context.Context, src, dst *pgx.Conn, cfg Config, tables []Table) ([]*tableJob, error) {
-	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+	if err := target.Share(ctx, dst, cfg.Slot); err != nil {
 		return nil, err
 	}
 	state, err := LoadState(ctx, dst, cfg.Slot)
@@ -695,7 +694,7 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 		return fmt.Errorf("copy: connecting to the target: %w", err)
 	}
 	defer dst.Close(context.Background())
-	if err := progress.Share(ctx, dst, cfg.Slot); err != nil {
+	if err := target.Share(ctx, dst, cfg.Slot); err != nil {
 		return err
 	}
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {

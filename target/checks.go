@@ -27,14 +27,28 @@ func CheckTwoPhase(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// CommitTimestamps reads whether the target tracks commit timestamps
-// (conflict detection needs them to tell rows changed by others) and
-// whether it is PostgreSQL 18 or later (RETURNING OLD).
-func CommitTimestamps(ctx context.Context, conn *pgx.Conn) (tracked, oldReturning bool, err error) {
-	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool, pg_catalog.current_setting('server_version_num')::int >= 180000").Scan(&tracked, &oldReturning); err != nil {
-		return false, false, fmt.Errorf("reading track_commit_timestamp on the target: %w", err)
+// Detection is what conflict detection reads of the target.
+type Detection struct {
+	// CommitTimestamps: track_commit_timestamp is on (without it rows
+	// changed by others cannot be told); OldReturning: PostgreSQL 18 or
+	// later (RETURNING OLD).
+	CommitTimestamps, OldReturning bool
+	// ID names the target as source IDs name publishers (system
+	// identifier and database), to break ties of commit times the same
+	// way on both ends of a pair; "" when it cannot be read, IDErr says
+	// why (pg_control_system refused, say).
+	ID    string
+	IDErr error
+}
+
+// ReadDetection reads what conflict detection needs of the target.
+func ReadDetection(ctx context.Context, conn *pgx.Conn) (Detection, error) {
+	var d Detection
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool, pg_catalog.current_setting('server_version_num')::int >= 180000").Scan(&d.CommitTimestamps, &d.OldReturning); err != nil {
+		return d, fmt.Errorf("reading track_commit_timestamp on the target: %w", err)
 	}
-	return tracked, oldReturning, nil
+	d.IDErr = conn.QueryRow(ctx, "SELECT (SELECT system_identifier FROM pg_catalog.pg_control_system())::text || '/' || pg_catalog.current_database()").Scan(&d.ID)
+	return d, nil
 }
 
 // PrepareSession sets up a target session that applies like the built-in

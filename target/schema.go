@@ -1,6 +1,7 @@
 // Package target owns what parapply keeps on and checks of the target
 // database: the parapply schema and its migrations, the checks a start
-// makes of the target, and the replication origins the appliers use. It
+// makes of the target, the slot's claim (its lock, its tables, its
+// holder), and the replication origins the appliers use. It
 // sits low in the import graph (the root package and pgx only), so that
 // every package that reads or writes the target can use it.
 package target
@@ -18,6 +19,10 @@ import (
 
 // Schema is the target schema holding parapply's own state.
 const Schema = "parapply"
+
+// LostSlotFix is the fix for a start whose slot the publisher lost while
+// the target records what an earlier slot of the name applied or copied.
+const LostSlotFix = "changes made between that slot's loss and now never reached the target; to start over, delete the slot's rows from parapply.progress and parapply.sync_state on the target and run with existing_data = truncate"
 
 // OriginSetting is set, in every target session of parapply's that
 // applies changes, to the session's replication origin: the tombstone

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/target"
 )
 
@@ -42,7 +41,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	// sessions of a run that just stopped may take a moment to end.
 	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
 		var free bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+progress.LockKey+")", slot).Scan(&free); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", slot).Scan(&free); err != nil {
 			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
 		}
 		if free {

@@ -64,7 +64,9 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 		// undone: the refused start's records and copied rows are gone
 		// from the target (not so for an earlier slot's).
 		undone bool
-		fix    func(e *env, cfg *subscriber.Config)
+		// left, if set, checks what the refused start left instead.
+		left func(e *env)
+		fix  func(e *env, cfg *subscriber.Config)
 	}{
 		{
 			name:   "table already holds rows",
@@ -121,6 +123,39 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 				cfg.ExistingData = "truncate"
 			},
 		},
+		{
+			// Only the progress row removed by hand: the start records
+			// its own, is refused by the earlier copy's sync state, and
+			// removes its row again, but neither that sync state nor the
+			// rows it copied (they are the earlier slot's, not its own).
+			name: "earlier slot's copy recorded on the target",
+			setup: func(e *env, cfg *subscriber.Config) {
+				r := e.start(*cfg)
+				e.waitCaughtUp(r)
+				if err := r.stop(); err != nil {
+					e.t.Fatal(err)
+				}
+				e.waitSlotReleased(e.t, cfg.Source.Slot)
+				e.exec(e.pub, `SELECT pg_drop_replication_slot($1)`, cfg.Source.Slot)
+				e.exec(e.sub, `DELETE FROM parapply.progress WHERE slot_name = $1`, cfg.Source.Slot)
+			},
+			want: "the target records tables copied for an earlier slot of that name",
+			left: func(e *env) {
+				if n := e.count(`SELECT count(*) FROM parapply.progress WHERE slot_name = 'refused'`); n != 0 {
+					e.t.Fatalf("the refused start left the progress row it recorded (%d rows)", n)
+				}
+				if n := e.count(`SELECT count(*) FROM parapply.sync_state WHERE slot_name = 'refused'`); n != 2 {
+					e.t.Fatalf("the refused start changed the earlier slot's sync state (%d rows, want 2)", n)
+				}
+				if n := e.count(`SELECT count(*) FROM a`); n != 5000 {
+					e.t.Fatalf("the refused start emptied rows the earlier slot copied: %d rows in a, want 5000", n)
+				}
+			},
+			fix: func(e *env, cfg *subscriber.Config) {
+				e.exec(e.sub, `DELETE FROM parapply.sync_state WHERE slot_name = $1`, cfg.Source.Slot)
+				cfg.ExistingData = "truncate"
+			},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -138,7 +173,10 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 			if s := e.slots("refused"); len(s) != 0 {
 				t.Fatalf("the refused start left slots %v on the publisher", s)
 			}
-			if c.undone {
+			switch {
+			case c.left != nil:
+				c.left(e)
+			case c.undone:
 				for _, table := range []string{"parapply.progress", "parapply.sync_state"} {
 					if e.count(`SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, table) == 0 {
 						continue // the start was refused before creating it
@@ -150,8 +188,10 @@ func TestRefusedStartDropsSlot(t *testing.T) {
 				if n := e.count(`SELECT count(*) FROM a`); n != 0 {
 					t.Fatalf("the refused start left %d copied rows in a", n)
 				}
-			} else if n := e.count(`SELECT count(*) FROM parapply.progress WHERE slot_name = 'refused'`); n != 1 {
-				t.Fatalf("the refused start changed the earlier slot's progress row (%d rows)", n)
+			default:
+				if n := e.count(`SELECT count(*) FROM parapply.progress WHERE slot_name = 'refused'`); n != 1 {
+					t.Fatalf("the refused start changed the earlier slot's progress row (%d rows)", n)
+				}
 			}
 			c.fix(e, &cfg)
 			r := e.start(cfg)

@@ -143,7 +143,7 @@ func TestTargetTriggers(t *testing.T) {
 					// was suppressed, so its update is update_missing (the
 					// one conflict and missing row of the test); with
 					// detection on, the transaction is applied again with
-					// careful statements, and the next ones for a while
+					// resolving statements, and the next ones for a while
 					// with the fast ones.
 					`UPDATE skipped SET v = v + 3 WHERE v >= 0 AND id BETWEEN 100 AND 200; UPDATE skipped SET note = 'gone' WHERE id = 54;
 						UPDATE skipped SET v = v + 3 WHERE v >= 0 AND id BETWEEN 201 AND 260; DELETE FROM skipped WHERE v >= 0 AND id BETWEEN 600 AND 650;
