@@ -4,6 +4,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -435,6 +436,10 @@ func (s *Source) wakeOnMove(ctx context.Context, fb Feedback) {
 // reader waits for the applier to take them.
 const maxPending = 4096
 
+// minPending is the room a batch of pending frames starts with: a batch
+// of a few frames grown by doubling copied them several times.
+const minPending = 64
+
 // streamReader is one Stream's state: the position received, what was last
 // reported to the publisher, and the frames read but not yet handed over.
 type streamReader struct {
@@ -448,6 +453,31 @@ type streamReader struct {
 	sentDurable, sentApplied parapply.LSN
 	lastSent                 time.Time
 	pending                  []Frame
+	// slab is what frames' bytes are carved from (see frameBytes).
+	slab []byte
+}
+
+// frameSlab is the size of the chunks frames' bytes are carved from; a
+// frame larger than a quarter of it gets its own. pgconn reuses its read
+// buffer, so every frame is copied out: one allocation per chunk instead
+// of one per frame (three per one-row transaction). A chunk lives while
+// any of its frames' values does, which the applier holds until their
+// group is applied: the chunks of a group's frames, about the group's own
+// size.
+const frameSlab = 64 << 10
+
+// frameBytes returns a copy of b carved from the reader's slab.
+func (st *streamReader) frameBytes(b []byte) []byte {
+	n := len(b)
+	if n > frameSlab/4 {
+		return bytes.Clone(b)
+	}
+	if cap(st.slab)-len(st.slab) < n {
+		st.slab = make([]byte, 0, frameSlab)
+	}
+	off := len(st.slab)
+	st.slab = append(st.slab, b...)
+	return st.slab[off : off+n : off+n]
 }
 
 // send reports the positions to the publisher if they moved since the last
@@ -481,7 +511,7 @@ func (st *streamReader) send(ctx context.Context, force bool) error {
 // for as many frames (while the applier is busy, batches of hundreds of
 // frames grew by doubling, each step copying frames that hold pointers).
 func (st *streamReader) handed() {
-	st.pending = make([]Frame, 0, len(st.pending))
+	st.pending = make([]Frame, 0, max(len(st.pending), minPending))
 }
 
 // flush hands pending frames over; it blocks only when block is set, and
@@ -599,8 +629,7 @@ func (st *streamReader) copyData(ctx context.Context, data []byte) error {
 		if len(x.WALData) > 0 {
 			st.txns.saw(x.WALData[0], &s.largeTxn)
 		}
-		wal := make([]byte, len(x.WALData))
-		copy(wal, x.WALData)
+		wal := st.frameBytes(x.WALData)
 		if l := parapply.LSN(x.WALStart); l > st.received {
 			st.received = l
 		}

@@ -64,7 +64,9 @@ type parapplyEngine struct {
 	p    *process
 }
 
-func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool, flags []string) (*parapplyEngine, error) {
+// newParapply makes the engine of a parapply binary; with cpus (a taskset
+// list), the process runs on those CPUs only (--layout separate).
+func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool, flags []string, cpus string) (*parapplyEngine, error) {
 	cp := "off"
 	if copyData {
 		cp = "on"
@@ -76,6 +78,12 @@ func newParapply(bin, pubDSN, subDSN string, workers int, copyData bool, flags [
 		args = append(args, "--workers", workersText(workers))
 	}
 	args = append(args, flags...)
+	if cpus != "" {
+		// taskset sets the CPUs and executes parapply in its place: the
+		// process measured is parapply's.
+		args = append([]string{"-c", cpus, bin}, args...)
+		bin = "taskset"
+	}
 	return &parapplyEngine{bin: bin, args: args}, nil
 }
 

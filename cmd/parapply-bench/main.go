@@ -35,6 +35,8 @@ type options struct {
 	// readDelay delays every file read of the subscriber server (0: the
 	// workload's own, none for most).
 	readDelay time.Duration
+	// layouts are the layouts measured, each cell in each (see layout.go).
+	layouts []string
 }
 
 func main() {
@@ -69,11 +71,22 @@ func run(ctx context.Context, args []string) error {
 	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
 	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated: 0 to 64, or auto (parapply's default)")
 	plot := fs.String("plot", "", "write PNG charts to this directory")
+	layoutFlag := fs.String("layout", layoutShared, "where the processes run, comma separated: shared (one machine: every process on every CPU) or separate (two machines: the publisher, its walsender and the clients on one half of the CPUs, the subscriber and parapply on the other); ratios are against the built-in in the same layout")
 	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag)}
+	for _, l := range o.layouts {
+		if !slices.Contains(layouts, l) {
+			return fmt.Errorf("unknown layout %q (have %s)", l, strings.Join(layouts, ", "))
+		}
+		if l == layoutSeparate {
+			if _, _, err := cpuSides(); err != nil {
+				return err
+			}
+		}
+	}
 	if len(o.workloads) == 1 && o.workloads[0] == "all" {
 		o.workloads = workloadNames()
 	}
@@ -108,8 +121,7 @@ func run(ctx context.Context, args []string) error {
 		o.binary = b
 	}
 	var results []result
-	for _, w := range o.workloads {
-		cells := cellsOf(o, w)
+	for _, cells := range allCells(o) {
 		// Run i of every cell before run i+1 of any: the machine's pace
 		// drifts over minutes, and each engine then meets the same drift.
 		for i := 0; i < o.runs; i++ {
@@ -119,6 +131,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		var base, off *result
 		for _, c := range cells {
+			w := c.workload
 			res := c.summary()
 			if c.engine == "builtin" && res.Verified && c.mode == "" {
 				b := res
@@ -163,6 +176,7 @@ type cell struct {
 	workload, engine string
 	workers          int
 	mode             string
+	layout           string
 	res              result
 	runs             []measurement
 	failed           bool
@@ -176,6 +190,22 @@ func newCell(o options, w, e string, workers int, mode string) *cell {
 		c.res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
 	}
 	return c
+}
+
+// allCells lists the cells of each workload in each layout: each list is
+// measured run by run, and its speedups are against its built-in.
+func allCells(o options) [][]*cell {
+	var all [][]*cell
+	for _, w := range o.workloads {
+		for _, l := range o.layouts {
+			cells := cellsOf(o, w)
+			for _, c := range cells {
+				c.layout, c.res.Layout = l, l
+			}
+			all = append(all, cells)
+		}
+	}
+	return all
 }
 
 // cellsOf lists workload w's cells, in the order of o.engines (the
@@ -206,8 +236,8 @@ func (c *cell) measureRun(ctx context.Context, o options, i int) {
 		return
 	}
 	w, e := c.workload, c.engine
-	logf("%s / %s (workers %s): run %d of %d", w, e, workersText(c.workers), i+1, o.runs)
-	m, err := measure(ctx, o, workloads[w], e, c.workers, c.mode)
+	logf("%s / %s (workers %s, layout %s): run %d of %d", w, e, workersText(c.workers), c.layout, i+1, o.runs)
+	m, err := measure(ctx, o, workloads[w], e, c.workers, c.mode, c.layout)
 	c.res.PGVersion = m.pgVersion
 	if err != nil {
 		c.failed, c.res.Verified = true, false
@@ -286,6 +316,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 type result struct {
 	Workload    string    `json:"workload"`
 	Engine      string    `json:"engine"`
+	Layout      string    `json:"layout"`
 	Method      string    `json:"method"`
 	Workers     int       `json:"workers"` // autoWorkers: auto
 	CommitOrder string    `json:"commit_order"`
@@ -336,7 +367,7 @@ func appendJSON(path string, r result) error {
 }
 
 func printTable(rs []result) {
-	fmt.Printf("%-17s %-9s %7s %7s %12s %12s %10s %9s %7s %6s %s\n", "workload", "engine", "workers", "scale", "publisher_s", "catchup_s", "tps", "speedup", "rss_mb", "busy", "verified")
+	fmt.Printf("%-17s %-9s %-8s %7s %7s %12s %12s %10s %9s %7s %6s %s\n", "workload", "engine", "layout", "workers", "scale", "publisher_s", "catchup_s", "tps", "speedup", "rss_mb", "busy", "verified")
 	for _, r := range rs {
 		speed := "-"
 		if r.Speedup > 0 {
@@ -372,7 +403,7 @@ func printTable(rs []result) {
 			}
 			ver += " (detection " + r.Detection + "; tps: the target's local load; speedup: vs detection off)"
 		}
-		fmt.Printf("%-17s %-9s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
+		fmt.Printf("%-17s %-9s %-8s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, r.Layout, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}
 }
 

@@ -101,7 +101,7 @@ const (
 var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
-func measure(ctx context.Context, o options, w workload, engineName string, workers int, detection string) (m measurement, err error) {
+func measure(ctx context.Context, o options, w workload, engineName string, workers int, detection, layout string) (m measurement, err error) {
 	sub := pgtest.Options{Settings: maps.Clone(w.subSettings)}
 	// Developer aid: PARAPPLY_BENCH_SUB_SETTINGS="name=value,..." adds
 	// subscriber server settings (for example io_workers=16), to find out
@@ -128,6 +128,15 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		return m, err
 	}
 	defer pair.Stop()
+	var engineCPUs string
+	if layout == layoutSeparate {
+		restore, cpus, err := separate(pair.Publisher.PID(), pair.Subscriber.PID())
+		if err != nil {
+			return m, err
+		}
+		defer restore()
+		engineCPUs = cpus
+	}
 	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres")}
 	if r.pub, err = pgx.Connect(ctx, r.pubDSN); err != nil {
 		return m, err
@@ -185,7 +194,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		if detection == "tombstones" {
 			flags = append(flags, "--detect-update-deleted", "on")
 		}
-		r.eng, err = newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags)
+		r.eng, err = newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags, engineCPUs)
 	case engineName == "drain":
 		if w.method != methodCatchup {
 			return m, fmt.Errorf("the drain engine measures catch-up workloads only")

@@ -397,6 +397,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 	return fmt.Errorf("%s server did not accept connections within 60s: %v", s.Name, last)
 }
 
+// PID is the server's postmaster process (the benchmark pins it to CPUs:
+// the server processes it starts inherit them).
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // DSN returns a connection string for database db as superuser postgres.
 func (s *Server) DSN(db string) string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", s.Port, db)
