@@ -302,6 +302,9 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			return
 		case now := <-tick.C:
 			if r.every <= 0 {
+				if !r.idle.due() {
+					continue
+				}
 				watched, ok := s.tuneSample(ctx, r)
 				if !ok {
 					return
@@ -337,6 +340,38 @@ type tuning struct {
 	lastRows     int64
 	lastConns    int
 	windowEnd    time.Time
+	idle         idleSampler
+}
+
+// idleSampler spaces the samples while nothing applies: after
+// tuneIdleAfter samples in a row in which no session watched was active
+// (caught up, a quiet publisher), one tick in tuneIdleEvery is sampled,
+// until a sample finds one active. A parapply that waits for changes
+// then queries the target's pg_stat_activity four times a second, not a
+// hundred; a load that starts is seen within tuneIdleEvery ticks (a
+// quarter second, one window of the tuneToPoolWindows a move to the pool
+// takes).
+type idleSampler struct{ idle, tick int }
+
+// Idle sampling: see idleSampler.
+const (
+	tuneIdleAfter = 10
+	tuneIdleEvery = 25
+)
+
+// due reports whether this tick is to be sampled.
+func (s *idleSampler) due() bool {
+	s.tick++
+	return s.idle < tuneIdleAfter || s.tick%tuneIdleEvery == 0
+}
+
+// saw notes how many sessions a sample found active.
+func (s *idleSampler) saw(active int) {
+	if active > 0 {
+		s.idle = 0
+	} else {
+		s.idle++
+	}
 }
 
 // tuneSample samples the run's target sessions once; watched is false
@@ -356,6 +391,7 @@ func (s *Subscriber) tuneSample(ctx context.Context, r *tuning) (watched, ok boo
 		}
 		return false, false
 	}
+	r.idle.saw(a.active + p.active)
 	r.t.add(a.active, a.reads)
 	r.pf.active += p.active
 	r.pf.reads += p.reads

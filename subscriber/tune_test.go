@@ -238,3 +238,52 @@ func TestDiskJudgeEarly(t *testing.T) {
 		})
 	}
 }
+
+// idleSamples is how many of the ticks 1..n an idleSampler samples when
+// every sample finds nothing active.
+func idleSamples(n int) int {
+	return tuneIdleAfter + n/tuneIdleEvery - tuneIdleAfter/tuneIdleEvery
+}
+
+// TestIdleSampler: every tick is sampled while the watched sessions are
+// active and for tuneIdleAfter idle samples after; then one tick in
+// tuneIdleEvery, until a sample finds a session active again.
+func TestIdleSampler(t *testing.T) {
+	cases := []struct {
+		name string
+		// active gives, per tick, the sessions a sample there would find
+		// active.
+		active func(tick int) int
+		// sampled is how many of the ticks 1..ticks are sampled.
+		ticks, sampled int
+	}{
+		{name: "always active", active: func(int) int { return 2 }, ticks: 500, sampled: 500},
+		// Ticks 1 to tuneIdleAfter, then the multiples of tuneIdleEvery.
+		{name: "always idle", active: func(int) int { return 0 }, ticks: 500, sampled: idleSamples(500)},
+		// Idle through tick 200, active from 201: the first sample after
+		// it is the next multiple of tuneIdleEvery, and every tick from
+		// there.
+		{name: "load starts", active: func(tick int) int {
+			if tick > 200 {
+				return 1
+			}
+			return 0
+		}, ticks: 300, sampled: idleSamples(200) + 1 + 300 - (200/tuneIdleEvery+1)*tuneIdleEvery},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var s idleSampler
+			n := 0
+			for tick := 1; tick <= c.ticks; tick++ {
+				if !s.due() {
+					continue
+				}
+				n++
+				s.saw(c.active(tick))
+			}
+			if n != c.sampled {
+				t.Errorf("%d of %d ticks sampled, want %d", n, c.ticks, c.sampled)
+			}
+		})
+	}
+}
