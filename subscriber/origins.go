@@ -33,12 +33,13 @@ import (
 
 // prepareOrigins readies the target's origin state slots for this run
 // (see the top of this file) and fits the run's sessions to them, from the
-// counts configured (not those an earlier run fitted).
-func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
+// counts configured (not those an earlier run fitted). migrated says it
+// brought parapply's schema up to date (to record origins it retired).
+func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) (migrated bool, err error) {
 	slot := s.cfg.Source.Slot
 	states, err := target.ReadOriginStates(ctx, conn, slot)
 	if err != nil {
-		return err
+		return migrated, err
 	}
 	limit, setting, held := states.Limit, states.Setting, states.Held
 	if !states.Visible {
@@ -50,14 +51,15 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 	}
 	plan, err := target.PlanOrigins(limit, held, slot, states.Siblings, s.origins.want.workers, s.origins.want.streams, s.origins.want.copiers)
 	if err != nil {
-		return err
+		return migrated, err
 	}
 	if len(plan.Retire) > 0 {
-		// Retired numbers are kept in the schema (setup migrates it for
-		// the rest of the run; this comes first).
+		// Retired numbers are kept in the schema: migrated here, before
+		// the rest of setup, which then does not migrate again.
 		if err := target.Migrate(ctx, conn); err != nil {
-			return err
+			return migrated, err
 		}
+		migrated = true
 	}
 	for _, name := range plan.Retire {
 		err := target.RetireOrigin(ctx, conn, slot, name)
@@ -66,7 +68,7 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 			// Held by a session still ending; the next start drops it.
 			s.log.Debug("a replication origin no longer used is still held; dropped at a later start", "origin", name)
 		case err != nil:
-			return err
+			return migrated, err
 		default:
 			s.log.Info("dropped a replication origin this slot no longer uses, freeing its state on the target", "origin", name)
 		}
@@ -89,7 +91,7 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) error {
 			"workers", w, "was", s.origins.want.workers, "stream_workers", st, "was_stream_workers", s.origins.want.streams, "copy_workers", c, "was_copy_workers", s.origins.want.copiers)
 	}
 	s.cfg.Workers, s.cfg.StreamWorkers, s.cfg.CopyWorkers = w, st, c
-	return nil
+	return migrated, nil
 }
 
 // reportStrayOrigins warns, once per process, of parapply's replication

@@ -68,7 +68,8 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 // slot's tables claimed, and what conflict detection reads of the target.
 func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detection, error) {
 	conn := c.app.Conn()
-	if err := s.prepareOrigins(ctx, conn); err != nil {
+	migrated, err := s.prepareOrigins(ctx, conn)
+	if err != nil {
 		return target.Detection{}, err
 	}
 	if err := c.app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
@@ -77,8 +78,10 @@ func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detec
 	// After the origins: a role refused those is told so first, the fix
 	// it needs whatever else (their retirement migrated already, when it
 	// had origins to retire).
-	if err := target.Migrate(ctx, conn); err != nil {
-		return target.Detection{}, err
+	if !migrated {
+		if err := target.Migrate(ctx, conn); err != nil {
+			return target.Detection{}, err
+		}
 	}
 	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
 		return target.Detection{}, err

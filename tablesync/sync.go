@@ -61,18 +61,17 @@ func Sync(ctx context.Context, conn *pgx.Conn, req Request) (Synced, error) {
 	var out Synced
 	var snapshot string
 	var lsn parapply.LSN
+	state, err := LoadState(ctx, conn, req.Slot)
+	if err != nil {
+		return out, err
+	}
 	if req.SlotMissing {
-		var err error
-		if out.Held, err = checkFirstStart(ctx, conn, req); err != nil {
+		if out.Held, err = checkFirstStart(ctx, conn, req, state); err != nil {
 			return out, err
 		}
 		if snapshot, lsn, err = req.Publisher.CreateSlot(ctx); err != nil {
 			return out, err
 		}
-	}
-	state, err := LoadState(ctx, conn, req.Slot)
-	if err != nil {
-		return out, err
 	}
 	if pending := Pending(req.Tables, state); len(pending) > 0 {
 		if err := copyPending(ctx, conn, req, pending, snapshot, lsn); err != nil {
@@ -92,20 +91,16 @@ func Sync(ctx context.Context, conn *pgx.Conn, req Request) (Synced, error) {
 }
 
 // checkFirstStart refuses, before the slot is created, a first start the
-// target's records or rows would refuse later, and returns the tables
-// holding rows (see Check).
-func checkFirstStart(ctx context.Context, conn *pgx.Conn, req Request) ([]string, error) {
-	synced, err := HasState(ctx, conn, req.Slot)
-	if err != nil {
-		return nil, fmt.Errorf("reading parapply.sync_state on the target: %w", err)
-	}
-	if synced {
+// target's records (state, the slot's sync state) or rows would refuse
+// later, and returns the tables holding rows (see heldRows).
+func checkFirstStart(ctx context.Context, conn *pgx.Conn, req Request, state map[string]State) ([]string, error) {
+	if len(state) > 0 {
 		return nil, fmt.Errorf("slot %s does not exist on the publisher, but the target records tables copied for an earlier slot of that name (parapply.sync_state): %s", req.Slot, target.LostSlotFix)
 	}
 	if !req.CopyData {
 		return nil, nil
 	}
-	return Check(ctx, conn, req.Slot, req.Existing, req.Tables)
+	return heldRows(ctx, conn, req.Existing, req.Tables, state)
 }
 
 // copyPending copies the tables pending under snapshot (a temporary one

@@ -227,15 +227,11 @@ func (ex *examined) empty(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// Check refuses, before anything is created or emptied, a copy of tables
-// that the existing-data policy would refuse (see Copy), so that a start
-// can refuse before it creates its slot; it returns the tables that hold
-// rows.
-func Check(ctx context.Context, conn *pgx.Conn, slot string, existing ExistingData, tables []Table) ([]string, error) {
-	state, err := LoadState(ctx, conn, slot)
-	if err != nil {
-		return nil, err
-	}
+// heldRows refuses, before anything is created or emptied, a copy of
+// tables that the existing-data policy would refuse (see Copy), so that a
+// start can refuse before it creates its slot; it returns the tables that
+// hold rows.
+func heldRows(ctx context.Context, conn *pgx.Conn, existing ExistingData, tables []Table, state map[string]State) ([]string, error) {
 	ex, err := examine(ctx, conn, existing, tables, state)
 	if err != nil {
 		return nil, err
@@ -308,14 +304,4 @@ func Forget(ctx context.Context, tx pgx.Tx, slot string, copied bool, keep []str
 		return nil, err
 	}
 	return left, nil
-}
-
-// HasState reports whether the target records tables synced for slot.
-func HasState(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
-	var has bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('parapply.sync_state') IS NOT NULL`).Scan(&has); err != nil || !has {
-		return false, err
-	}
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM parapply.sync_state WHERE slot_name = $1)`, slot).Scan(&has)
-	return has, err
 }
