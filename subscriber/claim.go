@@ -21,7 +21,7 @@ func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
 		// the publisher's slot free, between its creation and the
 		// holder's START_REPLICATION, say) is named at once, as when the
 		// publisher finds the slot busy, not waited for.
-		if holder := s.slotHolder(ctx); holder != "" {
+		if holder, alive := s.slotHolder(ctx); alive {
 			return errSlotHeld(s.cfg.Source.Slot, holder, errors.New("its target session holds the slot's lock"))
 		}
 		if !first {
@@ -29,6 +29,11 @@ func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, target.ErrClaimWait) {
+		if holder, _ := s.slotHolder(ctx); holder != "" {
+			err = errHolderRecorded(s.cfg.Source.Slot, holder, err)
+		}
+	}
 	if err != nil {
 		return claimed{}, err
 	}

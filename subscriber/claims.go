@@ -30,32 +30,32 @@ func (s *Subscriber) claimTables(ctx context.Context, conn *pgx.Conn, tables []s
 }
 
 // slotHolder names another parapply that holds the slot on this target,
-// for a start that found the slot busy on the publisher: the process the
-// target's claim records, if the target session that claimed the slot
-// still holds the slot's lock there and the process, on this host, is
-// alive and not this one. "" when there is none (a walsender still
-// ending, say), or it cannot be told.
-func (s *Subscriber) slotHolder(ctx context.Context) string {
+// for a start that found the slot busy: the process the target's claim
+// records, if the target session that claimed the slot still holds the
+// slot's lock there and the process is not this one. alive reports that
+// the process runs on this host and was seen alive: only then is the
+// start refused at once. The target session of one just killed holds the
+// lock until its backend notices, as its walsender holds the slot (Run
+// waits for those); a holder on another host cannot be seen from here, so
+// it is named when Run gives up waiting. "" when there is none, it is
+// dead, or it cannot be told.
+func (s *Subscriber) slotHolder(ctx context.Context) (holder string, alive bool) {
 	ctx, cancel := context.WithTimeout(ctx, holderTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.cfg.Target.DSN)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer conn.Close(context.Background())
 	h, found, err := target.SlotHolder(ctx, conn, s.cfg.Source.Slot)
 	if err != nil || !found {
-		return ""
+		return "", false
 	}
-	// Only a process seen alive counts: the target session of one just
-	// killed holds the lock until its backend notices, as its walsender
-	// holds the slot (Run waits for those). A holder on another host cannot
-	// be seen from here; it is named when Run gives up waiting.
 	me, _ := os.Hostname()
-	if h.Host != me || h.PID == os.Getpid() || syscall.Kill(h.PID, 0) != nil {
-		return ""
+	if h.Host == me && (h.PID == os.Getpid() || syscall.Kill(h.PID, 0) != nil) {
+		return "", false
 	}
-	return fmt.Sprintf("parapply pid %d on host %s (application_name %s), applying to this target since %s", h.PID, h.Host, h.AppName, h.Since.UTC().Format("2006-01-02 15:04:05 UTC"))
+	return fmt.Sprintf("parapply pid %d on host %s (application_name %s), applying to this target since %s", h.PID, h.Host, h.AppName, h.Since.UTC().Format("2006-01-02 15:04:05 UTC")), h.Host == me
 }
 
 // holderTimeout bounds the look at the target for another process
@@ -66,6 +66,13 @@ const holderTimeout = 10 * time.Second
 // parapply (see slotHolder): a restart does not change that.
 func errSlotHeld(slot, holder string, err error) error {
 	return permanent{fmt.Errorf("slot %s is held by another %s: stop that one first, or start this one with another --slot (%w)", slot, holder, err)}
+}
+
+// errHolderRecorded is the error of a start that waited for its slot in
+// vain while the target recorded another parapply, one not seen alive
+// from here, as its holder.
+func errHolderRecorded(slot, holder string, err error) error {
+	return fmt.Errorf("the target records %s as slot %s's holder, and its target session still holds the slot's lock: stop that one first, or, if it is gone, end that session with pg_terminate_backend on the target (%w)", holder, slot, err)
 }
 
 // claimedTables lists the target tables a run applies, as schema.name.

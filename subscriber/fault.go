@@ -126,7 +126,8 @@ func faultCause(err error) string {
 // have lasted. Run gathers it; retryAfter decides, without I/O or a clock.
 type fault struct {
 	cause        string        // faultCause of the error ("" for none)
-	holder       string        // a live process holding the slot, for source.ErrSlotBusy ("" for none, or not asked)
+	holder       string        // the process the target records as holding the slot, for source.ErrSlotBusy ("" for none, or not asked)
+	holderAlive  bool          // holder was seen alive on this host (one on another host cannot be seen)
 	everStreamed bool          // some run of this process streamed
 	timeout      time.Duration // reconnect_timeout (0: faults are not ridden out)
 	elapsed      time.Duration // since the first run of these faults began
@@ -155,7 +156,7 @@ func retryAfter(err error, slot string, f fault) retry {
 	if f.timeout <= 0 {
 		return retry{err: err}
 	}
-	if f.holder != "" && errors.Is(err, source.ErrSlotBusy) {
+	if f.holderAlive && errors.Is(err, source.ErrSlotBusy) {
 		return retry{err: errSlotHeld(slot, f.holder, err)}
 	}
 	limit := f.timeout
@@ -169,6 +170,9 @@ func retryAfter(err error, slot string, f fault) retry {
 		limit = min(limit, firstStartSlotWait)
 	}
 	if f.elapsed >= limit {
+		if f.holder != "" && errors.Is(err, source.ErrSlotBusy) {
+			err = errHolderRecorded(slot, f.holder, err)
+		}
 		if limit < f.timeout {
 			return retry{err: fmt.Errorf("%w (still so after %s)", err, limit)}
 		}

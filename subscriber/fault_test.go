@@ -67,6 +67,7 @@ func TestRetryAfter(t *testing.T) {
 		"":              pg("42P01"),
 	}
 	slotBusy := fmt.Errorf("slot s is in use: %w", source.ErrSlotBusy)
+	const here, there = "parapply pid 7 on host a", "parapply pid 7 on host b"
 	type want struct {
 		outcome     string // "retry", "permanent" or "fault"
 		delay, left time.Duration
@@ -104,10 +105,16 @@ func TestRetryAfter(t *testing.T) {
 		{"first start, slot busy, not ridden out", slotBusy, fault{try: 1}, want{"fault", 0, 0, slotBusy.Error()}},
 
 		// A slot held by another live parapply: refused at once.
-		{"slot held by another", slotBusy, fault{holder: "parapply (pid 7) on this host", everStreamed: true, timeout: timeout, try: 1}, want{"permanent", 0, 0, "start this one with another --slot (" + slotBusy.Error() + ")"}},
-		{"slot held by another, first start", slotBusy, fault{holder: "parapply (pid 7) on this host", timeout: timeout, try: 1}, want{"permanent", 0, 0, "start this one with another --slot (" + slotBusy.Error() + ")"}},
-		{"slot held by another, not ridden out", slotBusy, fault{holder: "parapply (pid 7) on this host", everStreamed: true, try: 1}, want{"fault", 0, 0, slotBusy.Error()}},
-		{"holder named, the slot not busy", errs[FaultSlotBusy], fault{holder: "parapply (pid 7) on this host", everStreamed: true, timeout: timeout, try: 1}, want{"retry", reconnectFirstDelay, timeout, ""}},
+		{"slot held by another", slotBusy, fault{holder: here, holderAlive: true, everStreamed: true, timeout: timeout, try: 1}, want{"permanent", 0, 0, "start this one with another --slot (" + slotBusy.Error() + ")"}},
+		{"slot held by another, first start", slotBusy, fault{holder: here, holderAlive: true, timeout: timeout, try: 1}, want{"permanent", 0, 0, "start this one with another --slot (" + slotBusy.Error() + ")"}},
+		{"slot held by another, not ridden out", slotBusy, fault{holder: here, holderAlive: true, everStreamed: true, try: 1}, want{"fault", 0, 0, slotBusy.Error()}},
+		{"holder named, the slot not busy", errs[FaultSlotBusy], fault{holder: here, holderAlive: true, everStreamed: true, timeout: timeout, try: 1}, want{"retry", reconnectFirstDelay, timeout, ""}},
+
+		// A holder on another host, which cannot be seen alive: waited
+		// for as any busy slot, and named when the wait ends.
+		{"held from another host", slotBusy, fault{holder: there, timeout: timeout, elapsed: time.Second, try: 3}, want{"retry", 4 * reconnectFirstDelay, firstStartSlotWait - time.Second, ""}},
+		{"held from another host past the wait", slotBusy, fault{holder: there, timeout: timeout, elapsed: firstStartSlotWait, try: 9}, want{"fault", 0, 0, "if it is gone, end that session with pg_terminate_backend on the target (" + slotBusy.Error() + ") (still so after 10s)"}},
+		{"held from another host past the allowance", slotBusy, fault{holder: there, everStreamed: true, timeout: timeout, elapsed: timeout, try: 30}, want{"fault", 0, 0, "on the target (" + slotBusy.Error() + ") (gave up after reconnect_timeout 1m0s of faults)"}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {

@@ -340,7 +340,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		}
 		f := fault{cause: cause, everStreamed: s.runs.everStreamed.Load(), timeout: s.cfg.ReconnectTimeout, elapsed: time.Since(faultSince), try: try}
 		if cause != "" && f.timeout > 0 && errors.Is(err, source.ErrSlotBusy) {
-			f.holder = s.slotHolder(ctx)
+			f.holder, f.holderAlive = s.slotHolder(ctx)
 		}
 		r := retryAfter(err, s.cfg.Source.Slot, f)
 		if r.err != nil {

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 const LockKey = lockKey
 
 const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
+
+// ErrClaimWait marks Claim's error when the slot's earlier sessions
+// outlast its limit, so that the caller can say who they belong to.
+var ErrClaimWait = errors.New("the slot's lock is still held")
 
 // Claim waits until no earlier session of this slot is left on the target,
 // then holds the slot's shared lock on conn. Those of ours (the previous
@@ -58,7 +63,7 @@ func Claim(ctx context.Context, conn *pgx.Conn, slot string, ours []uint32, limi
 			}
 		}
 		if time.Since(start) >= limit {
-			return fmt.Errorf("target sessions of an earlier run of slot %s (pids %v) are still there after %s: if no other parapply runs with this slot, end them with SELECT pg_terminate_backend(pid) on the target", slot, holders(ctx, conn, slot), limit)
+			return fmt.Errorf("target sessions of an earlier run of slot %s (pids %v) are still there after %s: if no other parapply runs with this slot, end them with SELECT pg_terminate_backend(pid) on the target (%w)", slot, holders(ctx, conn, slot), limit, ErrClaimWait)
 		}
 		if wait != nil && (first || time.Since(reported) >= 10*time.Second) {
 			if err := wait(holders(ctx, conn, slot), first); err != nil {

@@ -73,6 +73,21 @@ func TestOneWriterPerTable(t *testing.T) {
 		t.Errorf("the second process rode the held slot out as a fault %d times:\n%s", n, out)
 	}
 
+	// The same holder as recorded by a process on another host, which
+	// cannot be seen alive from here: the busy slot is waited for (a dying
+	// walsender's, perhaps) and, when the wait ends, the holder is named.
+	e.exec(e.sub, `UPDATE parapply.slot_claims SET host = 'replica-b.internal' WHERE slot_name = 'one'`)
+	err, out = runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub", "--slot", "one")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("a second process on a slot held from another host: %v, want exit status 1 (a fault that outlasted its wait); output:\n%s", err, out)
+	}
+	for _, want := range []string{"the target records parapply pid", "on host replica-b.internal", "as slot one's holder", "still so after"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	e.exec(e.sub, `UPDATE parapply.slot_claims SET host = $1 WHERE slot_name = 'one'`, func() string { h, _ := os.Hostname(); return h }())
+
 	// A start that finds the slot free on the publisher (as between a
 	// holder's creating it and streaming from it) but its lock on the
 	// target held by a live parapply on this host, as slot_claims records
