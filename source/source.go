@@ -275,7 +275,7 @@ var ErrSlotBusy = errors.New("slot in use")
 type slotBusy struct{ slot, pid string }
 
 func (e slotBusy) Error() string {
-	return fmt.Sprintf("slot %s is in use by another process (pid %s); stop that subscriber or choose another --slot", e.slot, e.pid)
+	return fmt.Sprintf("slot %s is in use on the publisher (its walsender is pid %s there, serving another connection); stop that subscriber or choose another --slot", e.slot, e.pid)
 }
 
 func (e slotBusy) Is(target error) bool { return target == ErrSlotBusy }
