@@ -27,6 +27,11 @@ type Config struct {
 	// (the default, as for built-in subscriptions) is safe because the
 	// publisher is only told positions the target has flushed.
 	SynchronousCommit string
+	// BinaryValues says the stream carries tuple data in binary (pgoutput's
+	// binary option): every published column's values then go to the
+	// target as they came (see textarray.go); a table one of whose columns
+	// cannot take them stops the run with ErrBinaryUnfit.
+	BinaryValues bool
 	// BatchRows caps the rows of one set-based statement.
 	BatchRows int
 	// PipelineBytes caps the parameter bytes queued before a round trip.
@@ -191,6 +196,8 @@ type Applier struct {
 	sender    sender
 	detector  detector
 	readAhead readAhead
+	// arrays recycles the open group's array parameters once it commits.
+	arrays arena
 }
 
 // group is the target transaction being built: one or more consecutive
@@ -294,7 +301,7 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	if err := a.wait(); err != nil {
 		return err
 	}
-	t, err := LoadTable(ctx, a.conn, rel)
+	t, err := LoadTable(ctx, a.conn, rel, a.cfg.BinaryValues)
 	if errors.Is(err, errNoTable) && a.synced != nil {
 		if _, ok := a.synced[rel.QualifiedName()]; !ok {
 			// Not among the tables parapply copied (a partition that
@@ -367,6 +374,11 @@ func (a *Applier) skip(t *Table) bool {
 	}
 	return false
 }
+
+// UseBinaryValues says whether the stream carries values in binary (see
+// Config.BinaryValues); it is decided once the applier is open, before the
+// first relation reaches it.
+func (a *Applier) UseBinaryValues(on bool) { a.cfg.BinaryValues = on }
 
 // Begin starts applying a source transaction: in the open target
 // transaction (a group) if there is one, else in a new one. Nothing is sent

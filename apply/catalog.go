@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -24,10 +25,15 @@ type Table struct {
 	// value to; "" marks a column the target does not take (generated:
 	// LoadTable refuses a published one, so only tables built by hand).
 	Types []string
-	// binary holds, per published column, the OID of its type when that
-	// type is the publisher's too and one of binaryTypes (its values then
-	// travel in binary, see textarray.go); 0 otherwise.
-	binary []uint32
+	// elem holds, per published column, the element type of its array
+	// parameter when that is not text (see textarray.go): with
+	// binaryValues, the column's type; else when its type is the
+	// publisher's too and one of binaryTypes, that type.
+	elem []uint32
+	// binaryValues is true when the stream carries the table's values in
+	// binary (Config.BinaryValues): they go into the parameters as they
+	// are.
+	binaryValues bool
 	// AlwaysIdentity lists the published columns that are GENERATED
 	// ALWAYS AS IDENTITY on the target: inserts give their values with
 	// OVERRIDING SYSTEM VALUE (as the built-in apply does, which bypasses
@@ -128,9 +134,15 @@ var ErrSchema = target.ErrSchema
 // missing on the target.
 var errNoTable = target.ErrNoTable
 
+// ErrBinaryUnfit marks a table whose values a binary stream cannot bring
+// (see target.Column.BinaryFit): the run must start again with text.
+var ErrBinaryUnfit = errors.New("a published column cannot travel in binary")
+
 // LoadTable reads the target's catalog for the table rel names and checks
-// that every published column exists there.
-func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Table, error) {
+// that every published column exists there. binaryValues says the stream
+// carries values in binary: a column that cannot take them so is an error
+// that wraps ErrBinaryUnfit.
+func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation, binaryValues bool) (*Table, error) {
 	t := &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}
 	tt, err := target.ReadTable(ctx, conn, rel)
 	if err != nil {
@@ -139,12 +151,20 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	oid := tt.OID
 	t.OID, t.Partitioned, t.NoCopy = tt.OID, tt.Partitioned, tt.NoCopy
 	t.Types = make([]string, len(rel.Columns))
-	t.binary = make([]uint32, len(rel.Columns))
+	t.elem = make([]uint32, len(rel.Columns))
+	t.binaryValues = binaryValues
 	for i, c := range rel.Columns {
 		tc := tt.Columns[i]
 		t.Types[i] = tc.Type
-		if _, ok := binaryTypes[tc.TypeOID]; ok && tc.TypeOID == c.TypeOID {
-			t.binary[i] = tc.TypeOID
+		switch {
+		case binaryValues && !tc.BinaryFit(c.TypeOID):
+			return nil, fmt.Errorf("%w: column %s of %s is of type %s on the target and of type OID %d on the publisher", ErrBinaryUnfit, parapply.QuoteIdent(c.Name), t.Name, tc.Type, c.TypeOID)
+		case binaryValues:
+			t.elem[i] = tc.TypeOID
+		default:
+			if _, ok := binaryTypes[tc.TypeOID]; ok && tc.TypeOID == c.TypeOID {
+				t.elem[i] = tc.TypeOID
+			}
 		}
 		if tc.AlwaysIdentity {
 			t.AlwaysIdentity = append(t.AlwaysIdentity, i)

@@ -171,10 +171,10 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 	a.qbytes += r.bytes
 	a.qrows += r.rows
 	if r.kind == 'I' && r.rows >= copyMinRows && r.cols[0] >= 0 && !r.table.NoCopy {
-		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = encodeCopyText(r.params, r.rows, r.bytes)
+		a.queueRun(r, CopySQL(r.table, r.cols), what, -1).copy = r.table.encodeCopy(r.params, r.rows, r.bytes)
 		return nil
 	}
-	args, err := r.encode()
+	args, err := r.encode(&a.arrays)
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (a *Applier) withFallback(ctx context.Context, r *run, args []any, what str
 	a.detector.keep.backToSavepoint("SAVEPOINT parapply_run")
 	for i := 0; i < r.rows; i++ {
 		one := r.row(i)
-		args, err := one.encode()
+		args, err := one.encode(&a.arrays)
 		if err != nil {
 			return err
 		}
@@ -299,11 +299,10 @@ func tupleJSON(t *Table, tup parapply.Tuple, cols []int) []byte {
 		if cols != nil && !slices.Contains(cols, i) || i >= len(t.Rel.Columns) {
 			continue
 		}
-		switch v.Kind {
-		case parapply.ValueNull:
+		if v.Kind == parapply.ValueNull {
 			m[t.Rel.Columns[i].Name] = nil
-		case parapply.ValueText:
-			m[t.Rel.Columns[i].Name] = string(v.Data)
+		} else if s, ok := t.text(i, v); ok {
+			m[t.Rel.Columns[i].Name] = s
 		}
 	}
 	if len(m) == 0 {

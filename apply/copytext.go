@@ -1,5 +1,7 @@
 package apply
 
+import "encoding/binary"
+
 // Insert runs of many rows are sent with COPY ... FROM STDIN rather than
 // INSERT ... SELECT FROM unnest(...): COPY inserts a page's worth of rows
 // at a time (one heap call and one WAL record per page, not per row), which
@@ -14,7 +16,8 @@ package apply
 const copyMinRows = 256
 
 // CopySQL is the COPY statement that inserts rows of the columns cols, in
-// PostgreSQL's text COPY format (see encodeCopyText).
+// PostgreSQL's text COPY format (see encodeCopyText), or in its binary one
+// when the table's values arrive in binary (see encodeCopyBinary).
 func CopySQL(t *Table, cols []int) string {
 	s := "COPY " + t.Name + " ("
 	for i, c := range cols {
@@ -23,7 +26,44 @@ func CopySQL(t *Table, cols []int) string {
 		}
 		s += colName(t, c)
 	}
+	if t.binaryValues {
+		return s + ") FROM STDIN WITH (FORMAT binary)"
+	}
 	return s + ") FROM STDIN"
+}
+
+// encodeCopy writes rows in the format CopySQL names for t.
+func (t *Table) encodeCopy(params [][][]byte, rows, size int) []byte {
+	if t.binaryValues {
+		return encodeCopyBinary(params, rows, size)
+	}
+	return encodeCopyText(params, rows, size)
+}
+
+// copyBinaryHeader starts PostgreSQL's binary COPY format: the signature,
+// no flags, no header extension.
+var copyBinaryHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+
+// encodeCopyBinary writes rows (params holds one slice per column, each
+// value in its type's binary form, nil for NULL) in the binary COPY format:
+// per row the column count, then per column the length (-1 for NULL) and
+// the bytes; the trailer -1 ends the data.
+func encodeCopyBinary(params [][][]byte, rows, size int) []byte {
+	b := make([]byte, 0, len(copyBinaryHeader)+size+rows*(2+4*len(params))+2)
+	b = append(b, copyBinaryHeader...)
+	for i := 0; i < rows; i++ {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(params)))
+		for _, p := range params {
+			v := p[i]
+			if v == nil {
+				b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+				continue
+			}
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return binary.BigEndian.AppendUint16(b, 0xFFFF)
 }
 
 // encodeCopyText writes rows (params holds one slice per column, nil for

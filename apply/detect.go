@@ -70,11 +70,12 @@ func (r *run) row(i int) *run {
 	return one
 }
 
-// encode returns the run's parameters (see Table.encodeParam).
-func (r *run) encode() ([]any, error) {
+// encode returns the run's parameters (see Table.encodeParam), in memory
+// from ar.
+func (r *run) encode(ar *arena) ([]any, error) {
 	args := make([]any, len(r.params), len(r.params)+5) // room for resolvingOp's five
 	for i, p := range r.params {
-		a, err := r.table.encodeParam(r.cols[i], p)
+		a, err := r.table.encodeParam(ar, r.cols[i], p)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +185,7 @@ func (d *detector) statement(r *run, which int) string {
 // the conflicts it resolved (see Detection.finish): its parameters are the
 // run's, then its rows' source transactions.
 func (d *detector) resolvingOp(r *run, sql, what string) (op, error) {
-	args, err := r.encode()
+	args, err := r.encode(nil) // also on the sender's goroutine: not the builder's arena
 	if err != nil {
 		return op{}, err
 	}

@@ -27,21 +27,9 @@ var maxPrepared = 512 // a var: the tests lower it
 // sending it needs.
 type preparedStmt struct {
 	sd *pgconn.StatementDescription
-	// raw: every parameter is an array type whose binary form a rawArray
-	// holds (see registerRawArrays).
-	raw bool
 	// resultFormats of its fields, as pgx would ask for them.
 	resultFormats []int16
 }
-
-// rawOIDs are the parameter types a rawArray is sent as.
-var rawOIDs = func() map[uint32]bool {
-	m := map[uint32]bool{pgtype.TextArrayOID: true}
-	for _, b := range binaryTypes {
-		m[b.array] = true
-	}
-	return m
-}()
 
 // prepared returns sql prepared on the session (a round trip the first
 // time).
@@ -59,10 +47,7 @@ func (s *sender) prepared(ctx context.Context, sql string) (*preparedStmt, error
 	if err != nil {
 		return nil, err
 	}
-	p := &preparedStmt{sd: sd, raw: true}
-	for _, oid := range sd.ParamOIDs {
-		p.raw = p.raw && rawOIDs[oid]
-	}
+	p := &preparedStmt{sd: sd}
 	m := s.conn.TypeMap()
 	for _, f := range sd.Fields {
 		p.resultFormats = append(p.resultFormats, m.FormatCodeForOID(f.DataTypeOID))
@@ -89,32 +74,33 @@ func (s *sender) bind(p *preparedStmt, o op) (bound, error) {
 	if len(o.args) != len(p.sd.ParamOIDs) {
 		return bound{}, fmt.Errorf("statement takes %d parameters, %d given", len(p.sd.ParamOIDs), len(o.args))
 	}
-	if p.raw {
-		values := make([][]byte, len(o.args))
-		raw := true
-		for i, x := range o.args {
-			switch v := x.(type) {
-			case rawArray:
-				values[i] = v
-			case nil:
-			default:
-				raw = false
-			}
+	values := make([][]byte, len(o.args))
+	raw := true
+	for i, x := range o.args {
+		switch v := x.(type) {
+		case rawArray:
+			values[i] = v
+		case nil:
+		default:
+			raw = false
 		}
-		if raw {
-			return bound{p: p, values: values, formats: binaryFormat}, nil
-		}
+	}
+	if raw {
+		// A statement built from a run: its arrays, whatever their
+		// element type, are in binary as they are.
+		return bound{p: p, values: values, formats: binaryFormat}, nil
 	}
 	// Parameters of other kinds (the progress row, the conflict log):
 	// few and small, encoded by pgx and copied out of its buffer.
 	if err := s.eqb.Build(s.conn.TypeMap(), p.sd, o.args); err != nil {
 		return bound{}, err
 	}
-	values := make([][]byte, len(s.eqb.ParamValues))
-	for i, v := range s.eqb.ParamValues {
+	values = values[:0]
+	for _, v := range s.eqb.ParamValues {
 		if v != nil {
-			values[i] = slices.Clone(v)
+			v = slices.Clone(v)
 		}
+		values = append(values, v)
 	}
 	return bound{p: p, values: values, formats: slices.Clone(s.eqb.ParamFormats)}, nil
 }

@@ -32,12 +32,12 @@ func TestPipeline(t *testing.T) {
 	desc := txns{last: Txn{XID: 7}, n: 1}
 
 	ins := "INSERT INTO t SELECT u.k::int, u.v, u.f FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(k, v, f)"
-	ft := &Table{binary: []uint32{0, 0, 701}}
-	floats, err := ft.encodeParam(2, [][]byte{[]byte("1.5"), nil, []byte("-2")})
+	ft := &Table{elem: []uint32{0, 0, 701}}
+	floats, err := ft.encodeParam(nil, 2, [][]byte{[]byte("1.5"), nil, []byte("-2")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := ft.encodeParam(2, [][]byte{[]byte("0")})
+	one, err := ft.encodeParam(nil, 2, [][]byte{[]byte("0")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestPipeline(t *testing.T) {
 			keys[j] = fmt.Appendf(nil, "%d", 100+10*i+j)
 			texts[j] = fmt.Appendf(nil, "%d:%s", j, strings.Repeat(string(rune('a'+i)), size))
 		}
-		fs, err := ft.encodeParam(2, [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4")})
+		fs, err := ft.encodeParam(nil, 2, [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -200,11 +200,30 @@ func (p *prefetcher) read(conn *pgx.Conn, j prefetchJob) (bool, error) {
 		p.Dropped.Add(int64(j.rows))
 		return false, nil
 	}
-	if _, err := conn.Exec(context.Background(), j.sql, j.args...); err != nil {
+	if err := execArrays(context.Background(), conn, j.sql, j.args); err != nil {
 		return false, err
 	}
 	p.Rows.Add(int64(j.rows))
 	return true, nil
+}
+
+// execArrays runs sql, prepared on conn once, with args, each a rawArray
+// (of any element type: pgx would not send an enum's array in binary).
+func execArrays(ctx context.Context, conn *pgx.Conn, sql string, args []any) error {
+	sd, err := conn.Prepare(ctx, sql, sql)
+	if err != nil {
+		return err
+	}
+	values := make([][]byte, len(args))
+	for i, a := range args {
+		v, ok := a.(rawArray)
+		if !ok {
+			return fmt.Errorf("parameter %d is a %T, not an array (internal error)", i+1, a)
+		}
+		values[i] = v
+	}
+	_, err = conn.PgConn().ExecPrepared(ctx, sd.Name, values, binaryFormat, nil).Close()
+	return err
 }
 
 // retired closes conn and drops it from the connections if one is to
@@ -557,7 +576,7 @@ func (ra *readAhead) offer(r *run, final bool) {
 		}
 		args := make([]any, r.split)
 		for i := range args {
-			v, err := r.table.encodeParam(r.cols[i], r.params[i][from:to])
+			v, err := r.table.encodeParam(nil, r.cols[i], r.params[i][from:to])
 			if err != nil {
 				return // the statement will say so
 			}
@@ -584,7 +603,7 @@ func probe(pf *prefetcher, r *run, from, to int) {
 			sql = InsertProbeSQL(r.table, c)
 			r.table.probeSQL[c] = sql
 		}
-		v, err := r.table.encodeParam(c, r.params[i][from:to])
+		v, err := r.table.encodeParam(nil, c, r.params[i][from:to])
 		if err != nil {
 			return // the statement will say so
 		}

@@ -137,7 +137,7 @@ func (s *sender) explain(ctx context.Context, o op, err error, desc txns) error 
 				break
 			}
 			q := "SELECT u.v::" + o.table.Types[c] + " FROM unnest($1::" + o.table.paramType(c) + "[]) AS u(v)"
-			if _, cerr := s.conn.Exec(ctx, q, o.args[i]); cerr != nil {
+			if cerr := execArrays(ctx, s.conn, q, o.args[i:i+1]); cerr != nil {
 				col = fmt.Sprintf(" column %s (%s on the target):", parapply.QuoteIdent(o.table.Rel.Columns[c].Name), o.table.Types[c])
 				break
 			}

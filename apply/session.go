@@ -155,6 +155,9 @@ type Committed struct {
 	ins, fl string
 	tallies []pendingTally
 	a       *Applier
+	// arrays are the group's array parameters, free again once it has
+	// committed.
+	arrays [][]byte
 }
 
 func (c *Committed) finish(a *Applier) error {
@@ -169,6 +172,8 @@ func (c *Committed) finish(a *Applier) error {
 	}
 	if c.a != nil {
 		c.a.detector.reportConflicts(c.a.Warn)
+		c.a.arrays.release(c.arrays)
+		c.arrays = nil
 	}
 	var err error
 	c.Local, c.Flushed, err = parseWALPositions(c.ins, c.fl)
@@ -300,6 +305,7 @@ func (a *Applier) queueEnd(ctx context.Context, c *Committed, gid string) error 
 	c.End, c.CommitTime, c.txns = g.end, g.last.CommitTime, g.txns
 	c.tallies = a.takeCounts()
 	c.a = a
+	c.arrays = a.arrays.takeHeld()
 	a.grp.open = false // the next Begin opens a new group, with its own BEGIN
 	return nil
 }
@@ -334,6 +340,7 @@ func (a *Applier) rollback(ctx context.Context) {
 	a.batcher.reset()
 	a.takeCounts()
 	a.detector.rolledBack()
+	a.arrays.drop()
 	if !a.conn.IsClosed() {
 		// Also after a failed COMMIT round trip: the server may be left
 		// in an aborted transaction block. Outside a transaction,

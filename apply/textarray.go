@@ -14,20 +14,23 @@ import (
 // A run's values travel as one array parameter per column, already in
 // PostgreSQL's binary array format (encoding them here in one tight pass,
 // instead of through pgx's reflective array encoder, was the applier's
-// largest CPU cost for wide rows). Most are text arrays of the publisher's
-// text form, cast to the column's type on the target, so that every type
-// with a text input function (enums, domains, composites, ranges, arrays)
-// works the same way. A column whose type is one of a few fixed-size
-// built-in types, the same on both sides, travels as an array of that type
-// instead: the target then reads each value as it is, where a cast from
-// text copies and parses it (for an update of an integer key and a float,
-// a tenth of the statement's time).
+// largest CPU cost for wide rows). When the stream carries binary tuple
+// data (Config.BinaryValues), each value's bytes go into an array of the
+// column's own type as they came: nothing is parsed, here or on the
+// target. Otherwise most are text arrays of the publisher's text form, cast
+// to the column's type on the target, so that every type with a text input
+// function (enums, domains, composites, ranges, arrays) works the same
+// way; a column whose type is one of a few fixed-size built-in types, the
+// same on both sides, travels as an array of that type instead, its text
+// parsed here: the target then reads each value as it is, where a cast
+// from text copies and parses it (for an update of an integer key and a
+// float, a tenth of the statement's time).
 
 // rawArray is an array parameter already in PostgreSQL's binary format.
 type rawArray []byte
 
 // binaryTypes are the types whose columns travel as arrays of their own
-// type, by OID, with their names and sizes in binary.
+// type in a text stream, by OID, with their names and sizes in binary.
 var binaryTypes = map[uint32]struct {
 	name  string
 	size  int
@@ -42,35 +45,41 @@ var binaryTypes = map[uint32]struct {
 }
 
 // paramType is the element type of the array parameter of published column
-// c: "text", or the column's own type (see binaryTypes).
+// c: "text", or the column's own type.
 func (t *Table) paramType(c int) string {
-	if c >= 0 && c < len(t.binary) && t.binary[c] != 0 {
-		return binaryTypes[t.binary[c]].name
+	switch {
+	case c < 0 || c >= len(t.elem) || t.elem[c] == 0:
+		return "text"
+	case t.binaryValues:
+		return t.Types[c]
 	}
-	return "text"
+	return binaryTypes[t.elem[c]].name
 }
 
 // textOf is the SQL for the publisher's text form of x, a value of column c
 // as its parameter holds it.
 func (t *Table) textOf(x string, c int) string {
-	switch t.paramType(c) {
-	case "text":
+	switch {
+	case t.paramType(c) == "text":
 		return x
-	case "bool":
+	case t.elem[c] == pgtype.BoolOID:
 		return "CASE " + x + " WHEN true THEN 't' WHEN false THEN 'f' END" // not true/false
 	}
 	return x + "::text"
 }
 
-// encodeParam encodes the values of published column c (text form, nil for
-// NULL) as the array parameter paramType names.
-func (t *Table) encodeParam(c int, vals [][]byte) (rawArray, error) {
-	if c < 0 || c >= len(t.binary) || t.binary[c] == 0 {
-		return encodeTextArray(vals), nil
+// encodeParam encodes the values of published column c (nil for NULL) as
+// the array parameter paramType names, in memory from ar (nil: allocated).
+func (t *Table) encodeParam(ar *arena, c int, vals [][]byte) (rawArray, error) {
+	if c < 0 || c >= len(t.elem) || t.elem[c] == 0 {
+		return valueArray(ar, vals, pgtype.TextOID), nil
 	}
-	oid := t.binary[c]
+	oid := t.elem[c]
+	if t.binaryValues {
+		return valueArray(ar, vals, oid), nil
+	}
 	size := binaryTypes[oid].size
-	b := arrayHeader(vals, oid, 20+len(vals)*(4+size))
+	b := arrayHeader(ar, vals, oid, 20+len(vals)*(4+size))
 	for _, v := range vals {
 		if v == nil {
 			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
@@ -155,8 +164,8 @@ func parseInt(v []byte, bits int) (int64, error) {
 }
 
 // arrayHeader starts a one-dimensional array of vals' length with elements
-// of type elem, with room for size bytes.
-func arrayHeader(vals [][]byte, elem uint32, size int) []byte {
+// of type elem, with room for size bytes, in memory from ar.
+func arrayHeader(ar *arena, vals [][]byte, elem uint32, size int) []byte {
 	hasNull := uint32(0)
 	for _, v := range vals {
 		if v == nil {
@@ -164,7 +173,7 @@ func arrayHeader(vals [][]byte, elem uint32, size int) []byte {
 			break
 		}
 	}
-	b := make([]byte, 0, size)
+	b := ar.get(size)
 	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
 	b = binary.BigEndian.AppendUint32(b, hasNull)
 	b = binary.BigEndian.AppendUint32(b, elem)
@@ -173,12 +182,16 @@ func arrayHeader(vals [][]byte, elem uint32, size int) []byte {
 }
 
 // encodeTextArray encodes vals (nil for NULL) as a one-dimensional text[].
-func encodeTextArray(vals [][]byte) rawArray {
+func encodeTextArray(vals [][]byte) rawArray { return valueArray(nil, vals, pgtype.TextOID) }
+
+// valueArray encodes vals, each a value of type elem in its binary form
+// (text's is the text), as a one-dimensional array, in memory from ar.
+func valueArray(ar *arena, vals [][]byte, elem uint32) rawArray {
 	size := 20
 	for _, v := range vals {
 		size += 4 + len(v)
 	}
-	b := arrayHeader(vals, pgtype.TextOID, size)
+	b := arrayHeader(ar, vals, elem, size)
 	for _, v := range vals {
 		if v == nil {
 			b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)

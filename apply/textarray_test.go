@@ -44,7 +44,7 @@ func TestEncodeTextArray(t *testing.T) {
 // read is refused with the column named; other types stay text.
 func TestEncodeParam(t *testing.T) {
 	rel := &parapply.Relation{Columns: []parapply.Column{{Name: "b"}, {Name: "s"}, {Name: "i"}, {Name: "l"}, {Name: "r"}, {Name: "d"}, {Name: "t"}}}
-	tab := &Table{Rel: rel, Name: "public.x", binary: []uint32{pgtype.BoolOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.Float4OID, pgtype.Float8OID, 0}}
+	tab := &Table{Rel: rel, Name: "public.x", elem: []uint32{pgtype.BoolOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.Float4OID, pgtype.Float8OID, 0}}
 	tests := []struct {
 		col  int
 		vals []string // "NULL" for NULL
@@ -70,7 +70,7 @@ func TestEncodeParam(t *testing.T) {
 				vals[i] = []byte(v)
 			}
 		}
-		b, err := tab.encodeParam(tt.col, vals)
+		b, err := tab.encodeParam(nil, tt.col, vals)
 		if tt.bad {
 			if err == nil || !strings.Contains(err.Error(), "column "+parapply.QuoteIdent(rel.Columns[tt.col].Name)+" of public.x") {
 				t.Errorf("%s %q: error %v, want one naming the column", tab.paramType(tt.col), tt.vals, err)
@@ -81,7 +81,7 @@ func TestEncodeParam(t *testing.T) {
 			t.Fatalf("%s %q: %v", tab.paramType(tt.col), tt.vals, err)
 		}
 		oid := uint32(pgtype.TextArrayOID)
-		if e := tab.binary[tt.col]; e != 0 {
+		if e := tab.elem[tt.col]; e != 0 {
 			oid = binaryTypes[e].array
 		}
 		var got []any

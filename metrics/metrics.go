@@ -89,6 +89,7 @@ var (
 	copyPctDesc    = desc("copy_percent", "Share of the initial copy done, in percent of the rows the publisher's statistics estimate (below 100 until every table is done).")
 	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
+	binaryDesc     = desc("binary_transfer", "1 while values travel in binary from the publisher to the target (binary = on, and every published column can take them), 0 while they travel in text.")
 )
 
 var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateReconnecting, subscriber.StateStopped, subscriber.StateFailed}
@@ -98,7 +99,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -134,6 +135,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		sync = 1
 	}
 	gauge(syncDesc, sync)
+	binary := 0.0
+	if st.Binary {
+		binary = 1
+	}
+	gauge(binaryDesc, binary)
 	h := st.CommitDelay
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {

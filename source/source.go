@@ -33,7 +33,7 @@ type Config struct {
 	ProtoVersion int
 	// Streaming asks the publisher to stream large in-progress transactions.
 	Streaming bool
-	// Binary asks for binary tuple data.
+	// Binary asks for binary tuple data (see SetBinary).
 	Binary bool
 	// TwoPhase asks for prepared transactions as they are prepared
 	// (protocol 3 and later), not only once they commit.
@@ -391,6 +391,13 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	return st.read(ctx)
 }
 
+// SetBinary sets whether the stream asks for binary tuple data, once the
+// published columns' types on both sides are known (before Stream).
+func (s *Source) SetBinary(on bool) { s.cfg.Binary = on }
+
+// Binary reports whether the stream asks for binary tuple data.
+func (s *Source) Binary() bool { return s.cfg.Binary }
+
 // pluginArgs are pgoutput's options for the settings: protocol,
 // publications, and the streaming, binary, two-phase and origin modes.
 func (s *Source) pluginArgs() ([]string, error) {
@@ -657,6 +664,9 @@ type PublishedTable struct {
 	// INDEX names), in the index's order; empty under REPLICA IDENTITY
 	// FULL or NOTHING, or without a primary key.
 	Key []string
+	// Types holds the publisher's type OID of each of the table's columns,
+	// by name: whether values can travel in binary depends on them.
+	Types map[string]uint32
 }
 
 // publishedTables lists what the publications send, computed as PostgreSQL
@@ -709,7 +719,9 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 			ARRAY(SELECT a.relid::oid FROM pg_catalog.pg_partition_ancestors(c.oid) a WHERE a.relid::oid <> c.oid),
 			(SELECT pg_catalog.json_agg(a.attname ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum))
 				FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-				WHERE i.indrelid = c.oid AND ((c.relreplident = 'i' AND i.indisreplident) OR (c.relreplident = 'd' AND i.indisprimary)))::text
+				WHERE i.indrelid = c.oid AND ((c.relreplident = 'i' AND i.indisreplident) OR (c.relreplident = 'd' AND i.indisprimary)))::text,
+			(SELECT pg_catalog.json_object_agg(a.attname, a.atttypid::int8) FROM pg_catalog.pg_attribute a
+				WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)::text
 		FROM pg_catalog.pg_publication_tables t
 		JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname
 		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
@@ -728,7 +740,8 @@ func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []stri
 // combinePublished applies publishedTables' rules to its rows: schema,
 // table, column names (comma separated; empty or NULL for all), row filter
 // (NULL for none), pubviaroot, oid, the oids of its ancestors and its
-// replica identity's columns (a JSON array, NULL for none), one row per
+// replica identity's columns (a JSON array, NULL for none) and its columns' type
+// OIDs (a JSON object by name), one row per
 // table and publication, ordered by table.
 func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, error) {
 	viaRoot := false
@@ -752,6 +765,11 @@ func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, err
 			if len(r) > 7 && r[7] != nil {
 				if err := json.Unmarshal(r[7], &out[len(out)-1].Key); err != nil {
 					return nil, fmt.Errorf("reading the replica identity of %s.%s: %w", schema, name, err)
+				}
+			}
+			if len(r) > 8 && r[8] != nil {
+				if err := json.Unmarshal(r[8], &out[len(out)-1].Types); err != nil {
+					return nil, fmt.Errorf("reading the column types of %s.%s: %w", schema, name, err)
 				}
 			}
 			colSets = append(colSets, "")

@@ -3,6 +3,8 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
@@ -81,8 +83,21 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: col})
 		}
 	}
-	if err := target.CheckTables(ctx, c.app.Conn(), rels); err != nil {
+	tables, err := target.CheckTables(ctx, c.app.Conn(), rels)
+	if err != nil {
 		return err
+	}
+	binary, why := s.chooseBinary(c.published, tables)
+	s.runs.binary.Store(binary)
+	c.src.SetBinary(binary)
+	c.app.UseBinaryValues(binary)
+	if !s.runs.binaryTold || why != s.runs.binaryWhy {
+		s.runs.binaryTold, s.runs.binaryWhy = true, why
+		if binary {
+			s.log.Info("values travel in binary: every published column has the same built-in type on both sides, or an enum on the target")
+		} else {
+			s.log.Info("values travel in text, cast on the target", "reason", why)
+		}
 	}
 	if s.cfg.Source.TwoPhase {
 		if err := target.CheckTwoPhase(ctx, c.app.Conn()); err != nil {
@@ -90,4 +105,30 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 		}
 	}
 	return nil
+}
+
+// chooseBinary decides whether the run asks for values in binary: with the
+// binary setting on, unless an earlier run of this process met a column
+// that could not take them, when every column of the published tables that
+// the target has too can take them as they come (target.Column.BinaryFit).
+// pgoutput's binary option is the whole stream's, so one column that cannot
+// puts every table in text. why names what decided, "" for binary.
+func (s *Subscriber) chooseBinary(published []source.PublishedTable, tables []*target.Table) (bool, string) {
+	switch {
+	case !s.cfg.Binary:
+		return false, "binary = off"
+	case s.runs.textOnly.Load():
+		return false, "a column met by an earlier run cannot take binary values"
+	}
+	for i, pt := range published {
+		names := slices.Sorted(maps.Keys(pt.Types))
+		for _, name := range names {
+			c, ok := tables[i].ByName[name]
+			if ok && (pt.Columns == nil || slices.Contains(pt.Columns, name)) && !c.BinaryFit(pt.Types[name]) {
+				return false, fmt.Sprintf("column %s of %s.%s is of type %s on the target, and not of the same built-in type on the publisher (OID %d)",
+					parapply.QuoteIdent(name), parapply.QuoteIdent(pt.Schema), parapply.QuoteIdent(pt.Name), c.Type, pt.Types[name])
+			}
+		}
+	}
+	return true, ""
 }

@@ -36,6 +36,7 @@ func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream b
 	if cfg.Detection == nil {
 		cfg.Detection = s.runs.det.Load()
 	}
+	cfg.BinaryValues = s.runs.binary.Load()
 	app, err := apply.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -68,6 +68,9 @@ type Config struct {
 	// SequenceSyncInterval while streaming (0: only after the copy).
 	Sequences            sequences.Mode
 	SequenceSyncInterval time.Duration
+	// Binary asks for values in binary where every published column can
+	// take them (see chooseBinary); off, they travel in text.
+	Binary bool
 	// DetectConflicts detects conflicts, resolves them by Conflicts and
 	// logs them in parapply.conflicts (see apply.Detection); off, rows
 	// an update or delete does not find are counted and skipped, and an
@@ -154,6 +157,15 @@ type runState struct {
 	// opens; warnedCommitTS, that the lack of commit timestamps was told.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
+	// binary is whether the run's stream carries binary tuple data, given
+	// to every applier it opens (see chooseBinary); textOnly is set once a
+	// run met a column that cannot take them, for the process's later
+	// runs.
+	binary, textOnly atomic.Bool
+	// binaryWhy is the last choice's reason, logged when it changes (Run's
+	// goroutine only).
+	binaryWhy  string
+	binaryTold bool
 	// createdSlot is set once a run of this process created the slot,
 	// createdRecord once one created the slot's progress row; keptRows
 	// are the tables that held rows before its copy with existing_data =
@@ -315,6 +327,13 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		if errors.Is(err, errOneByOneDone) {
+			continue
+		}
+		if errors.Is(err, apply.ErrBinaryUnfit) && !s.runs.textOnly.Load() {
+			// Nothing of the run's unfit table was applied: its next run
+			// reads the stream again from the target's record, in text.
+			s.runs.textOnly.Store(true)
+			s.log.Info("values go on in text: a published column cannot take them in binary", "reason", err)
 			continue
 		}
 		cause := faultCause(err)

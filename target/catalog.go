@@ -47,15 +47,41 @@ type Table struct {
 	// Columns holds, per published column (in the relation's order), the
 	// target's column.
 	Columns []Column
+	// ByName holds every column of the target table, by name.
+	ByName map[string]Column
 }
 
 // Column is the target's column of a published column.
 type Column struct {
-	// Type is the target type (format_type), TypeOID its OID.
+	// Type is the target type (format_type with typmod -1, so that it
+	// casts to the type without a length: bpchar, not character, which
+	// is character(1)), TypeOID its OID.
 	Type    string
 	TypeOID uint32
 	// AlwaysIdentity is true for GENERATED ALWAYS AS IDENTITY.
 	AlwaysIdentity bool
+	// Receives is true when the type reads a binary value and has an
+	// array type of its own, not being one: its values can travel as an
+	// array of it in binary. Enum is true for an enum type.
+	Receives, Enum bool
+}
+
+// FirstUserOID is where the OIDs of objects not built into PostgreSQL
+// start (FirstNormalObjectId): below it, a type's OID names the same type,
+// with the same binary form, on every server.
+const FirstUserOID = 16384
+
+// BinaryFit reports whether a published column whose type is pubType on the
+// publisher can go from pgoutput's binary tuple data to this column as it
+// is: the same built-in type on both sides, which reads a binary value and
+// can be an array's element; or an enum on the target (the binary form of
+// an enum, or of the text the publisher has where the target has an enum,
+// is its label). Anything else must travel as text, cast on the target.
+func (c Column) BinaryFit(pubType uint32) bool {
+	if pubType >= FirstUserOID {
+		return c.Enum
+	}
+	return pubType == c.TypeOID && c.Receives
 }
 
 // ReadTable reads the target's catalog for the table rel names and checks
@@ -82,8 +108,10 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 		return nil, fmt.Errorf("%w: %s on the target is not a table (relkind %s)", ErrSchema, name, kind)
 	}
 	t.Partitioned = kind == "p"
-	rows, err := conn.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, NULL), attgenerated <> '', attidentity = 'a', atttypid
-		FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.OID)
+	rows, err := conn.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, -1), a.attgenerated <> '', a.attidentity = 'a', a.atttypid,
+			t.typreceive <> 0 AND t.typarray <> 0 AND t.typcategory <> 'A' AND t.typtype IN ('b', 'e', 'r', 'm'), t.typtype = 'e'
+		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, t.OID)
 	if err != nil {
 		return nil, fmt.Errorf("reading columns of %s on the target: %w", name, err)
 	}
@@ -95,13 +123,17 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	for rows.Next() {
 		var n string
 		var c col
-		if err := rows.Scan(&n, &c.Type, &c.generated, &c.AlwaysIdentity, &c.TypeOID); err != nil {
+		if err := rows.Scan(&n, &c.Type, &c.generated, &c.AlwaysIdentity, &c.TypeOID, &c.Receives, &c.Enum); err != nil {
 			return nil, err
 		}
 		cols[n] = c
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	t.ByName = make(map[string]Column, len(cols))
+	for n, c := range cols {
+		t.ByName[n] = c.Column
 	}
 	t.Columns = make([]Column, len(rel.Columns))
 	for i, c := range rel.Columns {
@@ -118,12 +150,16 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 }
 
 // CheckTables verifies, before anything is applied, that every published
-// table exists on the target with every published column.
-func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) error {
-	for _, rel := range rels {
-		if _, err := ReadTable(ctx, conn, rel); err != nil {
-			return err
+// table exists on the target with every published column, and returns
+// what the catalog says of each.
+func CheckTables(ctx context.Context, conn *pgx.Conn, rels []*parapply.Relation) ([]*Table, error) {
+	tables := make([]*Table, len(rels))
+	for i, rel := range rels {
+		t, err := ReadTable(ctx, conn, rel)
+		if err != nil {
+			return nil, err
 		}
+		tables[i] = t
 	}
-	return nil
+	return tables, nil
 }

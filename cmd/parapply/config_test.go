@@ -607,7 +607,7 @@ func TestDefaultsRead(t *testing.T) {
 	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20,
 		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, StreamWorkers: 2,
 		CopyData: true, CopyWorkers: 2, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
-		CommitOrder: subscriber.CommitPreserve, Prefetch: true, PrefetchConnections: 16, BatchRows: 10000,
+		CommitOrder: subscriber.CommitPreserve, Prefetch: true, Binary: true, PrefetchConnections: 16, BatchRows: 10000,
 		GroupMaxChanges: 20000, GroupMaxBytes: 16 << 20, GroupMaxDelay: 200 * time.Millisecond, Sequences: sequences.Owned,
 		SequenceSyncInterval: 30 * time.Second, LockTimeout: 10 * time.Second, ReconnectTimeout: 5 * time.Minute,
 		StatusInterval: 10 * time.Second, LogFormat: "text", LogLevel: slog.LevelInfo}

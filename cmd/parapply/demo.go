@@ -98,7 +98,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		// The publisher's existing accounts reach the empty subscriber by
 		// the initial copy.
 		CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true,
-		Workers: workers, AutoWorkers: auto,
+		Workers: workers, AutoWorkers: auto, Binary: true,
 	})
 	// Metrics and the status record, as parapply run has them.
 	ln, err := metrics.Listen("127.0.0.1:0")

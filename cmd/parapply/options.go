@@ -42,6 +42,7 @@ type options struct {
 	MaxWorkers           int
 	CommitOrder          subscriber.CommitOrder
 	Prefetch             bool
+	Binary               bool
 	PrefetchConnections  int
 	BatchRows            int
 	GroupMaxChanges      int

@@ -52,7 +52,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		Sequences: o.Sequences, SequenceSyncInterval: o.SequenceSyncInterval,
 		DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts, OnError: o.OnError,
 		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
-		SharedTables: o.SharedTables,
+		SharedTables: o.SharedTables, Binary: o.Binary,
 	}
 	if o.AutoWorkers {
 		cfg.Workers = o.MaxWorkers

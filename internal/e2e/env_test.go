@@ -101,8 +101,10 @@ func (e *env) config(slot string) subscriber.Config {
 		Log:           slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Workers:       testWorkers(),
 		StreamWorkers: 2,
-		// As parapply runs by default.
+		// As parapply runs by default; PARAPPLY_TEST_BINARY=off runs the
+		// suite with values in text.
 		DetectConflicts: true,
+		Binary:          os.Getenv("PARAPPLY_TEST_BINARY") != "off",
 	}
 	if os.Getenv("PARAPPLY_TEST_WORKERS") == "switching" {
 		cfg.AutoWorkers, cfg.AutoSwitchEvery = true, 5*time.Millisecond

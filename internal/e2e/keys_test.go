@@ -41,7 +41,7 @@ func TestKeysFromTargetConstraints(t *testing.T) {
 		{rel("booked", "id", "room", "during"), nil, true},
 		{rel("booked_parted", "id", "room", "during"), nil, true},
 	} {
-		tb, err := apply.LoadTable(context.Background(), e.sub, c.rel)
+		tb, err := apply.LoadTable(context.Background(), e.sub, c.rel, false)
 		if err != nil {
 			t.Fatal(err)
 		}
