@@ -18,7 +18,7 @@ import (
 const minArenaSize = 4 << 10
 
 // maxArenaFree bounds the bytes the arena keeps for reuse.
-const maxArenaFree = 64 << 20
+const maxArenaFree = 32 << 20
 
 // arena recycles the memory of the array parameters of committed groups.
 // The applier's builder takes buffers (get) and hands the open group's

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -514,11 +515,28 @@ func (st *streamReader) send(ctx context.Context, force bool) error {
 	return nil
 }
 
-// handed is called once pending went out: the next batch starts with room
-// for as many frames (while the applier is busy, batches of hundreds of
-// frames grew by doubling, each step copying frames that hold pointers).
+// handed is called once pending went out: the next batch starts in a
+// batch the applier handed back (Recycle), else with room for as many
+// frames (while the applier is busy, batches of hundreds of frames grew by
+// doubling, each step copying frames that hold pointers).
 func (st *streamReader) handed() {
+	if p, ok := handedBack.Get().(*[]Frame); ok && cap(*p) >= len(st.pending) {
+		st.pending = (*p)[:0]
+		return
+	}
 	st.pending = make([]Frame, 0, max(len(st.pending), minPending))
+}
+
+// handedBack holds batches of frames their receiver is done with.
+var handedBack sync.Pool
+
+// Recycle hands back a batch of frames received from Stream once nothing
+// refers to the batch any more (its frames' bytes, which are not in it,
+// stay valid): the next batches reuse it instead of growing new ones.
+func Recycle(batch []Frame) {
+	clear(batch)
+	batch = batch[:0]
+	handedBack.Put(&batch)
 }
 
 // flush hands pending frames over; it blocks only when block is set, and

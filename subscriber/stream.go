@@ -183,6 +183,7 @@ func (l *loop) follow(ctx context.Context, tick <-chan time.Time, frames chan []
 				}
 				return err
 			}
+			source.Recycle(batch)
 		}
 	}
 }
