@@ -11,18 +11,18 @@ import (
 const families = `CREATE TYPE mood AS ENUM ('calm', 'busy', 'élan');
 	CREATE TABLE fam (id int PRIMARY KEY, t text, vc varchar(20), bp char(5), b bytea, n numeric, n2 numeric(12,3),
 		ts timestamp, tz timestamptz, d date, tm time, iv interval, u uuid, j jsonb, f4 real, f8 double precision,
-		bo boolean, i2 smallint, i8 bigint, ip inet, m mood, r int4range, bits bit varying, x money);
+		bo boolean, i2 smallint, i8 bigint, ip inet, m mood, r int4range, bits bit varying, x money, b5 bit(5));
 	CREATE TABLE fam_full (LIKE fam); ALTER TABLE fam_full REPLICA IDENTITY FULL`
 
 const familyRows = `(1, 'hello, wörld', 'tab	and
 newline', 'ab', '\x00ff10'::bytea, 123456789.123456789, 12.5, '2026-11-27 01:02:03.456789', '2026-11-27 01:02:03.1+02', '2026-11-27', '13:14:15.5',
 		'1 year 2 days 03:04:05', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.5, null], "b": "x"}', 0.1, 0.1,
-		true, -32768, -9223372036854775808, '192.168.0.1/24', 'élan', '[1,10)', B'10110', 12.34),
+		true, -32768, -9223372036854775808, '192.168.0.1/24', 'élan', '[1,10)', B'10110', 12.34, B'10101'),
 	(2, '', '', '', ''::bytea, 'NaN', 0, 'infinity', '-infinity', 'infinity', '00:00', '-1 mon', '00000000-0000-0000-0000-000000000000', '[]',
-		'NaN', '-Infinity', false, 32767, 9223372036854775807, '::1', 'calm', 'empty', B'', -0.01),
-	(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		'NaN', '-Infinity', false, 32767, 9223372036854775807, '::1', 'calm', 'empty', B'', -0.01, B'00000'),
+	(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
 	(4, E'back\\slash ''quote'' "dq"', 'x', 'abcde', '\x5c'::bytea, '-0.000100', -999999999.999, '0001-01-01 00:00:00', '1900-06-01 12:00:00+00', '0001-01-01', '24:00',
-		'0', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '"s"', '-0', 5e-324, true, 0, 0, '10.0.0.0/8', 'busy', '(,5]', B'1', 0)`
+		'0', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '"s"', '-0', 5e-324, true, 0, 0, '10.0.0.0/8', 'busy', '(,5]', B'1', 0, B'11111')`
 
 // familyChanges inserts many rows (an insert run long enough to go by
 // COPY), updates (of values, of the key) and deletes on tab.
@@ -31,7 +31,7 @@ func familyChanges(tab string) string {
 			'2020-01-01'::timestamp + g * interval '1 minute', '2020-01-01 00:00+00'::timestamptz + g * interval '1 second', '2020-01-01'::date + g, '00:00'::time + g * interval '1 s',
 			g * interval '1 ms', md5(g::text)::uuid, jsonb_build_object('g', g, 'h', g / 3.0), g / 9.0, g / 11.0,
 			g % 2 = 0, (g % 30000)::smallint, g * 1000000000::bigint, ('10.0.' || (g % 250) || '.1')::inet, (ARRAY['calm', 'busy', 'élan'])[1 + g % 3]::mood,
-			int4range(g, g + 10), (g % 64)::bit(6)::varbit, g / 100.0
+			int4range(g, g + 10), (g % 64)::bit(6)::varbit, g / 100.0, (g % 32)::bit(5)
 		FROM generate_series(1, 600) g;
 		BEGIN;
 		UPDATE ` + tab + ` SET t = t || ' again', n = -n, tz = tz + interval '1 hour', j = j || '{"u": true}', m = 'busy', f8 = f8 * 3 WHERE id % 3 = 0;
