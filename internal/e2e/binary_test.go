@@ -74,7 +74,9 @@ func TestBinaryTransfer(t *testing.T) {
 
 	t.Run("array columns put the stream in text", func(t *testing.T) {
 		e := newEnv(t, `CREATE TABLE plain (id int PRIMARY KEY, v numeric); CREATE TABLE tagged (id int PRIMARY KEY, tags text[], m int[][])`)
-		r := e.start(e.config("arr"))
+		cfg := e.config("arr")
+		cfg.Binary = true // whatever PARAPPLY_TEST_BINARY says
+		r := e.start(cfg)
 		e.exec(e.pub, `INSERT INTO plain SELECT g, g / 3.0 FROM generate_series(1, 300) g;
 			INSERT INTO tagged VALUES (1, '{a,"b c",NULL}', '{{1,2},{3,4}}'), (2, '{}', NULL)`)
 		e.waitCaughtUp(r)
@@ -89,7 +91,9 @@ func TestBinaryTransfer(t *testing.T) {
 
 	t.Run("a column added while running goes on in text", func(t *testing.T) {
 		e := newEnv(t, `CREATE TABLE grows (id int PRIMARY KEY, v numeric, at timestamptz)`)
-		r := e.start(e.config("grows"))
+		cfg := e.config("grows")
+		cfg.Binary = true
+		r := e.start(cfg)
 		e.exec(e.pub, `INSERT INTO grows SELECT g, g / 3.0, now() FROM generate_series(1, 500) g`)
 		e.waitCaughtUp(r)
 		if !r.s.Status().Binary {
