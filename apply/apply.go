@@ -245,7 +245,6 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if cfg.Prefetch {
 		a.readAhead.open(cc, cfg.PrefetchConns, func(m string) { a.Warn(m) })
 	}
-	registerRawArrays(conn)
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	if err := target.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
 		a.Close(ctx)

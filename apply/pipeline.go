@@ -75,15 +75,19 @@ func (s *sender) bind(p *preparedStmt, o op) (bound, error) {
 		return bound{}, fmt.Errorf("statement takes %d parameters, %d given", len(p.sd.ParamOIDs), len(o.args))
 	}
 	values := make([][]byte, len(o.args))
-	raw := true
+	raw, arrays := true, false
 	for i, x := range o.args {
 		switch v := x.(type) {
 		case rawArray:
-			values[i] = v
+			values[i], arrays = v, true
 		case nil:
 		default:
 			raw = false
 		}
+	}
+	if arrays && !raw {
+		// pgx would encode a rawArray as an array of bytes, not send it.
+		return bound{}, fmt.Errorf("statement mixes encoded arrays with other parameters (internal error): %s", o.sql)
 	}
 	if raw {
 		// A statement built from a run: its arrays, whatever their

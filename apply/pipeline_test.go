@@ -24,7 +24,6 @@ func TestPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	registerRawArrays(conn)
 	a := newApplier(Config{}, conn)
 	if _, err := conn.Exec(ctx, "CREATE TABLE t (k int PRIMARY KEY, v text, f float8)"); err != nil {
 		t.Fatal(err)

@@ -123,7 +123,6 @@ func (p *prefetcher) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	registerRawArrays(conn)
 	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)"); err != nil {
 		conn.Close(ctx)
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/parapply/parapply"
 )
@@ -201,40 +200,4 @@ func valueArray(ar *arena, vals [][]byte, elem uint32) rawArray {
 		b = append(b, v...)
 	}
 	return b
-}
-
-// rawArrayCodec is pgx's codec of an array type, taught to send a rawArray
-// as it is.
-type rawArrayCodec struct{ pgtype.Codec }
-
-// PlanEncode sends a rawArray in binary as it is, anything else as the
-// array codec would.
-func (c rawArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.(rawArray); ok && format == pgtype.BinaryFormatCode {
-		return rawPlan{}
-	}
-	return c.Codec.PlanEncode(m, oid, format, value)
-}
-
-// rawPlan copies a rawArray into the parameter buffer unchanged.
-type rawPlan struct{}
-
-// Encode appends the rawArray's bytes: they are already in binary format.
-func (rawPlan) Encode(value any, buf []byte) ([]byte, error) {
-	return append(buf, value.(rawArray)...), nil
-}
-
-// registerRawArrays makes conn send rawArray parameters unchanged, as text
-// arrays and as arrays of binaryTypes.
-func registerRawArrays(conn *pgx.Conn) {
-	m := conn.TypeMap()
-	oids := []uint32{pgtype.TextArrayOID}
-	for _, b := range binaryTypes {
-		oids = append(oids, b.array)
-	}
-	for _, oid := range oids {
-		if t, ok := m.TypeForOID(oid); ok {
-			m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: rawArrayCodec{t.Codec}})
-		}
-	}
 }

@@ -29,6 +29,33 @@ type env struct {
 	pair   *pgtest.Pair
 	pub    *pgx.Conn
 	sub    *pgx.Conn
+	log    *logTail // the subscribers' log, shown when the test fails
+}
+
+// logTail keeps the last logTailSize bytes written to it: the subscribers'
+// log of a test run without -v, printed only if the test fails, so that a
+// failure in CI shows what parapply did.
+type logTail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const logTailSize = 256 << 10
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if over := len(l.buf) - logTailSize; over > 0 {
+		l.buf = append(l.buf[:0], l.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
 }
 
 var fast = map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
@@ -54,8 +81,13 @@ func newEnvWith(t *testing.T, schema string, pubOpts, subOpts pgtest.Options) *e
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, pair: pair}
+	e := &env{t: t, pair: pair, log: &logTail{}}
 	t.Cleanup(func() {
+		if t.Failed() {
+			if tail := e.log.String(); tail != "" {
+				t.Logf("the subscribers' log (its last %d kB):\n%s", logTailSize>>10, tail)
+			}
+		}
 		if e.pub != nil {
 			e.pub.Close(context.Background())
 		}
@@ -91,7 +123,7 @@ func (e *env) both(sql string) {
 }
 
 func (e *env) config(slot string) subscriber.Config {
-	var w io.Writer = io.Discard
+	var w io.Writer = e.log
 	if testing.Verbose() || os.Getenv("PARAPPLY_TEST_LOG") != "" {
 		w = os.Stderr
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,12 +29,14 @@ func TestWorkersOverlapSlowReads(t *testing.T) {
 			cfg.CommitOrder = order
 			cfg.SharedTables = true // each order's slot in turn
 			slowBacklog(e, cfg, rows, 3000)
-			// The catch-up is timed from the start of streaming: the
-			// start's own checks are not applying.
+			// The catch-up is timed from the first change received: the
+			// start's own checks and the wait for the walsender's first
+			// change are not applying.
 			r := e.start(cfg)
 			began := time.Now()
-			e.waitCaughtUp(r)
-			took := time.Since(began)
+			applying, timeline := e.waitApplied(r)
+			took := time.Since(applying)
+			t.Logf("streaming began %s before the first change arrived", applying.Sub(began).Round(time.Millisecond))
 			e.verify("public.wide")
 			st := r.s.Status()
 			if err := r.stop(); err != nil {
@@ -50,10 +53,55 @@ func TestWorkersOverlapSlowReads(t *testing.T) {
 			}
 			t.Logf("catch-up took %s; the workers were busy %s in all (%.1fx)", took.Round(time.Millisecond), busy.Round(time.Millisecond), busy.Seconds()/took.Seconds())
 			if busy < 2*took {
-				t.Errorf("the workers were busy %s in all during a catch-up of %s: they did not apply at the same time", busy, took)
+				t.Errorf("the workers were busy %s in all during a catch-up of %s: they did not apply at the same time; status by second:\n%s", busy, took, timeline)
 			}
 		})
 	}
+}
+
+// waitApplied waits as waitCaughtUp does and returns when the first
+// change arrived, and the status's positions and
+// the workers' busy time once a second since the start (for a failure).
+func (e *env) waitApplied(r *running) (time.Time, string) {
+	e.t.Helper()
+	target := e.publisherLSN()
+	began := time.Now()
+	var first time.Time
+	var timeline strings.Builder
+	from := r.s.Status().Received
+	nudge, sample := began.Add(time.Second), began
+	for deadline := began.Add(waitCaughtUpFor); time.Now().Before(deadline); {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			e.t.Fatalf("subscriber stopped before catching up: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		st := r.s.Status()
+		var txns int64
+		var busy time.Duration
+		for _, w := range st.Workers {
+			txns += w.Txns
+			busy += w.Busy
+		}
+		if first.IsZero() && st.Received > from {
+			first = time.Now()
+		}
+		if time.Now().After(sample) {
+			sample = sample.Add(time.Second)
+			fmt.Fprintf(&timeline, "  %5.1fs %s received %s applied %s durable %s, %d transactions applied, workers busy %s\n",
+				time.Since(began).Seconds(), st.State, st.Received, st.Applied, st.Durable, txns, busy.Round(time.Millisecond))
+		}
+		if st.Durable >= target {
+			if first.IsZero() {
+				e.t.Fatal("caught up without receiving a change")
+			}
+			return first, timeline.String()
+		}
+		e.nudge(&nudge)
+	}
+	e.t.Fatalf("subscriber did not reach %s within %s (status %+v); target sessions: %s; status by second:\n%s", target, waitCaughtUpFor, r.s.Status(), e.targetSessions(), timeline.String())
+	return time.Time{}, ""
 }
 
 // slowReadEnv starts a publisher and a subscriber with a small
