@@ -191,7 +191,12 @@ func (r reservation) Encode(dst []byte) ([]byte, error) {
 	if cap(dst)-len(dst) >= r.n {
 		return dst, nil
 	}
-	w := slices.Grow(r.s.wire[:0], len(dst)+r.n)
+	w := r.s.wire[:0]
+	if need := len(dst) + r.n; cap(w) < need {
+		// A new buffer, not a grown one: growing would copy the old
+		// buffer's stale bytes along.
+		w = make([]byte, 0, need+need/4)
+	}
 	w = append(w, dst...)
 	r.s.wire = w[:0]
 	return w, nil

@@ -291,6 +291,10 @@ type sharedPrefetcher struct {
 	// after it; slow is the same, read without the lock on every change.
 	waits bool
 	slow  atomic.Bool
+	// idle is set while nothing is to be read ahead (see
+	// Applier.ReadAheadWanted): keys are not offered and statements do
+	// not wait.
+	idle atomic.Bool
 }
 
 // get returns the prefetcher, opening it on the first call; nil if it
@@ -537,7 +541,7 @@ func (a *Applier) ShareReadAhead(from *Applier) {
 // a chunk at a time while the run fills, and what is left when it becomes a
 // statement (final), unless that is a handful of rows.
 func (ra *readAhead) offer(r *run, final bool) {
-	if !ra.on || !r.table.Large {
+	if !ra.on || !r.table.Large || ra.idle() {
 		return
 	}
 	if r.kind != 'U' && r.kind != 'D' && (r.kind != 'I' || len(r.table.Probes) == 0) {
@@ -640,7 +644,21 @@ func readAheadRows(bufferPages int) int {
 // slow reports whether statements wait for their rows to be read ahead
 // (see readAheadRows).
 func (ra *readAhead) slow() bool {
-	return ra.on && ra.shared != nil && ra.shared.slow.Load()
+	return ra.on && ra.shared != nil && ra.shared.slow.Load() && !ra.shared.idle.Load()
+}
+
+// idle reports whether nothing is to be read ahead now (see
+// Applier.ReadAheadWanted).
+func (ra *readAhead) idle() bool { return ra.shared != nil && ra.shared.idle.Load() }
+
+// ReadAheadWanted tells the applier, and every applier sharing its
+// prefetcher, whether reading ahead pays now: while the run is behind the
+// publisher, it does; while the run keeps up, the prefetch sessions would
+// only repeat the appliers' lookups, and nothing is offered.
+func (a *Applier) ReadAheadWanted(on bool) {
+	if a.readAhead.shared != nil {
+		a.readAhead.shared.idle.Store(!on)
+	}
 }
 
 // await waits until the key sets of the runs among ops have been read

@@ -89,6 +89,7 @@ var (
 	copyPctDesc    = desc("copy_percent", "Share of the initial copy done, in percent of the rows the publisher's statistics estimate (below 100 until every table is done).")
 	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
+	behindDesc     = desc("behind", "1 while the current run is behind the publisher (its changes arrive two seconds or more after their commit, by the publisher's clock; back to 0 under one second), reading ahead and weighing workers; 0 while it keeps up.")
 	binaryDesc     = desc("binary_transfer", "1 while values travel in binary from the publisher to the target (binary = on, and every published column can take them), 0 while they travel in text.")
 )
 
@@ -99,7 +100,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -140,6 +141,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		binary = 1
 	}
 	gauge(binaryDesc, binary)
+	behind := 0.0
+	if st.Behind {
+		behind = 1
+	}
+	gauge(behindDesc, behind)
 	h := st.CommitDelay
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {

@@ -64,6 +64,12 @@ type loop struct {
 	// the tuner wants it used (see retune).
 	aupoolSink atomic.Pointer[pool]
 	wantPool   atomic.Bool
+	// backlog judges whether the run is behind the publisher (see
+	// backlog.go); its verdict is in Subscriber.runs.caughtUp.
+	backlog backlogJudge
+	// lastBegin is the commit time of the transaction whose changes the
+	// loop takes (see noteTime).
+	lastBegin time.Time
 }
 
 // group describes the source transactions taken but not yet committed (or,
@@ -119,10 +125,35 @@ func (l *loop) frame(ctx context.Context, f source.Frame) error {
 	if err != nil {
 		return fmt.Errorf("decoding the stream at %s: %w", f.WALStart, err)
 	}
+	l.noteTime(m)
 	if l.inStream {
 		return l.streamed(ctx, m, f)
 	}
 	return l.dispatch(ctx, m)
+}
+
+// noteTime keeps the commit (or prepare) time of the transaction whose
+// changes follow, for the lag that backlog.go judges; none inside a
+// streamed transaction, whose commit time comes at its end.
+func (l *loop) noteTime(m pgoutput.Message) {
+	switch m := m.(type) {
+	case *pgoutput.Begin:
+		l.lastBegin = m.CommitTime
+	case *pgoutput.BeginPrepare:
+		l.lastBegin = m.PrepareTime
+	case *pgoutput.StreamStart:
+		l.lastBegin = time.Time{}
+	case *pgoutput.StreamCommit:
+		l.lastBegin = m.CommitTime
+	case *pgoutput.CommitPrepared:
+		l.lastBegin = m.CommitTime
+	case *pgoutput.LogicalMessage:
+		if !m.Transactional {
+			// Outside any transaction (a heartbeat, say): sent
+			// as written, and no commit to measure from.
+			l.lastBegin = time.Time{}
+		}
+	}
 }
 
 func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {

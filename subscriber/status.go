@@ -86,6 +86,12 @@ type Status struct {
 	// Binary is true when the current run's values travel in binary (see
 	// Config.Binary).
 	Binary bool
+	// Behind is true while the current run is behind the publisher (its
+	// changes arrive two seconds or more after their commit; it keeps up
+	// again under one): then it reads ahead (prefetch) and workers = auto
+	// weighs the workers; a run that keeps up does neither (see
+	// docs/architecture.md).
+	Behind bool
 	// Streamed transactions: bytes written to spill files, appliers in
 	// flight now, and how many committed were applied in flight and how
 	// many at their commit.
@@ -217,7 +223,7 @@ func (s *Subscriber) Status() Status {
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
 	st := Status{State: s.runs.state.Load().(string), Started: started, Received: parapply.LSN(s.stats.received.Load()),
-		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(), Binary: s.runs.binary.Load(),
+		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(), Binary: s.runs.binary.Load(), Behind: !s.runs.caughtUp.Load(),
 		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(),
 		Skipped: s.stats.skipped.Load(), TombstonesPruned: s.stats.tombPruned.Load(), TombstonesExpired: s.stats.tombExpired.Load()}
 	s.statusPositions(&st, tr)

@@ -45,6 +45,7 @@ func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 	if su.tombs {
 		go s.keepTombstones(sctx, tracker, su.commitTS)
 	}
+	s.runs.caughtUp.Store(false) // a run starts behind (see backlog.go)
 	s.runs.state.Store(StateStreaming)
 	s.runs.streamedSince.Store(time.Now().UnixNano())
 	s.runs.everStreamed.Store(true)
@@ -188,6 +189,22 @@ func (l *loop) follow(ctx context.Context, tick <-chan time.Time, frames chan []
 	}
 }
 
+// lag is how long after its commit the walsender sent the last change of
+// batch (both by the publisher's clock; see backlog.go): 0 for a batch
+// that ends in a keepalive with everything applied, and no sample (ok
+// false) for one that ends in a keepalive with changes in hand.
+func (l *loop) lag(batch []source.Frame) (lag time.Duration, ok bool) {
+	last := batch[len(batch)-1]
+	if last.Data == nil {
+		quiet, _ := l.quiet()
+		return 0, quiet
+	}
+	if l.lastBegin.IsZero() || last.ServerTime.IsZero() {
+		return 0, false
+	}
+	return max(last.ServerTime.Sub(l.lastBegin), 0), true
+}
+
 // batch applies one batch of frames; frames holds those waiting after it.
 func (l *loop) batch(ctx context.Context, batch []source.Frame, frames chan []source.Frame) error {
 	for _, f := range batch {
@@ -198,6 +215,14 @@ func (l *loop) batch(ctx context.Context, batch []source.Frame, frames chan []so
 		// of applying: the tuner's move is taken between any two.
 		if err := l.retune(ctx); err != nil {
 			return err
+		}
+	}
+	if lag, ok := l.lag(batch); ok {
+		if behind, changed := l.backlog.note(lag, time.Now()); changed {
+			l.s.runs.caughtUp.Store(!behind)
+			l.s.readAheadWanted(l, behind)
+			l.s.log.Debug("reading ahead", "on", behind, "lag", lag.Round(time.Millisecond),
+				"why", map[bool]string{true: "the run is behind the publisher", false: "the run keeps up with the publisher"}[behind])
 		}
 	}
 	// Nothing more waiting: commit what the group holds now

@@ -162,6 +162,9 @@ type runState struct {
 	// run met a column that cannot take them, for the process's later
 	// runs.
 	binary, textOnly atomic.Bool
+	// caughtUp is the current run's verdict that it keeps up with the
+	// publisher (see backlog.go); a run starts behind.
+	caughtUp atomic.Bool
 	// binaryWhy is the last choice's reason, logged when it changes (Run's
 	// goroutine only).
 	binaryWhy  string

@@ -302,7 +302,10 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			return
 		case now := <-tick.C:
 			if r.every <= 0 {
-				if !r.idle.due() {
+				if !r.idle.due() || (s.runs.caughtUp.Load() && !l.wantPool.Load() && r.idle.tick%tuneIdleEvery != 0) {
+					// Nothing waits (idle), or the run keeps up with
+					// the publisher: more workers could not apply
+					// sooner, and nothing is read ahead (backlog.go).
 					continue
 				}
 				watched, ok := s.tuneSample(ctx, r)
@@ -494,6 +497,15 @@ func (s *Subscriber) prefetchWaits(l *loop, wait bool) {
 	l.app.Tune(verdict, nil)
 	for _, w := range s.workersNow() {
 		w.app.Tune(verdict, nil)
+	}
+}
+
+// readAheadWanted tells the run's appliers whether reading ahead pays
+// (see backlog.go).
+func (s *Subscriber) readAheadWanted(l *loop, on bool) {
+	l.app.ReadAheadWanted(on)
+	for _, w := range s.workersNow() {
+		w.app.ReadAheadWanted(on)
 	}
 }
 

@@ -82,7 +82,7 @@ var settings = []setting{
 		func(o *options) kind {
 			return choice(&o.CommitOrder, subscriber.CommitOrders, subscriber.ParseCommitOrder)
 		}},
-	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory",
+	{"prefetch", "on", "more target connections read ahead the rows of coming updates and deletes of tables larger than the target's shared_buffers, so the appliers find their pages in memory; only while the run is behind the publisher (by two seconds or more), never while it keeps up",
 		func(o *options) kind { return boolean(&o.Prefetch) }},
 	{"prefetch_connections", "16", "the most connections that read ahead at once (one, and more while key sets wait for one and the prefetch sessions wait on reads; each reads one row after another): the reads in flight on a slow disk",
 		func(o *options) kind { return integer(&o.PrefetchConnections, 1, maxInt) }},

@@ -30,6 +30,9 @@ type env struct {
 	pub    *pgx.Conn
 	sub    *pgx.Conn
 	log    *logTail // the subscribers' log, shown when the test fails
+	// running is a subscriber a helper started and left going for the
+	// test's next step.
+	running *running
 }
 
 // logTail keeps the last logTailSize bytes written to it: the subscribers'
