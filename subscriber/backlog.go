@@ -7,10 +7,11 @@ import "time"
 // and the rows to read are known well before their statement runs. Where
 // parapply keeps up (a live load applied as it comes), the prefetch
 // sessions only repeat the appliers' index lookups, at the same moment, on
-// a machine whose CPU the publisher may need (tpcb at 2 cores: 8% more
-// transactions per second with prefetch = off; a point-update catch-up 10%
-// fewer; docs/benchmarks.md). The same holds for the tuner's frequent
-// samples: a run that keeps up gains nothing from more workers.
+// a machine whose CPU the publisher may need (tpcb at 2 cores: the target
+// spent a fifth less CPU per change without them; a point-update catch-up
+// ran 10% slower with prefetch = off; docs/history/2026-11-27-behind.md).
+// The same holds for the tuner's frequent samples: a run that keeps up
+// gains nothing from more workers.
 //
 // The measure is the publisher's own clock, so that no clock skew between
 // the hosts enters it: the time the walsender sent the last change the loop
@@ -21,8 +22,8 @@ import "time"
 // backlogOn or more marks the run behind, under backlogOff caught up; in
 // between it stays as it was. (A run on a machine whose CPU is full swings
 // around half a second to a second behind while it keeps up: tpcb live at
-// 2 cores, the built-in as much as parapply.) A run starts behind (a catch-up reads ahead
-// from its first statement).
+// 2 cores, the built-in as much as parapply.) A run starts behind (a
+// catch-up reads ahead from its first statement).
 const (
 	backlogWindow = 500 * time.Millisecond
 	backlogOn     = 2 * time.Second
