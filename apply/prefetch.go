@@ -644,7 +644,7 @@ func readAheadRows(bufferPages int) int {
 // slow reports whether statements wait for their rows to be read ahead
 // (see readAheadRows).
 func (ra *readAhead) slow() bool {
-	return ra.on && ra.shared != nil && ra.shared.slow.Load() && !ra.shared.idle.Load()
+	return ra.on && ra.shared != nil && ra.shared.slow.Load() && !ra.idle()
 }
 
 // idle reports whether nothing is to be read ahead now (see

@@ -5,10 +5,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,9 +32,6 @@ type env struct {
 	pub    *pgx.Conn
 	sub    *pgx.Conn
 	log    *logTail // the subscribers' log, shown when the test fails
-	// running is a subscriber a helper started and left going for the
-	// test's next step.
-	running *running
 }
 
 // logTail keeps the last logTailSize bytes written to it: the subscribers'
@@ -49,7 +48,9 @@ func (l *logTail) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf = append(l.buf, p...)
-	if over := len(l.buf) - logTailSize; over > 0 {
+	if over := len(l.buf) - logTailSize; over > logTailSize {
+		// Trimmed once it holds twice the tail: a copy per tail's
+		// worth of log, not per line.
 		l.buf = append(l.buf[:0], l.buf[over:]...)
 	}
 	return len(p), nil
@@ -58,7 +59,7 @@ func (l *logTail) Write(p []byte) (int, error) {
 func (l *logTail) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return string(l.buf)
+	return string(l.buf[max(len(l.buf)-logTailSize, 0):])
 }
 
 var fast = map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
@@ -210,22 +211,49 @@ func (e *env) publisherLSN() parapply.LSN {
 // publisher's current WAL position.
 func (e *env) waitCaughtUp(r *running) {
 	e.t.Helper()
+	e.waitApplied(r)
+}
+
+// waitApplied waits as waitCaughtUp does and returns when the first change
+// arrived (zero if none did), and the status once a second since the
+// start: positions, transactions and the workers' busy time, for a
+// failure to show.
+func (e *env) waitApplied(r *running) (first time.Time, timeline string) {
+	e.t.Helper()
 	target := e.publisherLSN()
-	deadline := time.Now().Add(waitCaughtUpFor)
-	nudge := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	began := time.Now()
+	var tl strings.Builder
+	from := r.s.Status().Received
+	nudge, sample := began.Add(time.Second), began
+	for deadline := began.Add(waitCaughtUpFor); time.Now().Before(deadline); {
 		select {
 		case err := <-r.done:
 			r.done <- err
 			e.t.Fatalf("subscriber stopped before catching up: %v", err)
 		case <-time.After(50 * time.Millisecond):
 		}
-		if r.s.Status().Durable >= target {
-			return
+		st := r.s.Status()
+		if first.IsZero() && st.Received > from {
+			first = time.Now()
+		}
+		if time.Now().After(sample) {
+			sample = sample.Add(time.Second)
+			var txns int64
+			var busy time.Duration
+			for _, w := range st.Workers {
+				txns += w.Txns
+				busy += w.Busy
+			}
+			fmt.Fprintf(&tl, "  %5.1fs %s received %s applied %s durable %s, %d transactions applied by workers, workers busy %s\n",
+				time.Since(began).Seconds(), st.State, st.Received, st.Applied, st.Durable, txns, busy.Round(time.Millisecond))
+		}
+		if st.Durable >= target {
+			return first, tl.String()
 		}
 		e.nudge(&nudge)
 	}
-	e.t.Fatalf("subscriber did not reach %s within 3 minutes (status %+v); target sessions: %s", target, r.s.Status(), e.targetSessions())
+	e.t.Fatalf("subscriber did not reach %s within %s (status %+v); target sessions: %s; status by second:\n%s", target, waitCaughtUpFor, r.s.Status(), e.targetSessions(), tl.String())
+	return time.Time{}, ""
 }
 
 // nudge writes a WAL record on the publisher, once a second (next): an

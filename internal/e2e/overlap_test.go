@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +34,9 @@ func TestWorkersOverlapSlowReads(t *testing.T) {
 			r := e.start(cfg)
 			began := time.Now()
 			applying, timeline := e.waitApplied(r)
+			if applying.IsZero() {
+				t.Fatal("caught up without receiving a change")
+			}
 			took := time.Since(applying)
 			t.Logf("streaming began %s before the first change arrived", applying.Sub(began).Round(time.Millisecond))
 			e.verify("public.wide")
@@ -57,51 +59,6 @@ func TestWorkersOverlapSlowReads(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitApplied waits as waitCaughtUp does and returns when the first
-// change arrived, and the status's positions and
-// the workers' busy time once a second since the start (for a failure).
-func (e *env) waitApplied(r *running) (time.Time, string) {
-	e.t.Helper()
-	target := e.publisherLSN()
-	began := time.Now()
-	var first time.Time
-	var timeline strings.Builder
-	from := r.s.Status().Received
-	nudge, sample := began.Add(time.Second), began
-	for deadline := began.Add(waitCaughtUpFor); time.Now().Before(deadline); {
-		select {
-		case err := <-r.done:
-			r.done <- err
-			e.t.Fatalf("subscriber stopped before catching up: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		st := r.s.Status()
-		var txns int64
-		var busy time.Duration
-		for _, w := range st.Workers {
-			txns += w.Txns
-			busy += w.Busy
-		}
-		if first.IsZero() && st.Received > from {
-			first = time.Now()
-		}
-		if time.Now().After(sample) {
-			sample = sample.Add(time.Second)
-			fmt.Fprintf(&timeline, "  %5.1fs %s received %s applied %s durable %s, %d transactions applied, workers busy %s\n",
-				time.Since(began).Seconds(), st.State, st.Received, st.Applied, st.Durable, txns, busy.Round(time.Millisecond))
-		}
-		if st.Durable >= target {
-			if first.IsZero() {
-				e.t.Fatal("caught up without receiving a change")
-			}
-			return first, timeline.String()
-		}
-		e.nudge(&nudge)
-	}
-	e.t.Fatalf("subscriber did not reach %s within %s (status %+v); target sessions: %s; status by second:\n%s", target, waitCaughtUpFor, r.s.Status(), e.targetSessions(), timeline.String())
-	return time.Time{}, ""
 }
 
 // slowReadEnv starts a publisher and a subscriber with a small

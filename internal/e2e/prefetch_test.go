@@ -30,18 +30,18 @@ func TestPrefetch(t *testing.T) {
 				e.exec(e.pub, fmt.Sprintf(`UPDATE wide SET id = id + 100000 WHERE id %% 11 = %d`, shift))
 				e.exec(e.pub, fmt.Sprintf(`BEGIN; UPDATE wide SET n = n + 5 WHERE id BETWEEN 1000 AND 3000; DELETE FROM wide WHERE id BETWEEN %d AND 2100; COMMIT`, 2000+shift))
 			}
-			st := e.prefetchBacklog(cfg, func() { changes(0) }, "public.wide")
+			r, st := e.prefetchBacklog(cfg, func() { changes(0) }, "public.wide")
 			t.Logf("behind: prefetched %d rows, dropped %d", st.Prefetched, st.PrefetchDropped)
-			e.prefetchLive(st, func() { changes(1) }, "public.wide")
+			e.prefetchLive(r, st, func() { changes(1) }, "public.wide")
 		})
 	}
 }
 
 // prefetchBacklog has cfg's run apply what write writes on the publisher
 // as a backlog some seconds old (the run is behind the publisher), checks
-// tables against the publisher and that rows were read ahead, and leaves
-// the run going, caught up; it returns the run's status.
-func (e *env) prefetchBacklog(cfg subscriber.Config, write func(), tables ...string) subscriber.Status {
+// tables against the publisher and that rows were read ahead, and returns
+// the run, left going and caught up, and its status.
+func (e *env) prefetchBacklog(cfg subscriber.Config, write func(), tables ...string) (*running, subscriber.Status) {
 	t := e.t
 	t.Helper()
 	if err := e.start(cfg).stop(); err != nil { // the slot, from here on
@@ -51,23 +51,22 @@ func (e *env) prefetchBacklog(cfg subscriber.Config, write func(), tables ...str
 	// A backlog is behind by its age: the changes must arrive well past
 	// the lag at which a run counts as behind (two seconds).
 	time.Sleep(3 * time.Second)
-	e.running = e.start(cfg)
-	e.waitCaughtUp(e.running)
+	r := e.start(cfg)
+	e.waitCaughtUp(r)
 	e.verify(tables...)
-	st := e.running.s.Status()
+	st := r.s.Status()
 	if st.Prefetched == 0 {
 		t.Fatalf("behind the publisher, no row was read ahead (%d dropped)", st.PrefetchDropped)
 	}
-	return st
+	return r, st
 }
 
-// prefetchLive waits until the run prefetchBacklog left says it keeps up
+// prefetchLive waits until r, left by prefetchBacklog, says it keeps up
 // with the publisher, has it apply what write writes as it comes, checks
 // tables, and that nothing more was read ahead.
-func (e *env) prefetchLive(before subscriber.Status, write func(), tables ...string) {
+func (e *env) prefetchLive(r *running, before subscriber.Status, write func(), tables ...string) {
 	t := e.t
 	t.Helper()
-	r := e.running
 	for deadline := time.Now().Add(30 * time.Second); r.s.Status().Behind; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("caught up, the run still counts itself behind the publisher after 30s")
@@ -123,9 +122,9 @@ func TestPrefetchInsertProbes(t *testing.T) {
 				e.exec(e.pub, fmt.Sprintf(`INSERT INTO ins SELECT g, (g::bigint * 104729) %% 60000, 'new' FROM generate_series(%d, %d) g`, from, from+5999))
 				e.exec(e.pub, fmt.Sprintf(`BEGIN; INSERT INTO ins SELECT g, NULL, 'null' FROM generate_series(%d, %d) g; INSERT INTO ins (id) VALUES (%d); COMMIT`, from+6000, from+6499, from+9999))
 			}
-			st := e.prefetchBacklog(cfg, func() { inserts(60001) }, "public.ins")
+			r, st := e.prefetchBacklog(cfg, func() { inserts(60001) }, "public.ins")
 			t.Logf("behind: looked up %d values ahead, dropped %d", st.Prefetched, st.PrefetchDropped)
-			e.prefetchLive(st, func() { inserts(80001) }, "public.ins")
+			e.prefetchLive(r, st, func() { inserts(80001) }, "public.ins")
 		})
 	}
 }
