@@ -89,7 +89,7 @@ var (
 	copyPctDesc    = desc("copy_percent", "Share of the initial copy done, in percent of the rows the publisher's statistics estimate (below 100 until every table is done).")
 	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
-	behindDesc     = desc("behind", "1 while the current run is behind the publisher (its changes arrive two seconds or more after their commit, by the publisher's clock; back to 0 under one second), reading ahead and weighing workers; 0 while it keeps up.")
+	behindDesc     = desc("behind", "1 while the current run is behind the publisher (its changes arrive two seconds or more after their commit, by the publisher's clock; back to 0 under one second), reading ahead and weighing workers; 0 while it keeps up, and while no run streams.")
 	binaryDesc     = desc("binary_transfer", "1 while values travel in binary from the publisher to the target (binary = on, and every published column can take them), 0 while they travel in text.")
 )
 

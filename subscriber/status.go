@@ -90,7 +90,7 @@ type Status struct {
 	// changes arrive two seconds or more after their commit; it keeps up
 	// again under one): then it reads ahead (prefetch) and workers = auto
 	// weighs the workers; a run that keeps up does neither (see
-	// docs/architecture.md).
+	// docs/architecture.md). False unless a run is streaming.
 	Behind bool
 	// Streamed transactions: bytes written to spill files, appliers in
 	// flight now, and how many committed were applied in flight and how
@@ -223,9 +223,12 @@ func (s *Subscriber) Status() Status {
 	tr, ap, p, started := s.tracker, s.applier, s.pool, s.started
 	s.mu.Unlock()
 	st := Status{State: s.runs.state.Load().(string), Started: started, Received: parapply.LSN(s.stats.received.Load()),
-		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(), Binary: s.runs.binary.Load(), Behind: !s.runs.caughtUp.Load(),
+		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(), Binary: s.runs.binary.Load(),
 		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(),
 		Skipped: s.stats.skipped.Load(), TombstonesPruned: s.stats.tombPruned.Load(), TombstonesExpired: s.stats.tombExpired.Load()}
+	// Only a run that streams is behind or not: stopped, reconnecting or
+	// copying, the last run's verdict would be stale.
+	st.Behind = st.State == StateStreaming && !s.runs.caughtUp.Load()
 	s.statusPositions(&st, tr)
 	if v := s.kept.seqResults.Load(); v != nil {
 		st.SequenceResults = *v

@@ -44,8 +44,13 @@ func TestPrefetch(t *testing.T) {
 func (e *env) prefetchBacklog(cfg subscriber.Config, write func(), tables ...string) (*running, subscriber.Status) {
 	t := e.t
 	t.Helper()
-	if err := e.start(cfg).stop(); err != nil { // the slot, from here on
+	first := e.start(cfg) // the slot, from here on
+	if err := first.stop(); err != nil {
 		t.Fatal(err)
+	}
+	// A run starts behind; stopped, it is neither.
+	if st := first.s.Status(); st.Behind {
+		t.Errorf("stopped (state %s), the status says the run is behind the publisher", st.State)
 	}
 	write()
 	// A backlog is behind by its age: the changes must arrive well past
