@@ -34,14 +34,14 @@ type pacedConn struct {
 	deadlineMu    sync.Mutex
 	rdl, wdl      time.Time
 	closed        atomic.Bool
-	buf           []byte
-	r, w          int
 	waited        bool // the last read found nothing and had to wait
+	cut           bool // the last read filled the reader's room before the pace's limit
 	trickleOff    bool // Config.NoTrickle: pause before every read, even while the window is closed
 }
 
-// pacedReadBuffer is the most one read takes: far more than a walsender
-// sends between two paced reads.
+// pacedReadBuffer is the most one paced read takes (the reader's room
+// bounds it too): far more than a walsender sends between two paced
+// reads.
 const pacedReadBuffer = 1 << 20
 
 // newPacedConn takes over c's socket and closes c; pace tells whether
@@ -80,22 +80,22 @@ func newPacedConn(c net.Conn, pace func() int) (*pacedConn, error) {
 	return p, nil
 }
 
+// Read reads into b directly (the stream's reader hands it a chunk's free
+// room, so nothing is copied twice); a paced read takes at most what pace
+// allows.
 func (p *pacedConn) Read(b []byte) (int, error) {
-	if p.r < p.w {
-		n := copy(b, p.buf[p.r:p.w])
-		p.r += n
-		return n, nil
+	if len(b) == 0 {
+		return 0, nil
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.buf == nil {
-		p.buf = make([]byte, pacedReadBuffer)
+	buf := b
+	limit := p.pace()
+	if limit > 0 && !p.waited && !p.cut {
+		limit = p.paced(limit)
+		buf = b[:min(limit, len(b))]
 	}
-	buf := p.buf
-	if limit := p.pace(); limit > 0 && !p.waited {
-		buf = buf[:min(p.paced(limit), len(buf))]
-	}
-	p.waited = false
+	p.waited, p.cut = false, false
 	for {
 		if p.closed.Load() {
 			return 0, net.ErrClosed
@@ -103,9 +103,11 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 		n, err := unix.Read(p.fd, buf)
 		switch {
 		case n > 0:
-			k := copy(b, buf[:n])
-			p.r, p.w = k, n
-			return k, nil
+			// A read the room cut short leaves more waiting: the next
+			// one goes at once, as a read into a larger room would have
+			// taken it.
+			p.cut = n == len(buf) && len(buf) < limit
+			return n, nil
 		case n == 0 && err == nil:
 			return 0, io.EOF
 		case errors.Is(err, unix.EINTR):

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,6 +119,8 @@ type Source struct {
 	// largeTxn is set inside a transaction or stream block with over
 	// coalesceAfter row changes: reads may be paced there.
 	largeTxn atomic.Bool
+	// tap is what the connection's frontend reads through (see receive).
+	tap *handover
 }
 
 // WALEnd is the publisher's WAL end as of its last message: how far behind
@@ -152,6 +156,10 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	src := &Source{}
 	pc.DialFunc = src.coalescingDialer(pc.DialFunc)
+	pc.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		src.tap = &handover{r: r}
+		return pgproto3.NewFrontend(src.tap, w)
+	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -373,9 +381,11 @@ func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Fr
 	if err != nil {
 		return err
 	}
+	s.tap.exact = true // see receive
 	err = pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
 	if err != nil {
+		s.tap.exact = false
 		return fmt.Errorf("START_REPLICATION on slot %s: %w", s.cfg.Slot, err)
 	}
 	interval := s.cfg.StatusInterval
@@ -461,31 +471,9 @@ type streamReader struct {
 	sentDurable, sentApplied parapply.LSN
 	lastSent                 time.Time
 	pending                  []Frame
-	// slab is what frames' bytes are carved from (see frameBytes).
-	slab []byte
-}
-
-// frameSlab is the size of the chunks frames' bytes are carved from; a
-// frame larger than a quarter of it gets its own. pgconn reuses its read
-// buffer, so every frame is copied out: one allocation per chunk instead
-// of one per frame (three per one-row transaction). A chunk lives while
-// any of its frames' values does, which the applier holds until their
-// group is applied: the chunks of a group's frames, about the group's own
-// size.
-const frameSlab = 64 << 10
-
-// frameBytes returns a copy of b carved from the reader's slab.
-func (st *streamReader) frameBytes(b []byte) []byte {
-	n := len(b)
-	if n > frameSlab/4 {
-		return bytes.Clone(b)
-	}
-	if cap(st.slab)-len(st.slab) < n {
-		st.slab = make([]byte, 0, frameSlab)
-	}
-	off := len(st.slab)
-	st.slab = append(st.slab, b...)
-	return st.slab[off : off+n : off+n]
+	// cr reads the stream once pgconn's read buffer is empty (see
+	// receive); nil before.
+	cr *copyReader
 }
 
 // send reports the positions to the publisher if they moved since the last
@@ -591,32 +579,29 @@ func (st *streamReader) read(ctx context.Context) error {
 				return err
 			}
 		}
-		msg, err := s.conn.ReceiveMessage(context.Background())
+		data, err := st.receive()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) {
+			if pgconn.Timeout(err) || errors.Is(err, os.ErrDeadlineExceeded) {
 				n = -1 // renew the deadline and report status
 				if err := st.flush(ctx, len(st.pending) >= maxPending); err != nil {
 					return err
 				}
 				continue
 			}
-			return fmt.Errorf("reading the replication stream of slot %s: %w", s.cfg.Slot, err)
-		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(m.Data) == 0 {
-				continue
-			}
-			if err := st.copyData(ctx, m.Data); err != nil {
+			var ended streamEnded
+			if errors.As(err, &ended) {
 				return err
 			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("publisher ended replication on slot %s: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyDone:
-			return fmt.Errorf("publisher ended the replication stream of slot %s", s.cfg.Slot)
+			return fmt.Errorf("reading the replication stream of slot %s: %w", s.cfg.Slot, err)
+		}
+		if len(data) == 0 {
+			continue
+		}
+		if err := st.copyData(ctx, data); err != nil {
+			return err
 		}
 		if err := st.flush(ctx, len(st.pending) >= maxPending); err != nil {
 			return err
@@ -624,9 +609,66 @@ func (st *streamReader) read(ctx context.Context) error {
 	}
 }
 
+// streamEnded is the publisher ending the stream: an error it sent, or
+// the end of the copy.
+type streamEnded struct{ error }
+
+func (e streamEnded) Unwrap() error { return e.error }
+
+// receive returns the next CopyData message's payload, the caller's to
+// keep (nothing writes over it). Replication starts with the connection's
+// tap exact (handover), so pgconn's read buffer holds no bytes past the
+// reply to START_REPLICATION: the copyReader then reads through the tap
+// itself, and its payloads are kept as read. Should the buffer hold more
+// (a notice read ahead), the first messages come from pgconn, copied out
+// of the buffer it reuses, until it is empty. Other messages of the
+// protocol are skipped (notices, parameter changes), or end the stream (an
+// error, the end of the copy).
+func (st *streamReader) receive() ([]byte, error) {
+	slot := st.s.cfg.Slot
+	for st.cr == nil {
+		if st.s.conn.Frontend().ReadBufferLen() == 0 {
+			st.s.tap.exact = false
+			st.cr = &copyReader{r: st.s.tap}
+			break
+		}
+		msg, err := st.s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			return bytes.Clone(m.Data), nil
+		case *pgproto3.ErrorResponse:
+			return nil, streamEnded{fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(m))}
+		case *pgproto3.CopyDone:
+			return nil, streamEnded{fmt.Errorf("publisher ended the replication stream of slot %s", slot)}
+		}
+	}
+	for {
+		typ, body, err := st.cr.next()
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case 'd':
+			return body, nil
+		case 'E':
+			var m pgproto3.ErrorResponse
+			if err := m.Decode(body); err != nil {
+				return nil, fmt.Errorf("publisher sent an unreadable error on slot %s: %w", slot, err)
+			}
+			return nil, streamEnded{fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(&m))}
+		case 'c':
+			return nil, streamEnded{fmt.Errorf("publisher ended the replication stream of slot %s", slot)}
+		}
+	}
+}
+
 // copyData takes one message of the stream: a keepalive (answered at once
 // if the publisher asks, after what was read before it is handed over) or
-// XLogData; both become pending frames.
+// XLogData; both become pending frames, an XLogData's bytes the frame's
+// as they are.
 func (st *streamReader) copyData(ctx context.Context, data []byte) error {
 	s := st.s
 	switch data[0] {
@@ -654,7 +696,7 @@ func (st *streamReader) copyData(ctx context.Context, data []byte) error {
 		if len(x.WALData) > 0 {
 			st.txns.saw(x.WALData[0], &s.largeTxn)
 		}
-		wal := st.frameBytes(x.WALData)
+		wal := x.WALData
 		if l := parapply.LSN(x.WALStart); l > st.received {
 			st.received = l
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"time"
 
@@ -106,6 +107,17 @@ func runCommand(ctx context.Context, args []string) error {
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if path := os.Getenv("PARAPPLY_ALLOC_PROFILE"); path != "" {
+		// Developer aid: where the run's memory was allocated (bytes and
+		// objects since the start), written at exit.
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	con := newConsole(os.Stderr, c["source"], c["target"])
 	log, err := newLogger(c, con)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -85,9 +86,17 @@ func freeAddr(t *testing.T) string {
 }
 
 // statusJSON runs parapply status --json.
+// A run records its status once a second from its first second on: status
+// asked for earlier finds none, and statusJSON asks again, for up to
+// statusFirstRecord.
 func statusJSON(t *testing.T, args ...string) (map[string]any, string) {
 	t.Helper()
+	deadline := time.Now().Add(statusFirstRecord)
 	out, err := exec.Command(parapplyBinary(t), append([]string{"status", "--json"}, args...)...).CombinedOutput()
+	for err != nil && bytes.Contains(out, []byte("no parapply status yet")) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		out, err = exec.Command(parapplyBinary(t), append([]string{"status", "--json"}, args...)...).CombinedOutput()
+	}
 	if err != nil {
 		t.Fatalf("parapply status: %v: %s", err, out)
 	}
@@ -102,6 +111,9 @@ func statusJSON(t *testing.T, args ...string) (map[string]any, string) {
 	}
 	return rep.Slots[0], string(out)
 }
+
+// statusFirstRecord bounds the wait for a run's first status record.
+const statusFirstRecord = 10 * time.Second
 
 // TestObservability runs parapply as a process with metrics, JSON logs and
 // a password in both connection strings, applies a known workload, and
