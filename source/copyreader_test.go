@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -129,4 +130,27 @@ func TestCopyReaderBrokenLength(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCopyReader reads arbitrary bytes as a stream, in pieces of every
+// size: no input may panic, and the messages returned are the input's, in
+// order, each body within it.
+func FuzzCopyReader(f *testing.F) {
+	f.Add(append(message('d', []byte("wal")), message('k', nil)...), uint8(1))
+	f.Add([]byte{'d', 0, 0, 0, 3}, uint8(7))
+	f.Add([]byte{'d', 0xff, 0xff, 0xff, 0xff}, uint8(200))
+	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
+		cr := &copyReader{r: &splitReader{data: slices.Clone(data), sizes: []int{int(piece) + 1}, stalls: 1000}}
+		var rebuilt []byte
+		for {
+			typ, body, err := cr.next()
+			if err != nil {
+				break
+			}
+			rebuilt = append(rebuilt, message(typ, body)...)
+		}
+		if !bytes.HasPrefix(data, rebuilt) {
+			t.Fatalf("the messages read are not the input's: %x from %x", rebuilt, data)
+		}
+	})
 }
