@@ -20,29 +20,28 @@ func message(typ byte, body []byte) []byte {
 }
 
 // splitReader hands out its data in pieces of the given sizes (cycled),
-// returning a deadline error before each piece when stall is set.
+// returning a deadline error before each piece when stalling.
 type splitReader struct {
-	data   []byte
-	sizes  []int
-	i      int
-	stall  bool
-	stalls int
+	data     []byte
+	sizes    []int
+	i        int
+	stalling bool
+	stalled  bool // the last call returned the deadline error
 }
 
 func (r *splitReader) Read(p []byte) (int, error) {
 	if len(r.data) == 0 {
 		return 0, io.EOF
 	}
-	if r.stall {
-		r.stall = false
-		r.stalls++
+	if r.stalling && !r.stalled {
+		r.stalled = true
 		return 0, os.ErrDeadlineExceeded
 	}
+	r.stalled = false
 	n := min(r.sizes[r.i%len(r.sizes)], len(p), len(r.data))
 	r.i++
 	copy(p, r.data[:n])
 	r.data = r.data[n:]
-	r.stall = r.stalls < 1000
 	return n, nil
 }
 
@@ -77,7 +76,7 @@ func TestCopyReader(t *testing.T) {
 				want = append(want, b)
 				stream = append(stream, message('d', b)...)
 			}
-			cr := &copyReader{r: &splitReader{data: stream, sizes: tc.reads, stall: tc.stall}}
+			cr := &copyReader{r: &splitReader{data: stream, sizes: tc.reads, stalling: tc.stall}}
 			var got [][]byte
 			for {
 				typ, b, err := cr.next()
@@ -140,7 +139,7 @@ func FuzzCopyReader(f *testing.F) {
 	f.Add([]byte{'d', 0, 0, 0, 3}, uint8(7))
 	f.Add([]byte{'d', 0xff, 0xff, 0xff, 0xff}, uint8(200))
 	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
-		cr := &copyReader{r: &splitReader{data: slices.Clone(data), sizes: []int{int(piece) + 1}, stalls: 1000}}
+		cr := &copyReader{r: &splitReader{data: slices.Clone(data), sizes: []int{int(piece) + 1}}}
 		var rebuilt []byte
 		for {
 			typ, body, err := cr.next()
