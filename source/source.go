@@ -591,11 +591,7 @@ func (st *streamReader) read(ctx context.Context) error {
 				}
 				continue
 			}
-			var ended streamEnded
-			if errors.As(err, &ended) {
-				return err
-			}
-			return fmt.Errorf("reading the replication stream of slot %s: %w", s.cfg.Slot, err)
+			return err
 		}
 		if len(data) == 0 {
 			continue
@@ -609,12 +605,6 @@ func (st *streamReader) read(ctx context.Context) error {
 	}
 }
 
-// streamEnded is the publisher ending the stream: an error it sent, or
-// the end of the copy.
-type streamEnded struct{ error }
-
-func (e streamEnded) Unwrap() error { return e.error }
-
 // receive returns the next CopyData message's payload, the caller's to
 // keep (nothing writes over it). Replication starts with the connection's
 // tap exact (handover), so pgconn's read buffer holds no bytes past the
@@ -623,7 +613,8 @@ func (e streamEnded) Unwrap() error { return e.error }
 // (a notice read ahead), the first messages come from pgconn, copied out
 // of the buffer it reuses, until it is empty. Other messages of the
 // protocol are skipped (notices, parameter changes), or end the stream (an
-// error, the end of the copy).
+// error, the end of the copy). A read's error is wrapped, a deadline's
+// still recognisable (errors.Is, pgconn.Timeout).
 func (st *streamReader) receive() ([]byte, error) {
 	slot := st.s.cfg.Slot
 	for st.cr == nil {
@@ -634,21 +625,21 @@ func (st *streamReader) receive() ([]byte, error) {
 		}
 		msg, err := st.s.conn.ReceiveMessage(context.Background())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading the replication stream of slot %s: %w", slot, err)
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			return bytes.Clone(m.Data), nil
 		case *pgproto3.ErrorResponse:
-			return nil, streamEnded{fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(m))}
+			return nil, publisherError(slot, m)
 		case *pgproto3.CopyDone:
-			return nil, streamEnded{fmt.Errorf("publisher ended the replication stream of slot %s", slot)}
+			return nil, copyDone(slot)
 		}
 	}
 	for {
 		typ, body, err := st.cr.next()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading the replication stream of slot %s: %w", slot, err)
 		}
 		switch typ {
 		case 'd':
@@ -658,11 +649,21 @@ func (st *streamReader) receive() ([]byte, error) {
 			if err := m.Decode(body); err != nil {
 				return nil, fmt.Errorf("publisher sent an unreadable error on slot %s: %w", slot, err)
 			}
-			return nil, streamEnded{fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(&m))}
+			return nil, publisherError(slot, &m)
 		case 'c':
-			return nil, streamEnded{fmt.Errorf("publisher ended the replication stream of slot %s", slot)}
+			return nil, copyDone(slot)
 		}
 	}
+}
+
+// publisherError is the error the publisher ended replication with.
+func publisherError(slot string, m *pgproto3.ErrorResponse) error {
+	return fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(m))
+}
+
+// copyDone is the publisher ending the copy without an error.
+func copyDone(slot string) error {
+	return fmt.Errorf("publisher ended the replication stream of slot %s", slot)
 }
 
 // copyData takes one message of the stream: a keepalive (answered at once

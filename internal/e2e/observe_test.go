@@ -85,17 +85,20 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// statusJSON runs parapply status --json.
-// A run records its status once a second from its first second on: status
-// asked for earlier finds none, and statusJSON asks again, for up to
-// statusFirstRecord.
+// statusJSON runs parapply status --json. A run records its status once a
+// second from its first second on: status asked for earlier finds none,
+// and statusJSON asks again, for up to statusFirstRecord.
 func statusJSON(t *testing.T, args ...string) (map[string]any, string) {
 	t.Helper()
 	deadline := time.Now().Add(statusFirstRecord)
-	out, err := exec.Command(parapplyBinary(t), append([]string{"status", "--json"}, args...)...).CombinedOutput()
-	for err != nil && bytes.Contains(out, []byte("no parapply status yet")) && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	var out []byte
+	var err error
+	for {
 		out, err = exec.Command(parapplyBinary(t), append([]string{"status", "--json"}, args...)...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte("no parapply status yet")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("parapply status: %v: %s", err, out)
