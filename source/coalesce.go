@@ -56,8 +56,7 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 		// Config.Unpaced keeps the socket in Go's poller (for diagnosis);
 		// so does a connection pacedConn cannot take over.
 		if !s.cfg.Unpaced {
-			if pc, err := newPacedConn(c, s.pace); err == nil {
-				pc.trickleOff = s.cfg.NoTrickle
+			if pc, err := pacedSocket(c, s.pace, s.cfg.NoTrickle); err == nil {
 				return pc, nil
 			}
 		}
@@ -74,6 +73,11 @@ func (s *Source) coalescingDialer(dial func(ctx context.Context, network, addr s
 // little behind keeps the window mostly closed and the
 // walsender's sends cheap.
 const largeTxnRead = 8 << 10
+
+// pacedReadBuffer is the most one paced read takes (the reader's room
+// bounds it too): far more than a walsender sends between two paced
+// reads.
+const pacedReadBuffer = 1 << 20
 
 // pace tells pacedConn whether reads may be delayed now, and how much a
 // paced read may take: inside a large transaction largeTxnRead; elsewhere

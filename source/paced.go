@@ -1,3 +1,5 @@
+//go:build linux
+
 package source
 
 import (
@@ -39,10 +41,16 @@ type pacedConn struct {
 	trickleOff    bool // Config.NoTrickle: pause before every read, even while the window is closed
 }
 
-// pacedReadBuffer is the most one paced read takes (the reader's room
-// bounds it too): far more than a walsender sends between two paced
-// reads.
-const pacedReadBuffer = 1 << 20
+// pacedSocket is newPacedConn for the dialer: reads paced as pace says,
+// and with noTrickle a pause before every read (Config.NoTrickle).
+func pacedSocket(c net.Conn, pace func() int, noTrickle bool) (net.Conn, error) {
+	p, err := newPacedConn(c, pace)
+	if err != nil {
+		return nil, err
+	}
+	p.trickleOff = noTrickle
+	return p, nil
+}
 
 // newPacedConn takes over c's socket and closes c; pace tells whether
 // reads may be delayed now, and by how much a paced read is bounded. On

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,7 +51,7 @@ func (s *Subscriber) slotHolder(ctx context.Context) (holder string, alive bool)
 		return "", false
 	}
 	me, _ := os.Hostname()
-	if h.Host == me && (h.PID == os.Getpid() || syscall.Kill(h.PID, 0) != nil) {
+	if h.Host == me && (h.PID == os.Getpid() || !processAlive(h.PID)) {
 		return "", false
 	}
 	return fmt.Sprintf("parapply pid %d on host %s (application_name %s), applying to this target since %s", h.PID, h.Host, h.AppName, h.Since.UTC().Format("2006-01-02 15:04:05 UTC")), h.Host == me

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("unknown layout %q (have %s)", l, strings.Join(layouts, ", "))
 		}
 		if l == layoutSeparate {
-			if _, _, err := cpuSides(); err != nil {
+			if err := checkSeparate(); err != nil {
 				return err
 			}
 		}

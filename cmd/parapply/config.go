@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/parapply/parapply/sequences"
@@ -140,17 +144,18 @@ func (s setting) usage() string {
 }
 
 // loadConfig resolves settings from defaults, --config file, environment and
-// flags, in that order of precedence.
-func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
+// flags, in that order of precedence. names are the settings the command
+// takes as flags (every one if none is named); a configuration file may
+// hold the others, for the commands that read the same file.
+func loadConfig(fs *flag.FlagSet, args []string, names ...string) (config, error) {
 	for _, s := range settings {
-		fs.Var(&settingFlag{s.def}, flagName(s.name), s.usage())
+		if len(names) == 0 || contains(names, s.name) {
+			fs.Var(&settingFlag{s.def}, flagName(s.name), s.usage())
+		}
 	}
-	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file in postgresql.conf syntax")
-	if err := fs.Parse(args); err != nil {
+	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file in postgresql.conf syntax (name = value lines)")
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := config{}
 	for _, s := range settings {
@@ -170,12 +175,105 @@ func loadConfig(fs *flag.FlagSet, args []string) (config, error) {
 			c[s.name] = v
 		}
 	}
+	warnUnknownEnv(os.Environ(), warnings)
 	fs.Visit(func(f *flag.Flag) {
 		if _, ok := f.Value.(*settingFlag); ok {
 			c[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
 		}
 	})
 	return c, nil
+}
+
+// helpOut is where -h prints a command's usage (standard output, so that
+// "parapply run -h | less" shows it); warnings is where settings that
+// cannot be right are reported.
+var (
+	helpOut  io.Writer = os.Stdout
+	warnings io.Writer = os.Stderr
+)
+
+// parseFlags parses a command's flags. -h prints the usage to helpOut
+// (flag.ErrHelp: exit 0); a flag that is not the command's, or a bad
+// value, is a usage error that says where the command's flags are listed,
+// without the whole list.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = io.Copy(helpOut, &out)
+		return err
+	case err != nil:
+		return usageError{fmt.Errorf("%w (parapply %s -h lists its flags)", err, fs.Name())}
+	case fs.NArg() > 0:
+		return usageError{fmt.Errorf("unexpected argument %q: every value is given with its flag (parapply %s -h lists them)", fs.Arg(0), fs.Name())}
+	}
+	return nil
+}
+
+// usageError is a command line that asks for something no command takes:
+// the exit status is 2, as for any usage error.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// otherEnv are the PARAPPLY_ variables that are no setting: the
+// configuration file, the developer aids of run (paced reads, profiles),
+// and, by prefix, those of parapply's tests and benchmark.
+var (
+	otherEnv       = []string{"PARAPPLY_CONFIG", "PARAPPLY_PACED", "PARAPPLY_TRICKLE", "PARAPPLY_CPU_PROFILE", "PARAPPLY_ALLOC_PROFILE"}
+	otherEnvPrefix = []string{"PARAPPLY_TEST_", "PARAPPLY_BENCH_", "PARAPPLY_PG_", "PARAPPLY_FAULT", "PARAPPLY_DEMO_", "PARAPPLY_READ_DELAY"}
+)
+
+// warnUnknownEnv reports each PARAPPLY_ variable of env that is no
+// setting, naming the nearest setting when it looks like a misspelling
+// (PARAPPLY_WOKERS): set, it would otherwise be ignored without a word.
+func warnUnknownEnv(env []string, w io.Writer) {
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, "PARAPPLY_")
+		if !ok || contains(otherEnv, name) || known(strings.ToLower(rest)) || slices.ContainsFunc(otherEnvPrefix, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		msg := fmt.Sprintf("parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored", name)
+		if near := nearestSetting(strings.ToLower(rest)); near != "" {
+			msg += fmt.Sprintf(" (did you mean PARAPPLY_%s?)", strings.ToUpper(near))
+		}
+		fmt.Fprintln(w, msg)
+	}
+}
+
+// nearestSetting is the setting within two edits of name, or "".
+func nearestSetting(name string) string {
+	best, bestD := "", 3
+	for _, s := range settings {
+		if d := editDistance(name, s.name); d < bestD {
+			best, bestD = s.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func known(name string) bool {

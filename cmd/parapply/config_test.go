@@ -437,11 +437,10 @@ func TestDurationKind(t *testing.T) {
 		{v: "1.5s", want: 1500 * time.Millisecond},
 		{v: "5min", want: 5 * time.Minute}, // postgresql.conf's unit for minutes
 		{v: "2h", want: 2 * time.Hour},
-		{v: "1500", want: 1500 * time.Millisecond}, // bare numbers are milliseconds
-		{v: "1", want: time.Millisecond},
-		{v: "5", want: 5 * time.Millisecond}, // group_max_delay = 5 is 5 ms, as in postgresql.conf
+		{v: "1500", wantErr: true}, // a bare number: refused, naming both units
+		{v: "5", wantErr: true},
 		{v: " 10s ", want: 10 * time.Second},
-		{v: "10", want: 10 * time.Millisecond},
+		{v: "10", off: true, wantErr: true},
 		{v: "0", off: true, want: 0},
 		{v: " 0 ", off: true, want: 0},
 		{v: "30s", off: true, want: 30 * time.Second},
@@ -460,7 +459,11 @@ func TestDurationKind(t *testing.T) {
 		got := time.Duration(-1)
 		err := readKind(duration(&got, tt.off), tt.v)
 		if tt.wantErr {
-			if want := `x = "` + tt.v + `" is not valid: a duration above zero, such as 10s (a bare number is milliseconds)`; err == nil || err.Error() != want {
+			want := `x = "` + tt.v + `" is not valid: a duration above zero with its unit, such as 10s`
+			if n := strings.TrimSpace(tt.v); n != "0" && isNumber(n) {
+				want = `x = "` + tt.v + `" is not valid: a duration with its unit, such as ` + n + `ms or ` + n + `s (a bare number is refused`
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
 				t.Errorf("duration(%q, off %v) = %v, %v; want error %s", tt.v, tt.off, got, err, want)
 			}
 			continue
@@ -485,14 +488,14 @@ func TestSizeKind(t *testing.T) {
 		{v: "64kB", want: 64 << 10},
 		{v: "1GB", want: 1 << 30},
 		{v: "2TB", want: 2 << 40},
-		{v: "4096", want: 4096}, // a bare number is bytes
+		{v: "4096", wantErr: `x = "4096" is not valid: a size with its unit, such as 16MB (units B, kB, MB, GB, TB; a bare number is refused`},
 		{v: "100B", want: 100},
 		{v: "", optional: true, want: 0},
 		{v: "64kB", min: 64 << 10, want: 64 << 10},
 		{v: "1MB", min: 64 << 10, optional: true, want: 1 << 20},
 		{v: "63kB", min: 64 << 10, wantErr: `x = "63kB" is not valid: a size of at least 64kB`},
-		{v: "65535", min: 64 << 10, wantErr: `x = "65535" is not valid: a size of at least 64kB`},
-		{v: "", wantErr: `x = "" is not valid: a size such as 16MB`},
+		{v: "65535B", min: 64 << 10, wantErr: `x = "65535B" is not valid: a size of at least 64kB`},
+		{v: "", wantErr: `x = "" is not valid: a size with its unit, such as 16MB`},
 		{v: "MB", wantErr: `x = "MB" is not valid`},
 		{v: "0MB", wantErr: `x = "0MB" is not valid`},
 		{v: "0", optional: true, wantErr: `x = "0" is not valid`},
@@ -621,13 +624,13 @@ func TestDefaultsRead(t *testing.T) {
 }
 
 // TestHelpShowsKinds: run -h shows each flag with the word for its kind
-// and its default, and says how a duration's bare number is read.
+// and its default, and the units a duration takes.
 func TestHelpShowsKinds(t *testing.T) {
 	clearEnv(t)
 	var out strings.Builder
-	fs := newFlagSet()
-	fs.SetOutput(&out)
-	if _, err := loadConfig(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+	helpOut = &out
+	defer func() { helpOut = os.Stdout }()
+	if _, err := loadConfig(newFlagSet(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("loadConfig(-h) = %v, want flag.ErrHelp", err)
 	}
 	help := out.String()
@@ -637,7 +640,7 @@ func TestHelpShowsKinds(t *testing.T) {
 		"-existing-data error|truncate|keep\n",
 		"-group-max-bytes size\n",
 		"-group-max-delay duration\n",
-		"a bare number is milliseconds",
+		"with its unit: ms, s, min or h",
 		"(default 200ms)",
 		"-log-level debug|info|warn|error\n",
 		"-streaming on|off\n",
@@ -718,7 +721,7 @@ func TestSubscriberConfigErrors(t *testing.T) {
 		{name: "bad sequences", change: map[string]string{"sequences": "some"}, wantErr: []string{`sequences = "some" is not valid: choose none, owned or all`}},
 		{name: "bad origin", change: map[string]string{"origin": "local"}, wantErr: []string{"origin", "any or none"}},
 		{name: "small logical_decoding_work_mem", change: map[string]string{"logical_decoding_work_mem": "32kB"}, wantErr: []string{"logical_decoding_work_mem", `"32kB"`, "at least 64kB"}},
-		{name: "bad group_max_delay", change: map[string]string{"group_max_delay": "0"}, wantErr: []string{`group_max_delay = "0" is not valid`, "a bare number is milliseconds"}},
+		{name: "bad group_max_delay", change: map[string]string{"group_max_delay": "0"}, wantErr: []string{`group_max_delay = "0" is not valid`, "with its unit"}},
 		{name: "bad lock_timeout", change: map[string]string{"lock_timeout": "0s"}, wantErr: []string{`lock_timeout = "0s"`}},
 		{name: "bad conflict_resolution", change: map[string]string{"conflict_resolution": "insert_exist=skip"}, wantErr: []string{"conflict_resolution", `"insert_exist"`}},
 		{name: "update_deleted without detection", change: map[string]string{"detect_conflicts": "off", "detect_update_deleted": "on"},
@@ -790,7 +793,7 @@ func TestSubscriberConfigMapping(t *testing.T) {
 	c["application_name"] = "myapp"
 	c["batch_rows"] = "123"
 	c["streaming"] = "on"
-	c["status_interval"] = "750"
+	c["status_interval"] = "750ms"
 	c["synchronous_commit"] = "remote_apply"
 	log, err := newLogger(c, io.Discard)
 	if err != nil {
@@ -888,8 +891,67 @@ func TestHelpExitsZero(t *testing.T) {
 	if code := exitCode(run(context.Background(), nil)); code != 2 {
 		t.Errorf("parapply with no command: exit status %d, want 2", code)
 	}
-	if code := exitCode(run(context.Background(), []string{"run", "--no-such-flag"})); code != exitPermanent {
-		t.Errorf("parapply run --no-such-flag: exit status %d, want %d (a restart does not change it)", code, exitPermanent)
+	for _, args := range [][]string{{"run", "--no-such-flag"}, {"skip", "--batch-rows", "5"}, {"nosuchcommand"}, {"drop", "extra"}} {
+		err := run(context.Background(), args)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("parapply %v: exit status %d (%v), want 2 (a usage error)", args, code, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "parapply") {
+			t.Errorf("parapply %v: %v does not say where the commands or flags are listed", args, err)
+		}
+	}
+}
+
+// TestHelpPerCommand: -h prints to standard output, and each command lists
+// its own flags, not every setting of run.
+func TestHelpPerCommand(t *testing.T) {
+	clearEnv(t)
+	tests := []struct {
+		args          []string
+		want, notWant []string
+	}{
+		{[]string{"run", "-h"}, []string{"usage: parapply run", "-batch-rows integer", "-workers auto|integer", "-config string"}, nil},
+		{[]string{"check", "-h"}, []string{"usage: parapply check", "-json", "-batch-rows integer"}, nil},
+		{[]string{"skip", "-h"}, []string{"usage: parapply skip", "-lsn string", "-list", "-target string", "-slot string"}, []string{"-batch-rows", "-workers", "-source"}},
+		{[]string{"sync-sequences", "-h"}, []string{"-sequences none|owned|all", "-publication list"}, []string{"-batch-rows", "-workers"}},
+		{[]string{"drop", "-h"}, []string{"-source string", "-target string", "-slot string"}, []string{"-batch-rows", "-publication"}},
+		{[]string{"status", "-h"}, []string{"-watch", "-json"}, []string{"-batch-rows"}},
+	}
+	for _, tt := range tests {
+		var out strings.Builder
+		helpOut = &out
+		err := run(context.Background(), tt.args)
+		helpOut = os.Stdout
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("parapply %v: %v, want flag.ErrHelp", tt.args, err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("parapply %v does not show %q:\n%s", tt.args, w, out.String())
+			}
+		}
+		for _, w := range tt.notWant {
+			if strings.Contains(out.String(), w) {
+				t.Errorf("parapply %v shows %q, not its flag:\n%s", tt.args, w, out.String())
+			}
+		}
+	}
+}
+
+// TestUnknownEnv: a PARAPPLY_ variable that is no setting is reported,
+// with the setting it was likely meant to be; settings and parapply's
+// other variables are not.
+func TestUnknownEnv(t *testing.T) {
+	var out strings.Builder
+	warnUnknownEnv([]string{"PARAPPLY_WOKERS=3", "PARAPPLY_WORKERS=2", "PARAPPLY_CONFIG=x", "PARAPPLY_TEST_SEED=1", "PARAPPLY_CPU_PROFILE=p", "PARAPPLY_SHINY=1", "PATH=/bin"}, &out)
+	got := out.String()
+	for _, want := range []string{"PARAPPLY_WOKERS is set in the environment but is no setting of parapply; it is ignored (did you mean PARAPPLY_WORKERS?)", "PARAPPLY_SHINY is set"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "\n") != 2 || strings.Contains(got, "PARAPPLY_SHINY is set in the environment but is no setting of parapply; it is ignored (did") {
+		t.Errorf("want two warnings, the second without a suggestion:\n%s", got)
 	}
 }
 
@@ -897,7 +959,7 @@ func TestHelpExitsZero(t *testing.T) {
 // read by the same kinds, and a bad value gets the same error from each.
 func TestLoadConfigTyped(t *testing.T) {
 	clearEnv(t)
-	path := writeFile(t, "group_max_delay = 5\ncommit_order = dependency\nworkers = 2\nlogical_decoding_work_mem = '256 kB'\n")
+	path := writeFile(t, "group_max_delay = 5ms\ncommit_order = dependency\nworkers = 2\nlogical_decoding_work_mem = '256 kB'\n")
 	t.Setenv("PARAPPLY_WORKERS", "4")
 	t.Setenv("PARAPPLY_LOCK_TIMEOUT", "2min")
 	c, err := loadConfig(newFlagSet(), []string{"--config", path, "--group-max-bytes", "1MB", "--lock-timeout", "0"})

@@ -45,7 +45,7 @@ func demoCommand(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long the publisher's workload runs")
 	clients := fs.Int("clients", 4, "concurrent writers on the publisher")
 	workersFlag := fs.String("workers", "auto", "parapply's apply workers (0: the stream reader applies; auto: as 0 until reads wait, then 8)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	workers, auto := 8, true
@@ -106,7 +106,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
-	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: version, Slot: "parapply_demo", ApplicationName: "parapply"}))))
+	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: "parapply_demo", ApplicationName: "parapply"}))))
 	rec := newRecorder(pair.Subscriber.DSN("postgres"), "parapply_demo", "parapply", s, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	final := make(chan error, 1)
 	recorded := make(chan struct{})

@@ -24,7 +24,7 @@ import (
 func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
 	usageFor(fs, "parapply drop --target DSN --slot NAME [--source DSN] [--config FILE]")
-	c, err := loadConfig(fs, args)
+	c, err := loadConfig(fs, args, "target", "source", "slot", "application_name")
 	if err != nil {
 		return err
 	}

@@ -106,10 +106,8 @@ func (k workersKind) set(name, v string) error {
 	return nil
 }
 
-// sizeKind is a byte count with PostgreSQL's memory units; a bare number
-// is bytes (where postgresql.conf would take kB for
-// logical_decoding_work_mem: parapply always read bytes). optional lets it
-// be empty (0).
+// sizeKind is a byte count with PostgreSQL's memory units (see
+// parseSize). optional lets it be empty (0).
 type sizeKind struct {
 	p        *int
 	min      int
@@ -119,7 +117,7 @@ type sizeKind struct {
 func size(p *int, min int, optional bool) kind { return sizeKind{p, min, optional} }
 
 func (k sizeKind) note() string {
-	n := "a `size` with unit B, kB, MB, GB or TB (a bare number is bytes)"
+	n := "a `size` with its unit: B, kB, MB, GB or TB"
 	if k.min > 1 {
 		n += ", at least " + sizeText(k.min)
 	}
@@ -136,7 +134,7 @@ func (k sizeKind) set(name, v string) error {
 	}
 	n, ok := parseSize(v)
 	if !ok {
-		return invalid(name, v, "a size such as 16MB; units B, kB, MB, GB, TB")
+		return invalid(name, v, "a size with its unit, such as 16MB (units B, kB, MB, GB, TB; a bare number is refused: PostgreSQL's own settings read it in different units)")
 	}
 	if n < k.min {
 		return invalid(name, v, "a size of at least "+sizeText(k.min)+", as on the publisher")
@@ -145,8 +143,11 @@ func (k sizeKind) set(name, v string) error {
 	return nil
 }
 
-// parseSize reads a byte count with an optional unit (B, kB, MB, GB, TB),
-// as PostgreSQL's memory settings are written; a bare number is bytes.
+// parseSize reads a byte count with its unit (B, kB, MB, GB, TB), as
+// PostgreSQL's memory settings are written. A bare number is refused:
+// postgresql.conf reads one in each setting's own unit (kB for
+// logical_decoding_work_mem), which a reader of parapply's file could not
+// tell.
 func parseSize(v string) (int, bool) {
 	s := strings.TrimSpace(v)
 	i := len(s)
@@ -154,7 +155,7 @@ func parseSize(v string) (int, bool) {
 		i--
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(s[:i]))
-	mult := map[string]int{"": 1, "b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}[strings.ToLower(strings.TrimSpace(s[i:]))]
+	mult := map[string]int{"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}[strings.ToLower(strings.TrimSpace(s[i:]))]
 	if err != nil || mult == 0 || n <= 0 {
 		return 0, false
 	}
@@ -176,7 +177,8 @@ func sizeText(n int) string {
 }
 
 // durationKind is a time with PostgreSQL's units (or Go's, 1m30s); a bare
-// number is milliseconds, as in postgresql.conf. off lets it be 0 (written
+// number is refused (postgresql.conf reads one in each setting's own unit,
+// seconds for some and milliseconds for others). off lets it be 0 (written
 // exactly so), whose meaning each such setting's help gives.
 type durationKind struct {
 	p   *time.Duration
@@ -186,7 +188,7 @@ type durationKind struct {
 func duration(p *time.Duration, off bool) kind { return durationKind{p, off} }
 
 func (durationKind) note() string {
-	return "a `duration` with unit ms, s, min or h, or as Go writes it (1m30s); a bare number is milliseconds"
+	return "a `duration` with its unit: ms, s, min or h, or as Go writes it (1m30s)"
 }
 
 func (k durationKind) set(name, v string) error {
@@ -196,21 +198,26 @@ func (k durationKind) set(name, v string) error {
 	}
 	d, ok := parseDuration(v)
 	if !ok {
-		return invalid(name, v, "a duration above zero, such as 10s (a bare number is milliseconds)")
+		if n := strings.TrimSpace(v); n != "0" && isNumber(n) {
+			return invalid(name, v, "a duration with its unit, such as "+n+"ms or "+n+"s (a bare number is refused: PostgreSQL's own settings read it in different units)")
+		}
+		return invalid(name, v, "a duration above zero with its unit, such as 10s")
 	}
 	*k.p = d
 	return nil
 }
 
-// parseDuration reads a positive duration: Go's form, min for minutes as
-// postgresql.conf writes them, and a bare number as milliseconds.
+func isNumber(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+// parseDuration reads a positive duration with its unit: Go's form, and
+// min for minutes as postgresql.conf writes them.
 func parseDuration(v string) (time.Duration, bool) {
 	s := strings.TrimSpace(v)
 	if n, ok := strings.CutSuffix(s, "min"); ok {
 		s = n + "m" // postgresql.conf's unit for minutes
-	}
-	if n, err := strconv.Atoi(s); err == nil {
-		return time.Duration(n) * time.Millisecond, n > 0
 	}
 	d, err := time.ParseDuration(s)
 	return d, err == nil && d > 0

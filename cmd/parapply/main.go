@@ -16,13 +16,16 @@ import (
 	"github.com/parapply/parapply/subscriber"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is the release, set at build time with -ldflags
+// "-X main.version=v1.2.3"; empty, versionLine takes the module's version
+// and the VCS revision Go records in the binary.
+var version = ""
 
 const usage = `parapply: apply a PostgreSQL publication to a target database, fast and exactly once
 
 usage:
   parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
+  parapply check --source DSN --target DSN --publication NAME [flags] check, before a start, everything run needs of both servers
   parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
   parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
   parapply skip --target DSN --slot NAME --lsn LSN                   skip one source transaction (by commit LSN) at the next start
@@ -38,7 +41,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:])
-	if code := exitCode(err); code == 1 || code == exitPermanent {
+	if code := exitCode(err); code != 0 && !errors.Is(err, errUsage) {
 		fmt.Fprintln(os.Stderr, "parapply:", oneLine(err.Error()))
 		os.Exit(code)
 	} else if code != 0 {
@@ -52,15 +55,15 @@ func main() {
 const exitPermanent = 3
 
 // exitCode maps what run returned to the process's exit status: 0 when it
-// succeeded or the usage was asked for (-h, --help), 2 when no command was
-// given, 3 when parapply stopped for a reason a restart does not change,
-// 1 for every other error (faults ridden out until reconnect_timeout, say);
-// main prints the error.
+// succeeded or the usage was asked for (-h, --help), 2 for a command line
+// no command takes (none given, an unknown flag), 3 when parapply stopped
+// for a reason a restart does not change, 1 for every other error (faults
+// ridden out until reconnect_timeout, say); main prints the error.
 func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, errUsage), errors.As(err, new(usageError)):
 		return 2
 	case errors.Is(err, subscriber.ErrPermanent):
 		return exitPermanent
@@ -86,6 +89,8 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "run":
 		return runCommand(ctx, args[1:])
+	case "check":
+		return checkCommand(ctx, args[1:], os.Stdout)
 	case "status":
 		return statusCommand(ctx, args[1:], os.Stdout)
 	case "sync-sequences":
@@ -97,12 +102,11 @@ func run(ctx context.Context, args []string) error {
 	case "demo":
 		return demoCommand(ctx, args[1:])
 	case "version", "--version":
-		fmt.Println("parapply", version)
+		fmt.Println(versionLine())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
 	}
-	fmt.Fprint(os.Stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return usageError{fmt.Errorf("unknown command %q (parapply help lists the commands)", args[0])}
 }

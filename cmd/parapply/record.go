@@ -31,7 +31,7 @@ type recorder struct {
 func newRecorder(dsn, slot, app string, sub *subscriber.Subscriber, log *slog.Logger, secrets [][]byte) *recorder {
 	host, _ := os.Hostname()
 	return &recorder{dsn: dsn, sub: sub, log: log, secrets: secrets,
-		base: status.Record{Slot: slot, PID: os.Getpid(), Host: host, Version: version, ApplicationName: app}}
+		base: status.Record{Slot: slot, PID: os.Getpid(), Host: host, Version: buildVersion(), ApplicationName: app}}
 }
 
 // run records every status.Interval until final delivers Run's result, then

@@ -92,7 +92,7 @@ func runCommand(ctx context.Context, args []string) error {
 	usageFor(fs, "parapply run --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE]")
 	c, err := loadConfig(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || errors.As(err, new(usageError)) {
 			return err
 		}
 		return subscriber.Permanent(err)
@@ -138,7 +138,7 @@ func runCommand(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		col := metrics.NewCollector(sub.Status, metrics.Info{Version: version, Slot: cfg.Source.Slot, ApplicationName: c["application_name"]})
+		col := metrics.NewCollector(sub.Status, metrics.Info{Version: buildVersion(), Slot: cfg.Source.Slot, ApplicationName: c["application_name"]})
 		go func() {
 			if err := metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(col))); err != nil {
 				log.Error("metrics endpoint stopped", "error", err)
@@ -151,9 +151,20 @@ func runCommand(ctx context.Context, args []string) error {
 	recorded := make(chan struct{})
 	go func() { rec.run(ctx, final); close(recorded) }()
 	done := make(chan error, 1)
-	go func() { done <- sub.Run(ctx) }()
+	go func() {
+		// After the recorder has started, so that a refusal is recorded
+		// where parapply status shows it.
+		if err := preflightGate(ctx, c, log); err != nil {
+			done <- subscriber.Permanent(err)
+			return
+		}
+		done <- sub.Run(ctx)
+	}()
 	finish := func(err error) error {
 		con.EndLive()
+		st := sub.Status()
+		log.Info(stoppedLine(st, ctx.Err() != nil, err), "applied", st.Applied.String(), "flushed", st.Durable.String(),
+			"txns", st.Txns, "rows", st.Rows, "conflicts", st.Conflicts)
 		final <- err
 		<-recorded
 		return err
@@ -189,6 +200,21 @@ func runCommand(ctx context.Context, args []string) error {
 			prev, prevAt = st, now
 		}
 	}
+}
+
+// stoppedLine says, at every stop, where the target stands: the source
+// position its last commit applied (the next start goes on from there),
+// the transactions applied since this process started, and why it
+// stopped.
+func stoppedLine(st subscriber.Status, interrupted bool, err error) string {
+	why := "the run ended"
+	switch {
+	case interrupted:
+		why = "interrupted (SIGINT or SIGTERM)"
+	case err != nil:
+		why = "an error, below"
+	}
+	return fmt.Sprintf("stopped at %s after %d transactions: %s", st.Applied, st.Txns, why)
 }
 
 // copyProgressLogger logs the initial copy's progress (off a terminal; on

@@ -19,7 +19,7 @@ import (
 func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("sync-sequences", flag.ContinueOnError)
 	usageFor(fs, "parapply sync-sequences --source DSN --target DSN --publication NAME[,NAME] [--sequences owned|all] [--config FILE]")
-	c, err := loadConfig(fs, args)
+	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "sequences", "application_name")
 	if err != nil {
 		return err
 	}

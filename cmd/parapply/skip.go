@@ -23,7 +23,7 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 	lsnFlag := fs.String("lsn", "", "commit LSN of the source transaction to skip (the one the error names, e.g. 0/1A2B3C4)")
 	list := fs.Bool("list", false, "list the slot's skip requests and whether each is pending, skipped or passed, instead of adding one")
 	usageFor(fs, "parapply skip --target DSN --slot NAME (--lsn LSN | --list) [--config FILE]")
-	c, err := loadConfig(fs, args)
+	c, err := loadConfig(fs, args, "target", "slot", "application_name")
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,7 @@ func (s *Server) launch() error {
 	if len(s.env) > 0 {
 		s.cmd.Env = append(os.Environ(), s.env...)
 	}
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	s.cmd.SysProcAttr = serverProcAttr(s.cred)
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s server: %w", s.Name, err)
 	}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/parapply/parapply/preflight"
+	"github.com/parapply/parapply/subscriber"
+)
+
+// checkCommand checks everything a run with these settings needs of the
+// publisher and the target, as pg_upgrade --check does: one line per
+// check, ok or what is wrong and the exact fix; exit 0 only when none
+// fails (warnings do not count).
+func checkCommand(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	usageFor(fs, "parapply check --source DSN --target DSN --publication NAME[,NAME] [--config FILE] [--json]   (takes every setting of run)")
+	c, err := loadConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	pc, err := preflightConfig(c)
+	if err != nil {
+		return err
+	}
+	rep := preflight.Run(ctx, pc)
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printReport(out, rep)
+	}
+	if n := rep.Failed(); n > 0 {
+		return subscriber.Permanent(fmt.Errorf("%d checks failed: parapply run refuses to start until they are fixed", n))
+	}
+	return nil
+}
+
+// preflightGate runs the checks before a run starts, before any slot is
+// created: a failed one stops it (the error lists each problem and its
+// fix; nothing was created on either server). Warnings are left to
+// parapply check (the run's own, where they matter, are logged as it
+// meets them); a server that cannot be reached is left to the run, which
+// rides such faults out.
+func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
+	pc, err := preflightConfig(c)
+	if err != nil {
+		return err
+	}
+	rep := preflight.Run(ctx, pc)
+	if sides := rep.Unreached(); len(sides) > 0 {
+		log.Warn("pre-flight checks skipped: the " + strings.Join(sides, " and the ") + " could not be reached")
+		return nil
+	}
+	var failed []string
+	for _, r := range rep.Results {
+		for _, p := range r.Problems {
+			if !p.Fails {
+				continue
+			}
+			line := r.Side + ": " + p.What
+			if p.Object != "" {
+				line = r.Side + ": " + p.Object + ": " + p.What
+			}
+			if p.Fix != "" {
+				line += " (fix: " + p.Fix + ")"
+			}
+			failed = append(failed, line)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	problems := "problems"
+	if len(failed) == 1 {
+		problems = "problem"
+	}
+	return fmt.Errorf("the pre-flight checks found %d %s, and nothing was created on either server: %s; parapply check (with the same settings) lists every check",
+		len(failed), problems, strings.Join(failed, "; "))
+}
+
+// preflightConfig reads the settings the checks need, refusing a
+// configuration run would refuse.
+func preflightConfig(c config) (preflight.Config, error) {
+	o, err := c.options()
+	if verr := o.validate(); verr != nil {
+		return preflight.Config{}, verr
+	}
+	if err != nil {
+		return preflight.Config{}, err
+	}
+	workers := o.Workers
+	if o.AutoWorkers {
+		workers = o.MaxWorkers
+	}
+	return preflight.Config{Source: o.Source, Target: o.Target, Publications: o.Publications, Slot: o.Slot, AppName: o.ApplicationName,
+		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Origin: o.Origin, DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts,
+		DetectUpdateDeleted: o.DetectUpdateDeleted, CopyDeferIndexes: o.CopyDeferIndexes, ExistingData: string(o.ExistingData),
+		Sequences: o.Sequences, Workers: workers, StreamWorkers: o.StreamWorkers, CopyWorkers: o.CopyWorkers}, nil
+}
+
+// printReport writes the report as pg_upgrade --check does: a line per
+// check with dots to its outcome, then for each problem what it is and
+// its fix, and a last line that sums up.
+func printReport(w io.Writer, rep preflight.Report) {
+	side := ""
+	for _, r := range rep.Results {
+		if r.Side != side {
+			if side != "" {
+				fmt.Fprintln(w)
+			}
+			side = r.Side
+			fmt.Fprintf(w, "Checking the %s\n", side)
+		}
+		fmt.Fprintf(w, "  %s\n", resultLine(r))
+		for _, p := range r.Problems {
+			what := p.What
+			if p.Object != "" {
+				what = p.Object + ": " + what
+			}
+			fmt.Fprintf(w, "      %s\n", what)
+			if p.Fix != "" {
+				fmt.Fprintf(w, "        fix: %s\n", p.Fix)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	switch f, wn := rep.Failed(), rep.Warnings(); {
+	case f > 0:
+		fmt.Fprintf(w, "%d checks failed, %d warn: fix the failed ones (the fix is under each) and check again\n", f, wn)
+	case wn > 0:
+		fmt.Fprintf(w, "every check passed; %d warn (read them: each says what parapply will not do)\n", wn)
+	default:
+		fmt.Fprintln(w, "every check passed")
+	}
+}
+
+// resultLine is one check's line: its name, dots, its outcome in capitals
+// unless ok, and its detail.
+func resultLine(r preflight.Result) string {
+	name := r.Check
+	const width = 48
+	dots := " "
+	if len(name) < width {
+		dots = " " + strings.Repeat(".", width-len(name)) + " "
+	}
+	outcome := string(r.Status)
+	if r.Status != preflight.OK {
+		outcome = strings.ToUpper(outcome)
+	}
+	line := name + dots + outcome
+	if r.Detail != "" {
+		line += " (" + r.Detail + ")"
+	}
+	return line
+}

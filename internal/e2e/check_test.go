@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// checkReport is parapply check --json's report, as far as the tests read
+// it.
+type checkReport struct {
+	Results []struct {
+		Side     string `json:"side"`
+		Check    string `json:"check"`
+		Status   string `json:"status"`
+		Problems []struct {
+			Object string `json:"object"`
+			What   string `json:"what"`
+			Fix    string `json:"fix"`
+			Fails  bool   `json:"fails"`
+		} `json:"problems"`
+	} `json:"results"`
+}
+
+// runCheck runs parapply check --json and returns its report, exit status
+// and output.
+func runCheck(t *testing.T, args ...string) (checkReport, int, string) {
+	t.Helper()
+	err, out := runOnce(t, append([]string{"check", "--json"}, args...)...)
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("parapply check: %v\n%s", err, out)
+	}
+	var rep checkReport
+	// The report is the JSON object on standard output; the error line
+	// follows it.
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&rep); err != nil {
+		t.Fatalf("parapply check --json printed no report (%v):\n%s", err, out)
+	}
+	return rep, code, out
+}
+
+// TestCheck: parapply check, against roles that lack what a run needs and
+// a target whose columns cannot hold the publisher's values, names every
+// missing privilege and setting with its fix; the fixes it prints, run as
+// they are, make every check pass; and parapply run refuses the same
+// setup before it creates anything.
+func TestCheck(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.both(`CREATE TYPE mood AS ENUM ('sad', 'ok')`)
+	e.exec(e.pub, `ALTER TYPE mood ADD VALUE 'happy'`)
+	e.exec(e.pub, `CREATE TABLE items (id int PRIMARY KEY, name varchar(50), m mood, price numeric(10,2));
+		CREATE TABLE audit_log (id bigserial PRIMARY KEY, note text);
+		CREATE TABLE nokey (v text);
+		CREATE PUBLICATION pub_check FOR TABLE items, audit_log, nokey`)
+	e.exec(e.sub, `CREATE TABLE items (id int PRIMARY KEY, name varchar(3), m mood, price numeric(12,2), added int NOT NULL);
+		CREATE TABLE audit_log (id bigserial PRIMARY KEY, note text);
+		CREATE TABLE nokey (v text)`)
+	// Roles as a DBA would first make them: replication on the
+	// publisher, table writes on the target.
+	e.exec(e.pub, `CREATE ROLE repl LOGIN REPLICATION; GRANT SELECT ON items, nokey TO repl`)
+	e.exec(e.sub, `CREATE ROLE applier LOGIN; GRANT INSERT, UPDATE, DELETE, TRUNCATE ON items, audit_log, nokey TO applier`)
+	src := strings.Replace(e.pair.Publisher.DSN("postgres"), "user=postgres", "user=repl", 1)
+	dst := strings.Replace(e.pair.Subscriber.DSN("postgres"), "user=postgres", "user=applier", 1)
+	args := []string{"--source", src, "--target", dst, "--publication", "pub_check", "--slot", "checked"}
+
+	rep, code, out := runCheck(t, args...)
+	if code != 3 {
+		t.Fatalf("parapply check: exit status %d, want 3 (checks failed):\n%s", code, out)
+	}
+	type want struct{ side, check, status, fragment string }
+	for _, w := range []want{
+		{"publisher", "published tables readable by the role", "failed", "public.audit_log"},
+		{"publisher", "pg_read_all_stats (optional)", "warning", "GRANT pg_read_all_stats TO repl"},
+		{"publisher", "replica identity of published tables", "warning", "public.nokey"},
+		{"publisher", "sequences", "warning", "audit_log_id_seq"},
+		{"target", "session_replication_role", "failed", "GRANT SET ON PARAMETER session_replication_role TO applier"},
+		{"target", "replication origin functions", "failed", "pg_replication_origin_session_setup"},
+		{"target", "schema parapply", "failed", "GRANT CREATE ON DATABASE"},
+		{"target", "published tables", "failed", "GRANT SELECT ON"},
+		{"target", "published columns and types", "failed", `the target's character varying(3) is shorter than the publisher's character varying(50)`},
+		{"target", "published columns and types", "failed", `lacks the publisher's labels 'happy'`},
+		{"target", "published columns and types", "failed", "column added is NOT NULL without a default"},
+		{"target", "sequences", "warning", "GRANT SELECT, UPDATE ON SEQUENCE"},
+	} {
+		found := false
+		for _, r := range rep.Results {
+			if r.Side != w.side || r.Check != w.check {
+				continue
+			}
+			found = true
+			if r.Status != w.status {
+				t.Errorf("%s %s: status %s, want %s", w.side, w.check, r.Status, w.status)
+			}
+			var text strings.Builder
+			for _, p := range r.Problems {
+				text.WriteString(p.Object + ": " + p.What + " (fix: " + p.Fix + ")\n")
+			}
+			if !strings.Contains(text.String(), w.fragment) {
+				t.Errorf("%s %s: problems\n%s lack %q", w.side, w.check, text.String(), w.fragment)
+			}
+		}
+		if !found {
+			t.Errorf("no check %s %s in the report:\n%s", w.side, w.check, out)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Side == "target" && r.Check == "published columns and types" {
+			for _, p := range r.Problems {
+				if strings.Contains(p.What, `column "price"`) {
+					t.Errorf("numeric(10,2) into numeric(12,2) reported: %s", p.What)
+				}
+			}
+		}
+	}
+
+	// parapply run refuses the same setup before creating anything, and
+	// its last line names each problem.
+	err, runOut := runOnce(t, append([]string{"run"}, args...)...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("parapply run: %v, want exit status 3:\n%s", err, runOut)
+	}
+	lines := strings.Split(strings.TrimSpace(runOut), "\n")
+	last := lines[len(lines)-1]
+	for _, w := range []string{"pre-flight checks found", "nothing was created", "GRANT SELECT ON", "character varying(3)", "parapply check"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("run's error %q lacks %q", last, w)
+		}
+	}
+	var slots int
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots`).Scan(&slots); err != nil || slots != 0 {
+		t.Errorf("slots after the refused start: %d (%v), want none", slots, err)
+	}
+
+	// Every fix that is SQL, run where it belongs, as the superuser; then
+	// every check passes.
+	for _, r := range rep.Results {
+		conn := map[string]*pgx.Conn{"publisher": e.pub, "target": e.sub}[r.Side]
+		for _, p := range r.Problems {
+			if !p.Fails && !strings.Contains(p.Fix, "SEQUENCE") {
+				continue
+			}
+			for _, stmt := range strings.SplitAfter(p.Fix, ";") {
+				stmt = strings.TrimSpace(stmt)
+				if !strings.Contains(stmt, "...") && (strings.HasPrefix(stmt, "GRANT") || strings.HasPrefix(stmt, "ALTER TABLE") || strings.HasPrefix(stmt, "ALTER TYPE")) {
+					e.exec(conn, stmt)
+				}
+			}
+		}
+	}
+	// What is not SQL to run as it stands: the NOT NULL column's default.
+	e.exec(e.sub, `ALTER TABLE items ALTER COLUMN added SET DEFAULT 0`)
+	rep, code, out = runCheck(t, args...)
+	if code != 0 {
+		t.Fatalf("after the fixes: exit status %d, want 0:\n%s", code, out)
+	}
+	for _, r := range rep.Results {
+		if r.Status == "failed" || r.Status == "skipped" {
+			t.Errorf("after the fixes: %s %s is %s: %+v", r.Side, r.Check, r.Status, r.Problems)
+		}
+	}
+	// And parapply runs with these roles: the copy, then the stream.
+	e.exec(e.pub, `INSERT INTO items VALUES (1, 'a', 'happy', 1.50), (2, 'b', 'sad', 2); INSERT INTO audit_log (note) VALUES ('one'), ('two'); INSERT INTO nokey VALUES ('x')`)
+	p := e.runProcess(t, append(args[:len(args):len(args)], "--workers", "0")...)
+	e.waitSlotExists(t, "checked", p)
+	e.exec(e.pub, `INSERT INTO items VALUES (3, 'c', 'ok', 3); UPDATE items SET name = 'a2' WHERE id = 1; DELETE FROM items WHERE id = 2; INSERT INTO audit_log (note) VALUES ('three')`)
+	e.waitSlotConfirmed("checked", waitCaughtUpFor, p.alive)
+	p.signal(syscall.SIGTERM)
+	e.exec(e.sub, `ALTER TABLE items DROP COLUMN added`) // the target's own column, which the publisher lacks
+	e.verify("items", "audit_log", "nokey")
+
+	// The human report: a line per check, the sum at the end.
+	human, err := exec.Command(parapplyBinary(t), append([]string{"check"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("parapply check: %v\n%s", err, human)
+	}
+	for _, w := range []string{"Checking the publisher\n", "Checking the target\n", "  wal_level ", " ok (logical)\n", "every check passed"} {
+		if !strings.Contains(string(human), w) {
+			t.Errorf("report lacks %q:\n%s", w, human)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+// Package preflight checks, before parapply starts, everything a run needs
+// of the publisher and the target for the settings given: the roles'
+// privileges, the servers' settings, the publications and each published
+// table's columns and types on the target. Each check ends ok, in a
+// warning, or failed with the exact fix (the GRANT, the ALTER SYSTEM), as
+// pg_upgrade --check reports; `parapply check` prints them, and `parapply
+// run` refuses to start, before any slot is created, while one fails.
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+)
+
+// Config is what the checks need of a run's settings.
+type Config struct {
+	Source, Target string
+	Publications   []string
+	Slot           string
+	AppName        string
+	// The settings that change what a run needs.
+	CopyData            bool
+	TwoPhase            bool
+	Origin              source.Origin
+	DetectConflicts     bool
+	Conflicts           *conflict.Rules
+	DetectUpdateDeleted bool
+	CopyDeferIndexes    bool
+	ExistingData        string // error, truncate or keep
+	Sequences           sequences.Mode
+	Workers             int // the most workers a run opens (max_workers with auto)
+	StreamWorkers       int
+	CopyWorkers         int
+}
+
+// Status is a check's outcome.
+type Status string
+
+// The outcomes, in order of weight.
+const (
+	OK      Status = "ok"
+	Warning Status = "warning"
+	Failed  Status = "failed"
+	// Skipped: the check could not run (its side could not be reached,
+	// or an earlier check failed); the report says why.
+	Skipped Status = "skipped"
+)
+
+// Problem is one thing a check found, on one object.
+type Problem struct {
+	Object string `json:"object,omitempty"`
+	What   string `json:"what"`
+	Fix    string `json:"fix,omitempty"`
+	// Fails is false for a warning.
+	Fails bool `json:"fails"`
+}
+
+// Result is one check.
+type Result struct {
+	Side     string    `json:"side"` // publisher or target
+	Check    string    `json:"check"`
+	Status   Status    `json:"status"`
+	Detail   string    `json:"detail,omitempty"`
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// Report is every check, in the order they ran.
+type Report struct {
+	Results []Result `json:"results"`
+}
+
+// Failed counts the checks that failed or could not run.
+func (r Report) Failed() int {
+	n := 0
+	for _, c := range r.Results {
+		if c.Status == Failed || c.Status == Skipped {
+			n++
+		}
+	}
+	return n
+}
+
+// Warnings counts the checks that warn.
+func (r Report) Warnings() int {
+	n := 0
+	for _, c := range r.Results {
+		if c.Status == Warning {
+			n++
+		}
+	}
+	return n
+}
+
+// timeout bounds the whole report: every query is a catalog read.
+const timeout = 60 * time.Second
+
+// Run runs every check. It never changes either server: what it tries
+// (session_replication_role) is rolled back.
+func Run(ctx context.Context, cfg Config) Report {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rep Report
+	pub := checkPublisher(ctx, cfg, &rep)
+	checkTarget(ctx, cfg, pub, &rep)
+	return rep
+}
+
+// add appends a check's result, its status the weightiest of its
+// problems'.
+func (r *Report) add(side, check, detail string, problems ...Problem) {
+	st := OK
+	for _, p := range problems {
+		if p.Fails {
+			st = Failed
+			break
+		}
+		st = Warning
+	}
+	r.Results = append(r.Results, Result{Side: side, Check: check, Status: st, Detail: detail, Problems: problems})
+}
+
+// has tells whether a check of that name was reported.
+func (r *Report) has(side, check string) bool {
+	for _, c := range r.Results {
+		if c.Side == side && c.Check == check {
+			return true
+		}
+	}
+	return false
+}
+
+// Unreached names the sides that could not be reached (their other
+// checks did not run).
+func (r Report) Unreached() []string {
+	var out []string
+	for _, c := range r.Results {
+		if c.Status == Skipped && c.Check == "the "+c.Side+"'s other checks" {
+			out = append(out, c.Side)
+		}
+	}
+	return out
+}
+
+// skip records a check that could not run, and why.
+func (r *Report) skip(side, check, why string) {
+	r.Results = append(r.Results, Result{Side: side, Check: check, Status: Skipped, Detail: why})
+}
+
+func fail(object, what, fix string) Problem {
+	return Problem{Object: object, What: what, Fix: fix, Fails: true}
+}
+
+func warn(object, what, fix string) Problem {
+	return Problem{Object: object, What: what, Fix: fix}
+}
+
+// quoteName quotes a schema-qualified name for a fix's SQL.
+func quoteName(schema, name string) string {
+	return fmt.Sprintf("%s.%s", ident(schema), ident(name))
+}

@@ -1,0 +1,365 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/source"
+)
+
+// published is what the target's checks need of the publisher.
+type published struct {
+	reached bool
+	role    string
+	// slotExists: the run resumes from the slot (no copy of tables
+	// already synced); tables: what the publications send, with the
+	// publisher's columns; ops: what they publish (insert, update,
+	// delete, truncate).
+	slotExists bool
+	tables     []pubTable
+	ops        map[string]bool
+	sequences  []sequences.Sequence
+}
+
+type pubTable struct {
+	source.PublishedTable
+	columns []Column
+}
+
+func (t pubTable) name() string { return quoteName(t.Schema, t.Name) }
+
+const sidePub = "publisher"
+
+func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
+	var p published
+	conn, err := connect(ctx, cfg.Source, cfg.AppName)
+	if err != nil {
+		rep.add(sidePub, "connection", "", fail("", err.Error(), "check the source connection string (host, port, dbname, user, password) and the publisher's pg_hba.conf"))
+		rep.skip(sidePub, "the publisher's other checks", "the publisher could not be reached")
+		return p
+	}
+	defer conn.Close(context.Background())
+	p.reached = true
+	var version, maxSlots, maxSenders, slots, senders int
+	var walLevel string
+	var super, replication, readStats bool
+	err = conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num')::int, pg_catalog.current_setting('wal_level'),
+			pg_catalog.current_setting('max_replication_slots')::int, pg_catalog.current_setting('max_wal_senders')::int,
+			(SELECT count(*) FROM pg_catalog.pg_replication_slots)::int,
+			(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type = 'walsender')::int,
+			current_user::text, r.rolsuper, r.rolreplication, pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&version, &walLevel, &maxSlots, &maxSenders, &slots, &senders,
+		&p.role, &super, &replication, &readStats)
+	if err != nil {
+		rep.add(sidePub, "connection", "", fail("", "reading the publisher's settings: "+err.Error(), ""))
+		return p
+	}
+	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role), versionProblems(cfg, version)...)
+	if walLevel != "logical" {
+		rep.add(sidePub, "wal_level", "", fail("", "wal_level is "+walLevel+"; logical decoding needs logical", "ALTER SYSTEM SET wal_level = logical; then restart the publisher"))
+	} else {
+		rep.add(sidePub, "wal_level", "logical")
+	}
+	switch {
+	case super:
+		rep.add(sidePub, "REPLICATION attribute", "superuser")
+	case replication:
+		rep.add(sidePub, "REPLICATION attribute", "role "+p.role+" has it")
+	default:
+		rep.add(sidePub, "REPLICATION attribute", "", fail("", "role "+p.role+" may not open a replication connection", "ALTER ROLE "+ident(p.role)+" REPLICATION;"))
+	}
+	if super || readStats {
+		rep.add(sidePub, "pg_read_all_stats (optional)", "parapply status shows the walsender's state")
+	} else {
+		rep.add(sidePub, "pg_read_all_stats (optional)", "", warn("", "parapply status cannot show the walsender's state and sync_state: role "+p.role+" may not read other sessions' statistics", "GRANT pg_read_all_stats TO "+ident(p.role)+";"))
+	}
+	if super || replication {
+		rep.add(sidePub, "replication connection", "", replicationConnection(ctx, cfg)...)
+	} else {
+		rep.skip(sidePub, "replication connection", "the role lacks the REPLICATION attribute")
+	}
+	p.slotExists = checkSlot(ctx, conn, cfg.Slot, maxSlots, slots, maxSenders, senders, rep)
+	checkPublications(ctx, conn, cfg, &p, rep)
+	return p
+}
+
+// versionProblems: the versions some settings need.
+func versionProblems(cfg Config, version int) []Problem {
+	var out []Problem
+	switch {
+	case version < 140000:
+		out = append(out, fail("", "parapply needs PostgreSQL 14 or newer on the publisher", "upgrade the publisher"))
+	case cfg.Origin == source.OriginNone && version < 160000:
+		out = append(out, fail("", "origin = none needs PostgreSQL 16 or newer on the publisher", "set origin = any, or upgrade the publisher"))
+	case cfg.TwoPhase && version < 150000:
+		out = append(out, fail("", "two_phase needs PostgreSQL 15 or newer on the publisher", "turn two_phase off, or upgrade the publisher"))
+	}
+	return out
+}
+
+// replicationConnection opens a replication connection as a run does:
+// pg_hba.conf, max_wal_senders and the role's attribute all decide it.
+func replicationConnection(ctx context.Context, cfg Config) []Problem {
+	pc, err := pgconn.ParseConfig(cfg.Source)
+	if err != nil {
+		return []Problem{fail("", err.Error(), "")}
+	}
+	pc.RuntimeParams["replication"] = "database"
+	pc.RuntimeParams["application_name"] = cfg.AppName + " check"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return []Problem{fail("", oneReason(err), "allow it in the publisher's pg_hba.conf (a replication connection to a database matches the database's lines, as a plain one does) and keep a free max_wal_senders")}
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err != nil {
+		return []Problem{fail("", "IDENTIFY_SYSTEM: "+err.Error(), "")}
+	}
+	return nil
+}
+
+// checkSlot reports the slot: resumed from when it exists, room for it
+// when it does not.
+func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots, maxSenders, senders int, rep *Report) (exists bool) {
+	var plugin, database, walStatus *string
+	var active bool
+	var pid *int
+	err := conn.QueryRow(ctx, `SELECT plugin::text, database::text, active, active_pid, wal_status
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &database, &active, &pid, &walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var probs []Problem
+		if slots >= maxSlots {
+			probs = append(probs, fail("", fmt.Sprintf("every replication slot is taken (max_replication_slots = %d)", maxSlots),
+				fmt.Sprintf("drop a slot no one uses (SELECT pg_drop_replication_slot(name)), or ALTER SYSTEM SET max_replication_slots = %d; then restart the publisher", maxSlots+1)))
+		}
+		if senders >= maxSenders {
+			probs = append(probs, fail("", fmt.Sprintf("every walsender is taken (max_wal_senders = %d)", maxSenders),
+				fmt.Sprintf("ALTER SYSTEM SET max_wal_senders = %d; then restart the publisher", maxSenders+1)))
+		}
+		rep.add(sidePub, "slot "+slot, "missing: created (pgoutput) at the first start", probs...)
+		return false
+	}
+	if err != nil {
+		rep.add(sidePub, "slot "+slot, "", fail("", "reading pg_replication_slots: "+err.Error(), ""))
+		return false
+	}
+	var current string
+	_ = conn.QueryRow(ctx, "SELECT pg_catalog.current_database()::text").Scan(&current)
+	var probs []Problem
+	switch {
+	case plugin == nil || *plugin != "pgoutput":
+		probs = append(probs, fail("", "slot "+slot+" is not a logical slot of pgoutput", "use another slot name (slot = ...)"))
+	case database != nil && *database != current:
+		probs = append(probs, fail("", "slot "+slot+" belongs to database "+*database, "use another slot name, or connect to that database"))
+	case walStatus != nil && *walStatus == "lost":
+		probs = append(probs, fail("", "slot "+slot+" was invalidated: the publisher removed WAL it needed (wal_status lost)", "retire it with parapply drop --slot "+slot+" --source ..., then start again with the initial copy"))
+	case active && pid != nil:
+		// A warning: a run waits for a walsender that is going away (a
+		// subscriber that just stopped) and names a parapply holding it.
+		probs = append(probs, warn("", fmt.Sprintf("slot %s is in use by walsender pid %d: a run waits for it (reconnect_timeout), then stops", slot, *pid), "stop what streams from it, or start with another --slot"))
+	}
+	rep.add(sidePub, "slot "+slot, "exists: the run resumes from it", probs...)
+	return true
+}
+
+// checkPublications reads the publications and what they send, then
+// checks each published table on the publisher: the copy reads it, and
+// without a replica identity the publisher refuses its updates and
+// deletes.
+func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
+	if len(cfg.Publications) == 0 {
+		rep.add(sidePub, "publications", "", fail("", "no publication given", "set publication"))
+		return
+	}
+	rows, _ := conn.Query(ctx, `SELECT pubname::text, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = ANY($1)`, cfg.Publications)
+	p.ops = map[string]bool{}
+	found := map[string]bool{}
+	var name string
+	var ins, upd, del, trunc bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &ins, &upd, &del, &trunc}, func() error {
+		found[name] = true
+		p.ops["insert"] = p.ops["insert"] || ins
+		p.ops["update"] = p.ops["update"] || upd
+		p.ops["delete"] = p.ops["delete"] || del
+		p.ops["truncate"] = p.ops["truncate"] || trunc
+		return nil
+	})
+	if err != nil {
+		rep.add(sidePub, "publications", "", fail("", "reading pg_publication: "+err.Error(), ""))
+		return
+	}
+	var probs []Problem
+	for _, pub := range cfg.Publications {
+		if !found[pub] {
+			probs = append(probs, fail("", "publication "+ident(pub)+" does not exist", "CREATE PUBLICATION "+ident(pub)+" FOR TABLE ...; (or FOR ALL TABLES) on the publisher"))
+		}
+	}
+	if len(probs) > 0 {
+		rep.add(sidePub, "publications", "", probs...)
+		return
+	}
+	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Publications)
+	if err != nil {
+		rep.add(sidePub, "publications", "", fail("", err.Error(), ""))
+		return
+	}
+	if len(tables) == 0 {
+		rep.add(sidePub, "publications", strings.Join(cfg.Publications, ", "), warn("", "the publications send no table", "ALTER PUBLICATION ... ADD TABLE ..."))
+	} else {
+		rep.add(sidePub, "publications", fmt.Sprintf("%s: %d tables", strings.Join(cfg.Publications, ", "), len(tables)))
+	}
+	var read, identity []Problem
+	for _, t := range tables {
+		pt := pubTable{PublishedTable: t}
+		var readable bool
+		var replident string
+		var hasKey bool
+		err := conn.QueryRow(ctx, `SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident))
+			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+			t.Schema, t.Name).Scan(&readable, &replident, &hasKey)
+		if err != nil {
+			read = append(read, fail(pt.name(), "reading the table's catalog: "+err.Error(), ""))
+			continue
+		}
+		if !readable && cfg.CopyData {
+			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + ";"
+			if p.slotExists {
+				read = append(read, warn(pt.name(), "role "+p.role+" may not read it: a table not copied yet (one added to the publication) cannot be copied", fix))
+			} else {
+				read = append(read, fail(pt.name(), "role "+p.role+" may not read it: the initial copy reads it", fix))
+			}
+		}
+		if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
+			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", "add a primary key, or ALTER TABLE "+pt.name()+" REPLICA IDENTITY FULL; on the publisher"))
+		}
+		cols, generated, err := readColumns(ctx, conn, t.Schema, t.Name)
+		if err != nil {
+			read = append(read, fail(pt.name(), "reading its columns: "+err.Error(), ""))
+			continue
+		}
+		// The columns sent: those listed, or every one but the generated
+		// (which the publisher sends only when listed).
+		pt.columns = slices.DeleteFunc(cols, func(c Column) bool {
+			if t.Columns != nil {
+				return !slices.Contains(t.Columns, c.Name)
+			}
+			return generated[c.Name]
+		})
+		p.tables = append(p.tables, pt)
+	}
+	if len(tables) > 0 {
+		what := "the initial copy reads them"
+		if !cfg.CopyData {
+			what = "copy_data is off: not read"
+		}
+		rep.add(sidePub, "published tables readable by the role", what, read...)
+		rep.add(sidePub, "replica identity of published tables", "", identity...)
+	}
+	if cfg.Sequences != sequences.None {
+		checkPublisherSequences(ctx, conn, cfg, p, rep)
+	}
+}
+
+// checkPublisherSequences: the sequences parapply carries must be
+// readable on the publisher.
+func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
+	tables := make([]sequences.Table, len(p.tables))
+	for i, t := range p.tables {
+		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}
+	}
+	seqs, err := sequences.Read(ctx, conn, cfg.Sequences, tables)
+	if err != nil {
+		rep.add(sidePub, "sequences", "", warn("", err.Error(), ""))
+		return
+	}
+	p.sequences = seqs
+	var probs []Problem
+	for _, s := range seqs {
+		if !s.Readable {
+			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", "GRANT SELECT ON SEQUENCE "+s.QualifiedName()+" TO "+ident(p.role)+";"))
+		}
+	}
+	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s)", len(seqs), cfg.Sequences), probs...)
+}
+
+// readColumns reads a table's columns as Compare takes them, and which
+// are generated.
+func readColumns(ctx context.Context, conn *pgx.Conn, schema, name string) ([]Column, map[string]bool, error) {
+	rows, _ := conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), t.typcategory::text,
+			CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) END,
+			a.attgenerated <> ''
+		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, schema, name)
+	var cols []Column
+	generated := map[string]bool{}
+	var c Column
+	var gen bool
+	_, err := pgx.ForEachRow(rows, []any{&c.Name, &c.Type, &c.Category, &c.Enum, &gen}, func() error {
+		c.Base, c.Mod = splitType(c.Type)
+		cols = append(cols, c)
+		generated[c.Name] = gen
+		c = Column{}
+		return nil
+	})
+	return cols, generated, err
+}
+
+// connect opens a plain connection for the checks.
+func connect(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cc.RuntimeParams["application_name"] = app + " check"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, errors.New(oneReason(err))
+	}
+	return conn, nil
+}
+
+// oneReason is a connection error's cause alone: pgx lists every address
+// and TLS attempt it made, the last one's reason is the one that matters.
+func oneReason(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Severity + ": " + pe.Message + " (SQLSTATE " + pe.Code + ")"
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, "failed to connect") {
+		return strings.TrimSpace(msg[i+2:])
+	}
+	return msg
+}
+
+// ident quotes an identifier for a fix's SQL as quote_ident does: only
+// where it must (not lower case letters, digits and underscores, or a
+// reserved word), so that the fix reads as a DBA would write it.
+func ident(s string) string {
+	if simpleIdent.MatchString(s) && !slices.Contains(reserved, s) {
+		return s
+	}
+	return parapply.QuoteIdent(s)
+}
+
+var simpleIdent = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+
+// reserved are PostgreSQL's reserved key words and those that cannot name
+// a table or a role unquoted.
+var reserved = strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate
+	collation column concurrently constraint create cross current_catalog current_date current_role current_schema current_time
+	current_timestamp current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full
+	grant group having ilike in initially inner intersect into is isnull join lateral leading left like limit localtime
+	localtimestamp natural not notnull null offset on only or order outer overlaps placing primary references returning right
+	select session_user similar some symmetric system_user table tablesample then to trailing true union unique user using
+	variadic verbose when where window with`)

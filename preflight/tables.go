@@ -1,0 +1,198 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// targetTable is what the checks read of a published table on the target.
+type targetTable struct {
+	kind                string
+	schemaUsage         bool
+	privileges          map[string]bool
+	owns                bool
+	columns             []Column
+	generated, required map[string]bool // generated columns; NOT NULL without a default
+}
+
+// privileges are the table privileges a run's statements use: SELECT (the
+// keys of updates and deletes, conflict detection) and INSERT always, the
+// others as the publications publish them.
+func neededPrivileges(ops map[string]bool) []string {
+	out := []string{"SELECT", "INSERT"}
+	for _, op := range []string{"update", "delete", "truncate"} {
+		if ops[op] {
+			out = append(out, strings.ToUpper(op))
+		}
+	}
+	return out
+}
+
+func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, role string, rep *Report) {
+	if len(pub.tables) == 0 {
+		return
+	}
+	needs := neededPrivileges(pub.ops)
+	var tableProbs, colProbs, rowProbs []Problem
+	for _, t := range pub.tables {
+		name := t.name()
+		tt, found, err := readTargetTable(ctx, conn, t.Schema, t.Name)
+		switch {
+		case err != nil:
+			tableProbs = append(tableProbs, fail(name, "reading it on the target: "+err.Error(), ""))
+			continue
+		case !found:
+			tableProbs = append(tableProbs, fail(name, "does not exist on the target", "create it there with the publisher's columns (pg_dump --schema-only --table="+name+" on the publisher gives its definition)"))
+			continue
+		case tt.kind != "r" && tt.kind != "p":
+			tableProbs = append(tableProbs, fail(name, "is not a table on the target (relkind "+tt.kind+")", "apply to a table of that name"))
+			continue
+		}
+		var missing []string
+		for _, p := range needs {
+			if !tt.privileges[p] {
+				missing = append(missing, p)
+			}
+		}
+		if !tt.schemaUsage {
+			tableProbs = append(tableProbs, fail(name, "role "+role+" may not use schema "+t.Schema, "GRANT USAGE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
+		}
+		if len(missing) > 0 {
+			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+";"))
+		}
+		if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
+			why := "detect_update_deleted installs a trigger on it"
+			if !cfg.DetectUpdateDeleted {
+				why = "copy_defer_indexes drops and rebuilds its indexes"
+			}
+			tableProbs = append(tableProbs, fail(name, why+": role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
+		}
+		colProbs = append(colProbs, compareColumns(name, t.columns, tt)...)
+		if !pub.slotExists && cfg.CopyData && cfg.ExistingData == "error" && tt.privileges["SELECT"] && tt.schemaUsage {
+			var held bool
+			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&held); err == nil && held {
+				rowProbs = append(rowProbs, fail(name, "holds rows, and the initial copy would copy the publisher's rows on top of them",
+					"empty it (TRUNCATE "+name+"), or set existing_data = truncate or keep, or copy_data = off if it is already in sync"))
+			}
+		}
+	}
+	rep.add(sideTarget, "published tables", fmt.Sprintf("%d tables; the role needs %s on each", len(pub.tables), strings.Join(needs, ", ")), tableProbs...)
+	rep.add(sideTarget, "published columns and types", "every publisher value can be stored", colProbs...)
+	if !pub.slotExists && cfg.CopyData {
+		rep.add(sideTarget, "rows already on the target", "existing_data = "+cfg.ExistingData, rowProbs...)
+	}
+}
+
+// compareColumns checks that every published column has a column on the
+// target that takes its values, and that the target has no column an
+// insert would leave NULL against a NOT NULL without a default.
+func compareColumns(table string, pub []Column, tt targetTable) []Problem {
+	var out []Problem
+	byName := map[string]Column{}
+	for _, c := range tt.columns {
+		byName[c.Name] = c
+	}
+	for _, c := range pub {
+		tc, ok := byName[c.Name]
+		col := "column " + ident(c.Name)
+		switch {
+		case tt.generated[c.Name]:
+			out = append(out, fail(table, col+" is generated on the target and published by the publisher", "drop the generation on the target (ALTER TABLE "+table+" ALTER COLUMN "+ident(c.Name)+" DROP EXPRESSION;), or leave the column out of the publication"))
+			continue
+		case !ok:
+			out = append(out, fail(table, col+" is missing on the target", "ALTER TABLE "+table+" ADD COLUMN "+ident(c.Name)+" "+c.Type+";"))
+			continue
+		}
+		fit := Compare(c, tc)
+		switch {
+		case fit.Fails && len(fit.Labels) > 0:
+			var fix []string
+			for _, l := range fit.Labels {
+				fix = append(fix, "ALTER TYPE "+tc.Type+" ADD VALUE "+literal(l)+";")
+			}
+			out = append(out, fail(table, col+": "+fit.Why, strings.Join(fix, " ")))
+		case fit.Fails:
+			out = append(out, fail(table, col+": "+fit.Why, "ALTER TABLE "+table+" ALTER COLUMN "+ident(c.Name)+" TYPE "+c.Type+";"))
+		case fit.Warns:
+			out = append(out, warn(table, col+": "+fit.Why, ""))
+		}
+	}
+	for _, c := range tt.columns {
+		if tt.required[c.Name] && !slices.ContainsFunc(pub, func(p Column) bool { return p.Name == c.Name }) {
+			out = append(out, fail(table, "column "+ident(c.Name)+" is NOT NULL without a default on the target and not published: every insert would be refused",
+				"ALTER TABLE "+table+" ALTER COLUMN "+ident(c.Name)+" SET DEFAULT ...; or DROP NOT NULL"))
+		}
+	}
+	return out
+}
+
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// readTargetTable reads one table on the target; found is false when
+// there is none of that name.
+func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (tt targetTable, found bool, err error) {
+	var oid uint32
+	var sel, ins, upd, del, trunc bool
+	err = conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
+			pg_catalog.has_table_privilege(c.oid, 'SELECT'), pg_catalog.has_table_privilege(c.oid, 'INSERT'),
+			pg_catalog.has_table_privilege(c.oid, 'UPDATE'), pg_catalog.has_table_privilege(c.oid, 'DELETE'),
+			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE')
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tt, false, nil
+	}
+	if err != nil {
+		return tt, false, err
+	}
+	tt.privileges = map[string]bool{"SELECT": sel, "INSERT": ins, "UPDATE": upd, "DELETE": del, "TRUNCATE": trunc}
+	tt.generated, tt.required = map[string]bool{}, map[string]bool{}
+	rows, err := conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), t.typcategory::text,
+			CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) END,
+			a.attgenerated <> '', a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''
+		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+	if err != nil {
+		return tt, true, err
+	}
+	var c Column
+	var generated, required bool
+	_, err = pgx.ForEachRow(rows, []any{&c.Name, &c.Type, &c.Category, &c.Enum, &generated, &required}, func() error {
+		c.Base, c.Mod = splitType(c.Type)
+		if generated {
+			tt.generated[c.Name] = true
+		} else {
+			tt.columns = append(tt.columns, c)
+		}
+		tt.required[c.Name] = required
+		c = Column{}
+		return nil
+	})
+	return tt, true, err
+}
+
+// checkTargetSequences: parapply reads a target sequence before it moves
+// it forward, and never sets one it cannot read.
+func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, role string, rep *Report) {
+	var probs []Problem
+	for _, s := range pub.sequences {
+		var exists, sel, upd bool
+		err := conn.QueryRow(ctx, `SELECT true, pg_catalog.has_sequence_privilege(c.oid, 'SELECT'), pg_catalog.has_sequence_privilege(c.oid, 'UPDATE')
+			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			probs = append(probs, warn(s.QualifiedName(), "missing on the target: not carried", "create it there"))
+		case err != nil:
+			probs = append(probs, warn(s.QualifiedName(), err.Error(), ""))
+		case !sel || !upd:
+			probs = append(probs, warn(s.QualifiedName(), "role "+role+" may not read and set it: not carried", "GRANT SELECT, UPDATE ON SEQUENCE "+s.QualifiedName()+" TO "+ident(role)+";"))
+		}
+	}
+	rep.add(sideTarget, "sequences", fmt.Sprintf("%d sequences carried from the publisher", len(pub.sequences)), probs...)
+}
