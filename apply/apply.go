@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/target"
 )
 
@@ -229,7 +230,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	cc, err := pgx.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("target DSN: %w", err)
+		return nil, pgerr.Parse("target", err)
 	}
 	if cfg.AppName != "" {
 		cc.RuntimeParams["application_name"] = cfg.AppName
@@ -239,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
+		return nil, fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
 	}
 	a := newApplier(cfg, conn)
 	if cfg.Prefetch {

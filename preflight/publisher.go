@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 )
@@ -40,7 +41,7 @@ const sidePub = "publisher"
 
 func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	var p published
-	conn, err := connect(ctx, cfg.Source, cfg.AppName)
+	conn, err := connect(ctx, "source", cfg.Source, cfg.AppName)
 	if err != nil {
 		rep.add(sidePub, "connection", "", fail("", err.Error(), "check the source connection string (host, port, dbname, user, password) and the publisher's pg_hba.conf"))
 		rep.skip(sidePub, "the publisher's other checks", "the publisher could not be reached")
@@ -110,13 +111,13 @@ func versionProblems(cfg Config, version int) []Problem {
 func replicationConnection(ctx context.Context, cfg Config) []Problem {
 	pc, err := pgconn.ParseConfig(cfg.Source)
 	if err != nil {
-		return []Problem{fail("", err.Error(), "")}
+		return []Problem{fail("", pgerr.Parse("source", err).Error(), "")}
 	}
 	pc.RuntimeParams["replication"] = "database"
 	pc.RuntimeParams["application_name"] = cfg.AppName + " check"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
-		return []Problem{fail("", oneReason(err), "allow it in the publisher's pg_hba.conf (a replication connection to a database matches the database's lines, as a plain one does) and keep a free max_wal_senders")}
+		return []Problem{fail("", pgerr.Short(err).Error(), "allow it in the publisher's pg_hba.conf (a replication connection to a database matches the database's lines, as a plain one does) and keep a free max_wal_senders")}
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err != nil {
@@ -315,31 +316,17 @@ func readColumns(ctx context.Context, conn *pgx.Conn, schema, name string) ([]Co
 }
 
 // connect opens a plain connection for the checks.
-func connect(ctx context.Context, dsn, app string) (*pgx.Conn, error) {
+func connect(ctx context.Context, side, dsn, app string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, err
+		return nil, pgerr.Parse(side, err)
 	}
 	cc.RuntimeParams["application_name"] = app + " check"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, errors.New(oneReason(err))
+		return nil, pgerr.Short(err)
 	}
 	return conn, nil
-}
-
-// oneReason is a connection error's cause alone: pgx lists every address
-// and TLS attempt it made, the last one's reason is the one that matters.
-func oneReason(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Severity + ": " + pe.Message + " (SQLSTATE " + pe.Code + ")"
-	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, "failed to connect") {
-		return strings.TrimSpace(msg[i+2:])
-	}
-	return msg
 }
 
 // ident quotes an identifier for a fix's SQL as quote_ident does: only

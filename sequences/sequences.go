@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/internal/enum"
+	"github.com/parapply/parapply/internal/pgerr"
 )
 
 // Mode says which publisher sequences are brought to the target (the
@@ -265,7 +266,7 @@ func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	cc.RuntimeParams["application_name"] = appName
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s port %d database %s user %s for the sequences: %w", cc.Host, cc.Port, cc.Database, cc.User, err)
+		return nil, fmt.Errorf("connecting to %s port %d database %s user %s for the sequences: %w", cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
 	}
 	return conn, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
+	"github.com/parapply/parapply/internal/pgerr"
 )
 
 // Config says where to read from and what to ask the publisher for.
@@ -141,7 +142,7 @@ func (s *Source) sawWALEnd(l uint64) {
 func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", err)
+		return nil, pgerr.Parse("source", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
 	// Like the built-in subscriber: values come in a form any server parses back.
@@ -164,9 +165,9 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
-			return nil, fmt.Errorf("connecting to the source %s: %w; the source role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", describe(pc), err, parapply.QuoteIdent(pc.User))
+			return nil, fmt.Errorf("connecting to the source %s: %w; the source role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", describe(pc), pgerr.Short(err), parapply.QuoteIdent(pc.User))
 		}
-		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), pgerr.Short(err))
 	}
 	s := src
 	s.cfg, s.conn, s.Database = cfg, conn, pc.Database
@@ -320,7 +321,7 @@ func (s *Source) CreateSlot(ctx context.Context) error {
 func DropSlot(ctx context.Context, cfg Config) error {
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
-		return fmt.Errorf("source DSN: %w", err)
+		return pgerr.Parse("source", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
 	if cfg.AppName != "" {
@@ -328,7 +329,7 @@ func DropSlot(ctx context.Context, cfg Config) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
-		return fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+		return fmt.Errorf("connecting to the source %s: %w", describe(pc), pgerr.Short(err))
 	}
 	defer conn.Close(context.Background())
 	if err := pglogrepl.DropReplicationSlot(ctx, conn, parapply.QuoteIdent(cfg.Slot), pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
@@ -907,13 +908,13 @@ type SnapshotSlot struct {
 func NewSnapshotSlot(ctx context.Context, cfg Config) (*SnapshotSlot, error) {
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", err)
+		return nil, pgerr.Parse("source", err)
 	}
 	pc.RuntimeParams["replication"] = "database"
 	pc.RuntimeParams["application_name"] = cfg.AppName + " copy"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), err)
+		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), pgerr.Short(err))
 	}
 	name := fmt.Sprintf("%s_sync_%d", cfg.Slot, time.Now().UnixNano()%1_000_000_000)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, parapply.QuoteIdent(name), "pgoutput",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
@@ -91,7 +92,7 @@ func (s *Subscriber) forgetSlot(ctx context.Context) ([]string, error) {
 	cc.RuntimeParams["application_name"] = s.targetName()
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the target: %w", err)
+		return nil, fmt.Errorf("connecting to the target: %w", pgerr.Short(err))
 	}
 	defer conn.Close(context.Background())
 	// The failed run's sessions may still be ending; the bound keeps a

@@ -52,6 +52,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/target"
 )
 
@@ -242,12 +243,12 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 	}
 	src, err := pgx.Connect(ctx, cfg.SourceDSN)
 	if err != nil {
-		return fmt.Errorf("copy: connecting to the source: %w", err)
+		return fmt.Errorf("copy: connecting to the source: %w", pgerr.Short(err))
 	}
 	defer src.Close(context.Background())
 	dst, err := pgx.Connect(ctx, cfg.TargetDSN)
 	if err != nil {
-		return fmt.Errorf("copy: connecting to the target: %w", err)
+		return fmt.Errorf("copy: connecting to the target: %w", pgerr.Short(err))
 	}
 	defer dst.Close(context.Background())
 	jobs, err := prepareJobs(ctx, src, dst, cfg, tables)
@@ -681,7 +682,7 @@ func (c chunk) targetSQL() string {
 func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	src, err := pgx.Connect(ctx, cfg.SourceDSN)
 	if err != nil {
-		return fmt.Errorf("copy: connecting to the source: %w", err)
+		return fmt.Errorf("copy: connecting to the source: %w", pgerr.Short(err))
 	}
 	defer src.Close(context.Background())
 	dcfg, err := pgx.ParseConfig(cfg.TargetDSN)
@@ -691,7 +692,7 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	dcfg.RuntimeParams["application_name"] = "parapply copy"
 	dst, err := pgx.ConnectConfig(ctx, dcfg)
 	if err != nil {
-		return fmt.Errorf("copy: connecting to the target: %w", err)
+		return fmt.Errorf("copy: connecting to the target: %w", pgerr.Short(err))
 	}
 	defer dst.Close(context.Background())
 	if err := target.Share(ctx, dst, cfg.Slot); err != nil {

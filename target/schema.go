@@ -158,7 +158,7 @@ func migrateError(m migration, err error) error {
 			return fmt.Errorf("creating or upgrading schema %s on the target (version %d): %w: another session held schema %s or one of its tables for more than %s (another parapply starting, or a long transaction on parapply's tables); try again, or end that session", Schema, m.version, err, Schema, migrateLockWait)
 		}
 	}
-	return fmt.Errorf("creating or upgrading schema %s on the target (version %d): %w (the target role needs CREATE on the database)", Schema, m.version, err)
+	return fmt.Errorf("creating or upgrading schema %s on the target (version %d): %w", Schema, m.version, err)
 }
 
 // SQLSTATEs raised by the functions of parapply's schema (class PC is not

@@ -6,24 +6,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/tombstones"
 )
 
 // dropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
-// origins and its rows in parapply's tables on the target, and, with
+// origins, its rows in parapply's tables and its delete-record triggers on
+// the target, the parapply schema once no slot is left in it, and, with
 // --source, the slot on the publisher, which otherwise holds WAL there for
 // good. It refuses while parapply runs on the slot, and while the target
 // holds what only the slot's next run can finish (prepared transactions,
-// indexes a copy dropped and has not rebuilt yet).
+// indexes a copy dropped and has not rebuilt yet). --dry-run says what it
+// would do and changes nothing.
 func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
-	usageFor(fs, "parapply drop --target DSN --slot NAME [--source DSN] [--config FILE]")
+	dry := fs.Bool("dry-run", false, "say what would be dropped and deleted, change nothing")
+	usageFor(fs, "parapply drop --target DSN --slot NAME [--source DSN] [--dry-run] [--config FILE]")
 	c, err := loadConfig(fs, args, "target", "source", "slot", "application_name")
 	if err != nil {
 		return err
@@ -37,6 +43,12 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	would := func(future, past string) string {
+		if *dry {
+			return "would " + future
+		}
+		return past
+	}
 	// Held while dropping: no run of the slot starts meanwhile. The
 	// sessions of a run that just stopped may take a moment to end.
 	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
@@ -54,23 +66,30 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err := dropBlockers(ctx, conn, slot); err != nil {
 		return err
 	}
-	origins, err := dropOrigins(ctx, conn, slot)
+	origins, err := slotOrigins(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "target: dropped %d replication origins of slot %s%s\n", len(origins), slot, listed(origins))
+	if !*dry {
+		if err := dropOrigins(ctx, conn, origins); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "target: %s %d replication origins of slot %s%s\n", would("drop", "dropped"), len(origins), slot, listed(origins))
 	for _, t := range target.SlotTables {
-		tag, err := conn.Exec(ctx, "DELETE FROM parapply."+t+" WHERE slot_name = $1", slot)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
-			continue // made by a later release, or never used here
-		}
+		n, err := slotRows(ctx, conn, t, slot, *dry)
 		if err != nil {
-			return fmt.Errorf("deleting slot %s's rows from parapply.%s on the target: %w", slot, t, err)
+			return err
 		}
-		if n := tag.RowsAffected(); n > 0 {
-			fmt.Fprintf(out, "target: deleted %d rows of slot %s from parapply.%s\n", n, slot, t)
+		if n > 0 {
+			fmt.Fprintf(out, "target: %s %d rows of slot %s from parapply.%s\n", would("delete", "deleted"), n, slot, t)
 		}
+	}
+	if err := dropTombstones(ctx, conn, slot, *dry, out); err != nil {
+		return err
+	}
+	if err := dropSchemaIfLast(ctx, conn, slot, *dry, out); err != nil {
+		return err
 	}
 	if c["source"] == "" {
 		fmt.Fprintf(out, "publisher: not asked (no --source); if slot %s is still there, it holds WAL: SELECT pg_drop_replication_slot('%s') on the publisher\n", slot, slot)
@@ -92,10 +111,116 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	case active != nil && *active:
 		return fmt.Errorf("slot %s is in use on the publisher (a walsender streams from it): stop what reads it, then drop it with SELECT pg_drop_replication_slot('%s')", slot, slot)
 	}
-	if _, err := src.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", slot); err != nil {
-		return fmt.Errorf("dropping slot %s on the publisher: %w", slot, err)
+	if !*dry {
+		if _, err := src.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", slot); err != nil {
+			return fmt.Errorf("dropping slot %s on the publisher: %w", slot, err)
+		}
 	}
-	fmt.Fprintf(out, "publisher: dropped slot %s\n", slot)
+	fmt.Fprintf(out, "publisher: %s slot %s\n", would("drop", "dropped"), slot)
+	return nil
+}
+
+// slotRows deletes (or, dry, counts) slot's rows in one of parapply's
+// tables; a table a later release made, or never made here, has none.
+func slotRows(ctx context.Context, conn *pgx.Conn, table, slot string, dry bool) (int64, error) {
+	var n int64
+	var err error
+	if dry {
+		err = conn.QueryRow(ctx, "SELECT count(*) FROM parapply."+table+" WHERE slot_name = $1", slot).Scan(&n)
+	} else {
+		var tag pgconn.CommandTag
+		tag, err = conn.Exec(ctx, "DELETE FROM parapply."+table+" WHERE slot_name = $1", slot)
+		n = tag.RowsAffected()
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == pgerrcode.UndefinedTable || pe.Code == pgerrcode.InvalidSchemaName) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deleting slot %s's rows from parapply.%s on the target: %w", slot, table, err)
+	}
+	return n, nil
+}
+
+// dropTombstones takes the slot off the delete records
+// (detect_update_deleted): the triggers on published tables, the
+// function and the records go with the last slot that keeps them.
+func dropTombstones(ctx context.Context, conn *pgx.Conn, slot string, dry bool, out io.Writer) error {
+	if dry {
+		var keeps bool
+		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM parapply.tombstone_slots WHERE slot_name = $1)", slot).Scan(&keeps)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return nil // never installed
+		}
+		if err != nil {
+			return fmt.Errorf("reading parapply.tombstone_slots on the target: %w", err)
+		}
+		if keeps {
+			fmt.Fprintf(out, "target: would take slot %s off the records of deletes (detect_update_deleted), and drop their triggers if no other slot keeps them\n", slot)
+		}
+		return nil
+	}
+	removed, others, err := tombstones.Remove(ctx, conn, slot)
+	if err != nil {
+		return fmt.Errorf("removing slot %s's records of deletes (detect_update_deleted) on the target: %w", slot, err)
+	}
+	switch {
+	case len(others) > 0:
+		fmt.Fprintf(out, "target: the records of deletes (detect_update_deleted) and their triggers are kept for slots %s\n", strings.Join(others, ", "))
+	case removed > 0:
+		fmt.Fprintf(out, "target: dropped the records of deletes (detect_update_deleted) and their triggers on %d tables\n", removed)
+	}
+	return nil
+}
+
+// dropSchemaIfLast drops the parapply schema once no slot has rows left
+// in it, unless parapply.conflicts holds the record of conflicts resolved
+// (then it says how to drop it).
+func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, slot string, dry bool, out io.Writer) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'parapply')").Scan(&exists); err != nil || !exists {
+		return err
+	}
+	var others []string
+	for _, t := range target.SlotTables {
+		rows, _ := conn.Query(ctx, "SELECT DISTINCT slot_name FROM parapply."+t+" WHERE slot_name <> $1", slot)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading parapply.%s on the target: %w", t, err)
+		}
+		for _, n := range names {
+			if !slices.Contains(others, n) {
+				others = append(others, n)
+			}
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		fmt.Fprintf(out, "target: schema parapply kept: slots %s still use it\n", strings.Join(others, ", "))
+		return nil
+	}
+	var conflicts int64
+	err := conn.QueryRow(ctx, "SELECT count(*) FROM parapply.conflicts").Scan(&conflicts)
+	if pe := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pe) {
+		return fmt.Errorf("reading parapply.conflicts on the target: %w", err)
+	}
+	if conflicts > 0 {
+		fmt.Fprintf(out, "target: schema parapply kept: no slot uses it, but parapply.conflicts holds the record of %d conflicts resolved; DROP SCHEMA parapply CASCADE removes it\n", conflicts)
+		return nil
+	}
+	if dry {
+		fmt.Fprintln(out, "target: would drop schema parapply: no slot uses it any more")
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "DROP SCHEMA parapply CASCADE"); err != nil {
+		return fmt.Errorf("dropping schema parapply on the target, which no slot uses any more: %w (its owner can: DROP SCHEMA parapply CASCADE)", err)
+	}
+	fmt.Fprintln(out, "target: dropped schema parapply: no slot uses it any more")
 	return nil
 }
 
@@ -103,12 +228,12 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 func connectAs(ctx context.Context, dsn, app, side string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%s DSN: %w", side, err)
+		return nil, pgerr.Parse(side, err)
 	}
 	cc.RuntimeParams["application_name"] = app
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cc.Host, cc.Port, cc.Database, cc.User, err)
+		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
 	}
 	return conn, nil
 }
@@ -138,14 +263,19 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 	return nil
 }
 
-// dropOrigins drops the slot's replication origins on the target, giving a
-// session of a run that just ended a moment to let go of its own.
-func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
+// slotOrigins lists the slot's replication origins on the target.
+func slotOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
 	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", target.OriginPattern(slot))
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("reading slot %s's replication origins on the target: %w", slot, err)
 	}
+	return names, nil
+}
+
+// dropOrigins drops replication origins on the target, giving a session
+// of a run that just ended a moment to let go of its own.
+func dropOrigins(ctx context.Context, conn *pgx.Conn, names []string) error {
 	for _, name := range names {
 		deadline := time.Now().Add(originDropWait)
 		for {
@@ -154,12 +284,12 @@ func dropOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, er
 				break
 			}
 			if !errors.Is(target.OriginError(name, err), target.ErrOriginInUse) || time.Now().After(deadline) {
-				return nil, target.OriginError(name, err)
+				return target.OriginError(name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	return names, nil
+	return nil
 }
 
 // originDropWait bounds the wait for a session still holding an origin,

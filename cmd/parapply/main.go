@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -27,6 +28,8 @@ usage:
   parapply run --source DSN --target DSN --publication NAME [flags]   replicate until stopped
   parapply check --source DSN --target DSN --publication NAME [flags] check, before a start, everything run needs of both servers
   parapply status --target DSN [--source DSN] [--watch] [--json]     show progress, lag and workers of running or past runs
+  parapply verify --source DSN --target DSN --publication NAME        compare every published table, publisher against target
+  parapply cutover --source DSN --target DSN --publication NAME       once writes stopped: wait for lag 0, sync sequences, verify
   parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
   parapply skip --target DSN --slot NAME --lsn LSN                   skip one source transaction (by commit LSN) at the next start
   parapply skip --target DSN --slot NAME --list                      list the skip requests: pending, skipped, passed
@@ -42,7 +45,7 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:])
 	if code := exitCode(err); code != 0 && !errors.Is(err, errUsage) {
-		fmt.Fprintln(os.Stderr, "parapply:", oneLine(err.Error()))
+		fmt.Fprintln(os.Stderr, "parapply:", oneLine(pgerr.Text(err)))
 		os.Exit(code)
 	} else if code != 0 {
 		os.Exit(code)
@@ -95,6 +98,10 @@ func run(ctx context.Context, args []string) error {
 		return statusCommand(ctx, args[1:], os.Stdout)
 	case "sync-sequences":
 		return syncSequencesCommand(ctx, args[1:], os.Stdout)
+	case "verify":
+		return verifyCommand(ctx, args[1:], os.Stdout)
+	case "cutover":
+		return cutoverCommand(ctx, args[1:], os.Stdout)
 	case "skip":
 		return skipCommand(ctx, args[1:], os.Stdout)
 	case "drop":

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/status"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -80,7 +81,7 @@ func (r *recorder) write(ctx context.Context, runErr error, last bool) {
 		rec.State = subscriber.StateStopped
 		if runErr != nil {
 			rec.State = subscriber.StateFailed
-			rec.LastError = string(redact([]byte(oneLine(runErr.Error())), r.secrets))
+			rec.LastError = string(redact([]byte(oneLine(pgerr.Text(runErr))), r.secrets))
 			rec.LastErrorAt = &now
 		}
 		rec.TxnsPerSecond, rec.RowsPerSecond = 0, 0

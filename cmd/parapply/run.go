@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -163,8 +164,11 @@ func runCommand(ctx context.Context, args []string) error {
 	finish := func(err error) error {
 		con.EndLive()
 		st := sub.Status()
-		log.Info(stoppedLine(st, ctx.Err() != nil, err), "applied", st.Applied.String(), "flushed", st.Durable.String(),
-			"txns", st.Txns, "rows", st.Rows, "conflicts", st.Conflicts)
+		attrs := []any{"applied", st.Applied.String(), "flushed", st.Durable.String(), "txns", st.Txns, "rows", st.Rows, "conflicts", st.Conflicts}
+		if err != nil && ctx.Err() == nil {
+			attrs = append(attrs, "error", pgerr.Text(err))
+		}
+		log.Info(stoppedLine(st, ctx.Err() != nil, err), attrs...)
 		final <- err
 		<-recorded
 		return err

@@ -44,21 +44,10 @@ func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) err
 		return err
 	}
 	defer dst.Close(context.Background())
-	var tables []sequences.Table
-	if mode == sequences.Owned {
-		if c["publication"] == "" {
-			return fmt.Errorf("sequences = owned syncs the sequences of the published tables: name the publication with --publication (or use --sequences all)")
-		}
-		published, err := source.ListPublished(ctx, src.PgConn(), splitList(c["publication"]))
-		if err != nil {
-			return err
-		}
-		for _, t := range published {
-			tables = append(tables, sequences.Table{Schema: t.Schema, Name: t.Name})
-		}
+	if mode == sequences.Owned && c["publication"] == "" {
+		return fmt.Errorf("sequences = owned syncs the sequences of the published tables: name the publication with --publication (or use --sequences all)")
 	}
-	res, err := sequences.Sync(ctx, src, dst, mode, tables)
-	recordSequenceSync(ctx, dst, c["slot"], res, err, os.Stderr)
+	res, err := syncSequences(ctx, src, dst, mode, c)
 	if err != nil {
 		return err
 	}
@@ -72,6 +61,25 @@ func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) err
 		return fmt.Errorf("%d sequences could not be synced (see above)", n)
 	}
 	return nil
+}
+
+// syncSequences brings the sequences over once, those of the published
+// tables (Owned) or all, and records the sync where parapply status shows
+// it.
+func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode, c config) ([]sequences.Result, error) {
+	var tables []sequences.Table
+	if mode == sequences.Owned {
+		published, err := source.ListPublished(ctx, src.PgConn(), splitList(c["publication"]))
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range published {
+			tables = append(tables, sequences.Table{Schema: t.Schema, Name: t.Name})
+		}
+	}
+	res, err := sequences.Sync(ctx, src, dst, mode, tables)
+	recordSequenceSync(ctx, dst, c["slot"], res, err, os.Stderr)
+	return res, err
 }
 
 // resultText says what Apply did with one sequence, in the words an

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 )
 
@@ -39,12 +40,12 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cc, err := pgx.ParseConfig(c["target"])
 	if err != nil {
-		return fmt.Errorf("target DSN: %w", err)
+		return pgerr.Parse("target", err)
 	}
 	cc.RuntimeParams["application_name"] = c["application_name"] + " skip"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, err)
+		return fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
 	}
 	defer conn.Close(context.Background())
 	if *list {

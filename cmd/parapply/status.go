@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/status"
@@ -48,6 +48,10 @@ type statusReport struct {
 	// named as one parapply used on this target that no one streams
 	// from: each keeps WAL on the publisher.
 	InactiveSlots []status.Slot `json:"inactive_slots,omitempty"`
+	// Hidden are the slots recorded on the target that neither run, nor
+	// applied anything, nor were updated in the last hour (shown with
+	// --all).
+	Hidden []string `json:"hidden_slots,omitempty"`
 }
 
 func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
@@ -57,6 +61,7 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	source := fs.String("source", "", "connection string of the publisher: also show the slot as the publisher sees it (default: source from --config or PARAPPLY_SOURCE, if set)")
 	slot := fs.String("slot", "", "show only this slot (default: every slot recorded on the target)")
 	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file to take target, source and slot from")
+	all := fs.Bool("all", false, "show every slot recorded on the target, also those neither running, nor applied from, nor updated in the last hour")
 	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
 	watch := fs.Bool("watch", false, "refresh until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
@@ -103,7 +108,7 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	tty := isTerminal(stdout)
 	for {
-		rep, err := collectStatus(ctx, tconn, sconn, *slot)
+		rep, err := collectStatus(ctx, tconn, sconn, *slot, *all)
 		if err != nil {
 			return err
 		}
@@ -140,19 +145,24 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%s DSN: %w", side, err)
+		return nil, pgerr.Parse(side, err)
 	}
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = app
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cfg.Host, cfg.Port, cfg.Database, cfg.User, err)
+		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cfg.Host, cfg.Port, cfg.Database, cfg.User, pgerr.Short(err))
 	}
 	return conn, nil
 }
 
-func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string) (statusReport, error) {
+// recentSlot is how long a slot that never applied anything (a start
+// refused before its slot was made, say) stays in parapply status without
+// --all.
+const recentSlot = time.Hour
+
+func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all bool) (statusReport, error) {
 	recs, err := status.Read(ctx, tconn, slot)
 	if err != nil {
 		return statusReport{}, err
@@ -170,6 +180,14 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string) (st
 		p, ok, err := progress.Read(ctx, tconn, r.Slot)
 		if err != nil {
 			return rep, err
+		}
+		// Shown: a slot asked for, one that runs or has applied (its
+		// progress row), or one updated lately; the others only with
+		// --all (parapply drop removes them).
+		running := !sr.Stale && r.State != subscriber.StateStopped && r.State != subscriber.StateFailed
+		if !all && slot == "" && !running && !ok && now.Sub(r.UpdatedAt) > recentSlot {
+			rep.Hidden = append(rep.Hidden, r.Slot)
+			continue
 		}
 		if ok {
 			pr := &progressReport{CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), XID: uint32(p.XID)}
@@ -293,6 +311,10 @@ func printStatus(w io.Writer, rep statusReport) {
 			tw.Flush()
 		}
 	}
+	if len(rep.Hidden) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "%d older slots not shown, which never applied anything (%s): --all shows them, parapply drop --slot NAME removes one\n", len(rep.Hidden), strings.Join(rep.Hidden, ", "))
+	}
 	if len(rep.InactiveSlots) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "inactive slots of parapply on the publisher (each keeps WAL until it is used again or dropped with pg_drop_replication_slot):")
@@ -333,7 +355,7 @@ func applyText(a status.Apply) string {
 }
 
 func since(now, t time.Time) string {
-	if t.IsZero() {
+	if t.IsZero() || t.Unix() == 0 { // never set (recorded as the epoch)
 		return "?"
 	}
 	d := now.Sub(t)

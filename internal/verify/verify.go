@@ -22,13 +22,25 @@ type Result struct {
 // rowsQuery renders every row as the text of a row constructor over the
 // given columns in name order, sorted, so both sides compare independent of
 // physical order and column position.
-func rowsQuery(table string, cols []string) string {
+func rowsQuery(table string, cols []string, where string) string {
+	return "SELECT r FROM (SELECT " + rowText(cols) + " AS r FROM " + table + filter(where) + ") s ORDER BY r COLLATE \"C\""
+}
+
+// rowText is a row's text over cols.
+func rowText(cols []string) string {
 	q := make([]string, len(cols))
 	for i, c := range cols {
 		q[i] = parapply.QuoteIdent(c)
 	}
-	r := "ROW(" + strings.Join(q, ", ") + ")::text"
-	return "SELECT r FROM (SELECT " + r + " AS r FROM " + table + ") s ORDER BY r COLLATE \"C\""
+	return "ROW(" + strings.Join(q, ", ") + ")::text"
+}
+
+// filter is the WHERE clause of a row filter ("" for none).
+func filter(where string) string {
+	if where == "" {
+		return ""
+	}
+	return " WHERE " + where
 }
 
 // Columns lists a table's non-generated, non-dropped columns, by name.
@@ -48,18 +60,23 @@ func setSession(ctx context.Context, conn *pgx.Conn) error {
 // Table compares one table (a quoted, qualified name) row for row over the
 // source's columns.
 func Table(ctx context.Context, src, dst *pgx.Conn, table string) (Result, error) {
+	cols, err := Columns(ctx, src, table)
+	if err != nil {
+		return Result{Table: table}, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return Rows(ctx, src, dst, table, cols, "")
+}
+
+// Rows compares one table row for row over cols, the source's rows those
+// where (a row filter; "" for all) holds.
+func Rows(ctx context.Context, src, dst *pgx.Conn, table string, cols []string, where string) (Result, error) {
 	res := Result{Table: table}
 	for _, c := range []*pgx.Conn{src, dst} {
 		if err := setSession(ctx, c); err != nil {
 			return res, err
 		}
 	}
-	cols, err := Columns(ctx, src, table)
-	if err != nil {
-		return res, fmt.Errorf("columns of %s: %w", table, err)
-	}
-	q := rowsQuery(table, cols)
-	a, err := src.Query(ctx, q)
+	a, err := src.Query(ctx, rowsQuery(table, cols, where))
 	if err != nil {
 		return res, fmt.Errorf("reading %s on the source: %w", table, err)
 	}
@@ -68,7 +85,7 @@ func Table(ctx context.Context, src, dst *pgx.Conn, table string) (Result, error
 	if err != nil {
 		return res, err
 	}
-	b, err := dst.Query(ctx, q)
+	b, err := dst.Query(ctx, rowsQuery(table, cols, ""))
 	if err != nil {
 		return res, fmt.Errorf("reading %s on the target: %w", table, err)
 	}
@@ -137,14 +154,16 @@ type Sum struct {
 
 // Checksum computes a table's Sum over the source's column list.
 func Checksum(ctx context.Context, conn *pgx.Conn, table string, cols []string) (Sum, error) {
+	return ChecksumWhere(ctx, conn, table, cols, "")
+}
+
+// ChecksumWhere is Checksum over the rows where (a row filter; "" for all)
+// holds.
+func ChecksumWhere(ctx context.Context, conn *pgx.Conn, table string, cols []string, where string) (Sum, error) {
 	if err := setSession(ctx, conn); err != nil {
 		return Sum{}, err
 	}
-	q := make([]string, len(cols))
-	for i, c := range cols {
-		q[i] = parapply.QuoteIdent(c)
-	}
-	sql := "SELECT count(*), coalesce(sum(('x' || substr(md5(ROW(" + strings.Join(q, ", ") + ")::text), 1, 16))::bit(64)::bigint::numeric), 0)::text FROM " + table
+	sql := "SELECT count(*), coalesce(sum(('x' || substr(md5(" + rowText(cols) + "), 1, 16))::bit(64)::bigint::numeric), 0)::text FROM " + table + filter(where)
 	var s Sum
 	err := conn.QueryRow(ctx, sql).Scan(&s.Rows, &s.Hash)
 	return s, err
