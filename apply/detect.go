@@ -235,10 +235,13 @@ func (d *detector) reportConflicts(warn func(string)) {
 		}
 		if i < maxConflictLines {
 			what := "kept the local row"
-			if p[2] == "true" {
+			switch {
+			case p[2] == "true":
 				what = "applied the remote change"
+			case ty == conflict.UpdateMissing || ty == conflict.DeleteMissing:
+				what = "skipped the change (the target has no such row)"
 			}
-			warn(fmt.Sprintf("conflict %s on %s, key %s: %s %s (logged in parapply.conflicts)", p[0], f.table.Rel.Namespace+"."+f.table.Rel.Name, p[3], p[1], what))
+			warn(fmt.Sprintf("conflict %s on %s, key %s: %s (policy %s; logged in parapply.conflicts)", p[0], f.table.Rel.Namespace+"."+f.table.Rel.Name, p[3], what, p[1]))
 		} else if i == maxConflictLines {
 			warn(fmt.Sprintf("%d more conflicts in the same target transaction (logged in parapply.conflicts)", len(d.found)-i))
 		}

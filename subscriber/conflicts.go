@@ -39,7 +39,9 @@ func (s *Subscriber) detection(td target.Detection, sourceID string, published [
 			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
 		}
 		if !s.runs.warnedCommitTS.Swap(true) {
-			s.log.Warn("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; turn it on there (a restart is needed) to detect them")
+			// Info, not a warning: a one-way migration, whose target no one
+			// else writes, has no such conflicts to detect.
+			s.log.Info("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; where others write to the published tables on the target too, turn it on there (a restart is needed)")
 		}
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: td.CommitTimestamps, OldReturning: td.OldReturning,
