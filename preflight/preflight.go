@@ -74,27 +74,20 @@ type Report struct {
 	Results []Result `json:"results"`
 }
 
-// Failed counts the checks that failed or could not run.
-func (r Report) Failed() int {
+// Count counts the checks of a status.
+func (r Report) Count(st Status) int {
 	n := 0
 	for _, c := range r.Results {
-		if c.Status == Failed || c.Status == Skipped {
+		if c.Status == st {
 			n++
 		}
 	}
 	return n
 }
 
-// Warnings counts the checks that warn.
-func (r Report) Warnings() int {
-	n := 0
-	for _, c := range r.Results {
-		if c.Status == Warning {
-			n++
-		}
-	}
-	return n
-}
+// Passed tells whether a run may start: no check failed, and every one
+// could run.
+func (r Report) Passed() bool { return r.Count(Failed) == 0 && r.Count(Skipped) == 0 }
 
 // timeout bounds the whole report: every query is a catalog read.
 const timeout = 60 * time.Second

@@ -39,8 +39,8 @@ func checkCommand(ctx context.Context, args []string, out io.Writer) error {
 	} else {
 		printReport(out, rep)
 	}
-	if n := rep.Failed(); n > 0 {
-		return subscriber.Permanent(fmt.Errorf("%d checks failed: parapply run refuses to start until they are fixed", n))
+	if !rep.Passed() {
+		return subscriber.Permanent(fmt.Errorf("%d checks failed and %d could not run: parapply run refuses to start until they pass", rep.Count(preflight.Failed), rep.Count(preflight.Skipped)))
 	}
 	return nil
 }
@@ -134,9 +134,9 @@ func printReport(w io.Writer, rep preflight.Report) {
 		}
 	}
 	fmt.Fprintln(w)
-	switch f, wn := rep.Failed(), rep.Warnings(); {
-	case f > 0:
-		fmt.Fprintf(w, "%d checks failed, %d warn: fix the failed ones (the fix is under each) and check again\n", f, wn)
+	switch f, sk, wn := rep.Count(preflight.Failed), rep.Count(preflight.Skipped), rep.Count(preflight.Warning); {
+	case f > 0 || sk > 0:
+		fmt.Fprintf(w, "%d checks failed, %d could not run, %d warn: fix the failed ones (the fix is under each) and check again\n", f, sk, wn)
 	case wn > 0:
 		fmt.Fprintf(w, "every check passed; %d warn (read them: each says what parapply will not do)\n", wn)
 	default:

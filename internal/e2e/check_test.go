@@ -188,3 +188,33 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSettings: parapply check names the server settings a run with
+// these settings lacks, with the ALTER SYSTEM that fixes each.
+func TestCheckSettings(t *testing.T) {
+	e := newEnvSettings(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`,
+		map[string]string{"max_replication_slots": "1", "fsync": "off"}, map[string]string{"max_prepared_transactions": "0", "fsync": "off"})
+	e.exec(e.pub, `SELECT pg_create_logical_replication_slot('other', 'pgoutput')`)
+	rep, code, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub",
+		"--slot", "new", "--two-phase", "on", "--conflict-resolution", "update_origin_differs=last_update_wins")
+	if code != 3 {
+		t.Fatalf("exit status %d, want 3:\n%s", code, out)
+	}
+	for _, w := range []struct{ side, check, fix string }{
+		{"publisher", "slot new", "ALTER SYSTEM SET max_replication_slots = 2"},
+		{"target", "max_prepared_transactions", "ALTER SYSTEM SET max_prepared_transactions"},
+		{"target", "track_commit_timestamp", "ALTER SYSTEM SET track_commit_timestamp = on"},
+	} {
+		found := false
+		for _, r := range rep.Results {
+			if r.Side == w.side && r.Check == w.check {
+				for _, p := range r.Problems {
+					found = found || (p.Fails && strings.Contains(p.Fix, w.fix))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no failed %s check %q with the fix %q:\n%s", w.side, w.check, w.fix, out)
+		}
+	}
+}
