@@ -9,10 +9,13 @@ package preflight
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 )
@@ -56,8 +59,10 @@ type Problem struct {
 	Object string `json:"object,omitempty"`
 	What   string `json:"what"`
 	Fix    string `json:"fix,omitempty"`
-	// Fails is false for a warning.
-	Fails bool `json:"fails"`
+	// Fails is false for a warning, and for a check that could not
+	// complete (Unfinished: a connection lost while it ran).
+	Fails      bool `json:"fails"`
+	Unfinished bool `json:"unfinished,omitempty"`
 }
 
 // Result is one check.
@@ -108,11 +113,14 @@ func Run(ctx context.Context, cfg Config) Report {
 func (r *Report) add(side, check, detail string, problems ...Problem) {
 	st := OK
 	for _, p := range problems {
-		if p.Fails {
+		switch {
+		case p.Fails:
 			st = Failed
-			break
+		case p.Unfinished && st != Failed:
+			st = Skipped
+		case st == OK:
+			st = Warning
 		}
-		st = Warning
 	}
 	r.Results = append(r.Results, Result{Side: side, Check: check, Status: st, Detail: detail, Problems: problems})
 }
@@ -146,6 +154,18 @@ func (r *Report) skip(side, check, why string) {
 
 func fail(object, what, fix string) Problem {
 	return Problem{Object: object, What: what, Fix: fix, Fails: true}
+}
+
+// broken is the problem of a check whose query failed: where the server
+// answered with an error (a privilege, say) the check fails; where the
+// connection broke it could not complete, which a run rides out as any
+// fault.
+func broken(object, what string, err error) Problem {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fail(object, what+": "+pgerr.Text(err), "")
+	}
+	return Problem{Object: object, What: what + ": " + err.Error(), Unfinished: true}
 }
 
 func warn(object, what, fix string) Problem {

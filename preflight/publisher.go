@@ -60,7 +60,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&version, &walLevel, &maxSlots, &maxSenders, &slots, &senders,
 		&p.role, &super, &replication, &readStats)
 	if err != nil {
-		rep.add(sidePub, "connection", "", fail("", "reading the publisher's settings: "+err.Error(), ""))
+		rep.add(sidePub, "connection", "", broken("", "reading the publisher's settings", err))
 		return p
 	}
 	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role), versionProblems(cfg, version)...)
@@ -117,11 +117,15 @@ func replicationConnection(ctx context.Context, cfg Config) []Problem {
 	pc.RuntimeParams["application_name"] = cfg.AppName + " check"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			return []Problem{broken("", "opening a replication connection", pgerr.Short(err))}
+		}
 		return []Problem{fail("", pgerr.Short(err).Error(), "allow it in the publisher's pg_hba.conf (a replication connection to a database matches the database's lines, as a plain one does) and keep a free max_wal_senders")}
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err != nil {
-		return []Problem{fail("", "IDENTIFY_SYSTEM: "+err.Error(), "")}
+		return []Problem{broken("", "IDENTIFY_SYSTEM", err)}
 	}
 	return nil
 }
@@ -148,7 +152,7 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots
 		return false
 	}
 	if err != nil {
-		rep.add(sidePub, "slot "+slot, "", fail("", "reading pg_replication_slots: "+err.Error(), ""))
+		rep.add(sidePub, "slot "+slot, "", broken("", "reading pg_replication_slots", err))
 		return false
 	}
 	var current string
@@ -193,7 +197,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		return nil
 	})
 	if err != nil {
-		rep.add(sidePub, "publications", "", fail("", "reading pg_publication: "+err.Error(), ""))
+		rep.add(sidePub, "publications", "", broken("", "reading pg_publication", err))
 		return
 	}
 	var probs []Problem
@@ -208,7 +212,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 	}
 	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Publications)
 	if err != nil {
-		rep.add(sidePub, "publications", "", fail("", err.Error(), ""))
+		rep.add(sidePub, "publications", "", broken("", "listing the published tables", err))
 		return
 	}
 	if len(tables) == 0 {
@@ -227,7 +231,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
 			t.Schema, t.Name).Scan(&readable, &replident, &hasKey)
 		if err != nil {
-			read = append(read, fail(pt.name(), "reading the table's catalog: "+err.Error(), ""))
+			read = append(read, broken(pt.name(), "reading the table's catalog", err))
 			continue
 		}
 		if !readable && cfg.CopyData {
@@ -243,7 +247,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		}
 		cols, generated, err := readColumns(ctx, conn, t.Schema, t.Name)
 		if err != nil {
-			read = append(read, fail(pt.name(), "reading its columns: "+err.Error(), ""))
+			read = append(read, broken(pt.name(), "reading its columns", err))
 			continue
 		}
 		// The columns sent: those listed, or every one but the generated

@@ -44,7 +44,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 		tt, found, err := readTargetTable(ctx, conn, t.Schema, t.Name)
 		switch {
 		case err != nil:
-			tableProbs = append(tableProbs, fail(name, "reading it on the target: "+err.Error(), ""))
+			tableProbs = append(tableProbs, broken(name, "reading it on the target", err))
 			continue
 		case !found:
 			tableProbs = append(tableProbs, fail(name, "does not exist on the target", "create it there with the publisher's columns (pg_dump --schema-only --table="+name+" on the publisher gives its definition)"))

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/target"
 )
@@ -29,7 +30,7 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 			pg_catalog.current_setting('track_commit_timestamp')::bool, pg_catalog.current_setting('max_prepared_transactions')::int
 		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&version, &role, &super, &createDB, &commitTS, &preparedMax)
 	if err != nil {
-		rep.add(sideTarget, "connection", "", fail("", "reading the target's settings: "+err.Error(), ""))
+		rep.add(sideTarget, "connection", "", broken("", "reading the target's settings", err))
 		return
 	}
 	var probs []Problem
@@ -66,6 +67,11 @@ func checkReplicaRole(ctx context.Context, conn *pgx.Conn, role string, rep *Rep
 		_, err = tx.Exec(ctx, "SELECT pg_catalog.set_config('session_replication_role', 'replica', true)")
 		_ = tx.Rollback(ctx)
 	}
+	var pe *pgconn.PgError
+	if err != nil && !errors.As(err, &pe) {
+		rep.add(sideTarget, "session_replication_role", "", broken("", "trying session_replication_role", err))
+		return
+	}
 	if err != nil {
 		rep.add(sideTarget, "session_replication_role", "", fail("", "role "+role+" may not set session_replication_role: "+err.Error(),
 			"GRANT SET ON PARAMETER session_replication_role TO "+ident(role)+"; (PostgreSQL 15 or later; before it, a superuser)"))
@@ -88,7 +94,7 @@ func checkSchema(ctx context.Context, conn *pgx.Conn, role string, createDB bool
 		rep.add(sideTarget, "schema parapply", "", fail("", "schema parapply, where parapply records its progress, is missing and role "+role+" may not create it",
 			"GRANT CREATE ON DATABASE "+ident(currentDB(ctx, conn))+" TO "+ident(role)+";"))
 	case err != nil:
-		rep.add(sideTarget, "schema parapply", "", fail("", err.Error(), ""))
+		rep.add(sideTarget, "schema parapply", "", broken("", "reading pg_namespace", err))
 	case !owns:
 		rep.add(sideTarget, "schema parapply", "", fail("", "schema parapply belongs to role "+*owner+"; parapply's role "+role+" must own it and its tables",
 			"ALTER SCHEMA parapply OWNER TO "+ident(role)+"; and the same for each table in it (or run parapply as "+*owner+")"))

@@ -85,3 +85,35 @@ func TestCompare(t *testing.T) {
 		}
 	}
 }
+
+// TestReportStatus: a check's status is its weightiest problem's: a
+// failure over a check that could not complete over a warning.
+func TestReportStatus(t *testing.T) {
+	f, w, u := fail("", "f", ""), warn("", "w", ""), Problem{What: "u", Unfinished: true}
+	tests := []struct {
+		problems []Problem
+		want     Status
+	}{
+		{nil, OK},
+		{[]Problem{w}, Warning},
+		{[]Problem{w, f}, Failed},
+		{[]Problem{f, w}, Failed},
+		{[]Problem{u, w}, Skipped},
+		{[]Problem{w, u}, Skipped},
+		{[]Problem{u, f}, Failed},
+		{[]Problem{f, u}, Failed},
+	}
+	for _, tt := range tests {
+		var r Report
+		r.add("target", "c", "", tt.problems...)
+		if got := r.Results[0].Status; got != tt.want {
+			t.Errorf("problems %+v: status %s, want %s", tt.problems, got, tt.want)
+		}
+	}
+	var r Report
+	r.add("publisher", "a", "")
+	r.skip("target", "the target's other checks", "unreachable")
+	if r.Passed() || len(r.Unreached()) != 1 || r.Unreached()[0] != "target" {
+		t.Errorf("a report with an unreached side: passed %v, unreached %v", r.Passed(), r.Unreached())
+	}
+}

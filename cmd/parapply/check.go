@@ -78,6 +78,9 @@ func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
 		}
 	}
 	if len(failed) == 0 {
+		if n := rep.Count(preflight.Skipped); n > 0 {
+			log.Warn(fmt.Sprintf("%d pre-flight checks could not complete (a connection lost while they ran); the run goes on, making its own", n))
+		}
 		return nil
 	}
 	problems := "problems"
