@@ -29,6 +29,7 @@ type Config struct {
 	// The settings that change what a run needs.
 	CopyData            bool
 	TwoPhase            bool
+	Failover            bool
 	Origin              source.Origin
 	DetectConflicts     bool
 	Conflicts           *conflict.Rules

@@ -88,6 +88,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 		rep.skip(sidePub, "replication connection", "the role lacks the REPLICATION attribute")
 	}
 	p.slotExists = checkSlot(ctx, conn, cfg.Slot, maxSlots, slots, maxSenders, senders, rep)
+	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
 	return p
 }
@@ -172,6 +173,50 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots
 	}
 	rep.add(sidePub, "slot "+slot, "exists: the run resumes from it", probs...)
 	return true
+}
+
+// checkFailover says whether the slot survives the publisher's failover
+// to a standby: a failover slot (PostgreSQL 17 and later) that a standby
+// synchronizes, with synchronized_standby_slots keeping parapply from
+// applying what that standby has not received.
+func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int, rep *Report) {
+	const check = "failover slot"
+	var standbys int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_replication_slots WHERE slot_type = 'physical' AND active`).Scan(&standbys); err != nil {
+		rep.add(sidePub, check, "", broken("", "reading pg_replication_slots", err))
+		return
+	}
+	switch {
+	case version < 170000 && standbys > 0:
+		rep.add(sidePub, check, "", warn("", fmt.Sprintf("a standby streams from this publisher, but PostgreSQL %d has no failover slots: after a failover the slot is gone, and a new one misses the changes in between", version/10000),
+			"see docs/operations.md (publisher failover) for the procedure and its risk"))
+		return
+	case version < 170000:
+		rep.add(sidePub, check, fmt.Sprintf("PostgreSQL %d has none; no standby streams from a physical slot", version/10000))
+		return
+	case !cfg.Failover:
+		rep.add(sidePub, check, "failover = off")
+		return
+	}
+	var sync string
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('synchronized_standby_slots')").Scan(&sync); err != nil {
+		rep.add(sidePub, check, "", broken("", "reading synchronized_standby_slots", err))
+		return
+	}
+	var probs []Problem
+	if standbys == 0 {
+		probs = append(probs, warn("", "no standby streams from a physical slot, so none keeps a copy of the slot",
+			"on the standby: primary_slot_name = '<its physical slot>', hot_standby_feedback = on, sync_replication_slots = on, and dbname in primary_conninfo"))
+	}
+	if sync == "" {
+		probs = append(probs, warn("", "synchronized_standby_slots is not set: parapply may apply changes the standby has not received, which its promotion would lose while the target keeps them",
+			"ALTER SYSTEM SET synchronized_standby_slots = '<the standby's physical slot>'; SELECT pg_reload_conf();"))
+	}
+	detail := "the slot is a failover slot"
+	if sync != "" {
+		detail += "; synchronized_standby_slots = " + sync
+	}
+	rep.add(sidePub, check, detail, probs...)
 }
 
 // checkPublications reads the publications and what they send, then

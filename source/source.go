@@ -58,6 +58,11 @@ type Config struct {
 	// data arrives (a synchronous publisher waits on the replies); reads
 	// inside large transactions may still be paced.
 	Prompt *atomic.Bool
+	// Failover makes the slot a failover slot on PostgreSQL 17 and later
+	// (created so, or an existing one altered): a standby with
+	// sync_replication_slots keeps a copy of it, from which parapply goes
+	// on once that standby is promoted. Ignored before 17.
+	Failover bool
 	// ExportSnapshot, when the slot is created, exports its snapshot for
 	// the initial copy (Source.Snapshot); the connection must then stay
 	// idle until the copy is done.
@@ -112,6 +117,12 @@ type Source struct {
 	// or CreateSlot created it: what the publisher is told as flushed until a
 	// position of parapply's own is durable.
 	Confirmed parapply.LSN
+	// WALAtConnect is the publisher's flushed WAL end when the run
+	// connected (IDENTIFY_SYSTEM): every change it ever sent lies before.
+	WALAtConnect parapply.LSN
+	// FailoverSlot is true when the slot is a failover slot (PostgreSQL
+	// 17 and later: pg_replication_slots.failover).
+	FailoverSlot bool
 	// Published lists what the publications send, read before the slot
 	// was created.
 	Published []PublishedTable
@@ -229,6 +240,7 @@ func (s *Source) check(ctx context.Context) error {
 		return fmt.Errorf("IDENTIFY_SYSTEM on the source: %w (the source role needs the REPLICATION attribute)", err)
 	}
 	s.SystemID = sys.SystemID
+	s.WALAtConnect = parapply.LSN(sys.XLogPos)
 	rows, err := s.query(ctx, "SHOW wal_level")
 	if err != nil {
 		return fmt.Errorf("reading wal_level on the source: %w", err)
@@ -251,7 +263,11 @@ func (s *Source) check(ctx context.Context) error {
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
 	}
-	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = "+parapply.QuoteLiteral(s.cfg.Slot))
+	failover := "false"
+	if s.ServerVersion >= failoverVersion {
+		failover = "failover"
+	}
+	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn, "+failover+" FROM pg_catalog.pg_replication_slots WHERE slot_name = "+parapply.QuoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
@@ -274,8 +290,21 @@ func (s *Source) check(ctx context.Context) error {
 			return fmt.Errorf("slot %s: %w", s.cfg.Slot, err)
 		}
 	}
+	s.FailoverSlot = string(r[5]) == "t"
+	if s.cfg.Failover && s.ServerVersion >= failoverVersion && !s.FailoverSlot {
+		// A slot made before failover was asked for (or by an older
+		// release): made a failover slot, as ALTER SUBSCRIPTION ... SET
+		// (failover = true) does.
+		if _, err := s.query(ctx, "ALTER_REPLICATION_SLOT "+parapply.QuoteIdent(s.cfg.Slot)+" (FAILOVER true)"); err != nil {
+			return fmt.Errorf("making slot %s a failover slot on the source: %w (or set failover = off)", s.cfg.Slot, err)
+		}
+		s.FailoverSlot = true
+	}
 	return nil
 }
+
+// failoverVersion is the first PostgreSQL with failover slots.
+const failoverVersion = 170000
 
 // ErrSlotBusy is wrapped by the error of a start that found the slot held
 // by a walsender: a subscriber that was just killed may still hold it for a
@@ -297,12 +326,7 @@ func (s *Source) CreateSlot(ctx context.Context) error {
 	if !s.Missing {
 		return nil
 	}
-	action := "NOEXPORT_SNAPSHOT"
-	if s.cfg.ExportSnapshot {
-		action = "EXPORT_SNAPSHOT"
-	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	res, err := s.createSlot(ctx)
 	if err != nil {
 		return fmt.Errorf("creating replication slot %s on the source: %w (check max_replication_slots and that the role has REPLICATION)", s.cfg.Slot, err)
 	}
@@ -312,6 +336,34 @@ func (s *Source) CreateSlot(ctx context.Context) error {
 	}
 	s.Confirmed = s.ConsistentPoint
 	return nil
+}
+
+// createSlot sends CREATE_REPLICATION_SLOT: with the option list and
+// FAILOVER where the slot is to be a failover slot (PostgreSQL 17 and
+// later), else in the form every supported version takes.
+func (s *Source) createSlot(ctx context.Context) (pglogrepl.CreateReplicationSlotResult, error) {
+	if !s.cfg.Failover || s.ServerVersion < failoverVersion {
+		action := "NOEXPORT_SNAPSHOT"
+		if s.cfg.ExportSnapshot {
+			action = "EXPORT_SNAPSHOT"
+		}
+		return pglogrepl.CreateReplicationSlot(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	}
+	snapshot := "'nothing'"
+	if s.cfg.ExportSnapshot {
+		snapshot = "'export'"
+	}
+	rows, err := s.query(ctx, "CREATE_REPLICATION_SLOT "+parapply.QuoteIdent(s.cfg.Slot)+" LOGICAL pgoutput (SNAPSHOT "+snapshot+", FAILOVER true)")
+	if err != nil {
+		return pglogrepl.CreateReplicationSlotResult{}, err
+	}
+	if len(rows) != 1 || len(rows[0]) < 4 {
+		return pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("CREATE_REPLICATION_SLOT returned %d rows", len(rows))
+	}
+	s.FailoverSlot = true
+	r := rows[0]
+	return pglogrepl.CreateReplicationSlotResult{SlotName: string(r[0]), ConsistentPoint: string(r[1]), SnapshotName: string(r[2]), OutputPlugin: string(r[3])}, nil
 }
 
 // DropSlot drops the slot cfg names over a replication connection of its

@@ -30,6 +30,45 @@ type Slot struct {
 	ReplicationState string     `json:"replication_state,omitempty"`
 	SyncState        string     `json:"sync_state,omitempty"`
 	ReplyTime        *time.Time `json:"reply_time,omitempty"`
+	// Failover is the slot's failover flag (PostgreSQL 17 and later; nil
+	// before); SyncStandbySlots the publisher's synchronized_standby_slots.
+	Failover         *bool  `json:"failover,omitempty"`
+	SyncStandbySlots string `json:"synchronized_standby_slots,omitempty"`
+	// Standbys are the other hosts the source names, as each sees the
+	// slot (see ReadStandby).
+	Standbys []Standby `json:"standbys,omitempty"`
+}
+
+// Standby is what a host the source names besides the primary says of
+// the slot: whether it is a standby and keeps a synchronized copy.
+type Standby struct {
+	Host         string       `json:"host"`
+	InRecovery   bool         `json:"in_recovery"`
+	Synced       bool         `json:"synced"`
+	ConfirmedLSN parapply.LSN `json:"confirmed_flush_lsn,omitempty"`
+	Error        string       `json:"error,omitempty"`
+}
+
+// ReadStandby reads, on a host the source names, whether it is a standby
+// and whether it holds a synchronized copy of slot (not temporary: a
+// copy the standby cannot use yet is kept temporary).
+func ReadStandby(ctx context.Context, conn *pgx.Conn, host, slot string) Standby {
+	sb := Standby{Host: host}
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery()").Scan(&sb.InRecovery); err != nil {
+		sb.Error = err.Error()
+		return sb
+	}
+	var confirmed *string
+	err := conn.QueryRow(ctx, `SELECT coalesce((pg_catalog.to_jsonb(s) ->> 'synced')::bool, false) AND NOT s.temporary, s.confirmed_flush_lsn::text
+		FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1`, slot).Scan(&sb.Synced, &confirmed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		sb.Error = err.Error()
+	case confirmed != nil:
+		sb.ConfirmedLSN, _ = parapply.ParseLSN(*confirmed)
+	}
+	return sb
 }
 
 // ErrNoSlot means the publisher has no slot of that name.
@@ -89,7 +128,8 @@ func readSlots(ctx context.Context, conn *pgx.Conn, cond string, args ...any) ([
 	rows, err := conn.Query(ctx, `SELECT s.slot_name, s.active, s.active_pid, coalesce(s.confirmed_flush_lsn, '0/0')::text,
 		coalesce(s.restart_lsn, '0/0')::text, pg_catalog.pg_current_wal_lsn()::text, s.wal_status,
 		coalesce(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-		r.application_name, r.state, r.sync_state, r.reply_time
+		r.application_name, r.state, r.sync_state, r.reply_time, (pg_catalog.to_jsonb(s) ->> 'failover')::bool,
+		coalesce(pg_catalog.current_setting('synchronized_standby_slots', true), '')
 		FROM pg_catalog.pg_replication_slots s LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid
 		WHERE `+cond+` ORDER BY s.slot_name`, args...)
 	if err != nil {
@@ -102,7 +142,7 @@ func readSlots(ctx context.Context, conn *pgx.Conn, cond string, args ...any) ([
 		var pid *int32
 		var confirmed, restart, current string
 		var walStatus, app, state, sync *string
-		if err := rows.Scan(&s.Name, &s.Active, &pid, &confirmed, &restart, &current, &walStatus, &s.RetainedBytes, &app, &state, &sync, &s.ReplyTime); err != nil {
+		if err := rows.Scan(&s.Name, &s.Active, &pid, &confirmed, &restart, &current, &walStatus, &s.RetainedBytes, &app, &state, &sync, &s.ReplyTime, &s.Failover, &s.SyncStandbySlots); err != nil {
 			return nil, err
 		}
 		if pid != nil {

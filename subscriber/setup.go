@@ -2,7 +2,9 @@ package subscriber
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/target"
 )
@@ -53,6 +55,9 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	if err != nil {
 		return su, err
 	}
+	if end := c.src.WALAtConnect; end != 0 && pos.EndLSN > end {
+		return su, errDiverged(s.cfg.Source.Slot, pos.EndLSN, end)
+	}
 	s.logSkips(su.opened)
 	if err := s.sync(ctx, c.src, c.app, c.published); err != nil {
 		return su, err
@@ -90,4 +95,15 @@ func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detec
 		return target.Detection{}, nil
 	}
 	return target.ReadDetection(ctx, conn)
+}
+
+// errDiverged is the stop of a start whose target records changes past
+// everything the publisher has: the target applied changes this server
+// never had, as after a failover to a standby that had not received them
+// (synchronized_standby_slots on the primary prevents it), or a publisher
+// restored from an older backup. Streaming on would skip the new
+// publisher's changes up to the target's position.
+func errDiverged(slot string, recorded, walEnd parapply.LSN) error {
+	return permanent{fmt.Errorf("the target records changes of slot %s up to %s, past the publisher's WAL end %s: the target applied changes this publisher never had (a failover to a standby that had not received them, or a publisher restored from an older backup), and streaming on would skip the publisher's own changes up to %s; compare both sides (parapply verify) and start over with a copy (parapply drop --slot %s, then run with existing_data = truncate)",
+		slot, recorded, walEnd, recorded, slot)}
 }

@@ -46,6 +46,8 @@ var settings = []setting{
 		func(o *options) kind { return size(&o.DecodingWorkMem, 64<<10, true) }},
 	{"binary", "on", "values travel from the publisher to the target in PostgreSQL's binary form, neither printed by the publisher nor parsed by parapply or the target, where every published column has the same built-in type on both sides (or an enum on the target); otherwise, and with off, every value travels as text, cast to the column's type on the target (pgoutput's binary option covers the whole stream)",
 		func(o *options) kind { return boolean(&o.Binary) }},
+	{"failover", "on", "on PostgreSQL 17 and later publishers, make the slot a failover slot (created so, or an existing one altered), which a standby with sync_replication_slots = on keeps a copy of: after that standby is promoted, parapply goes on from it (see docs/operations.md); ignored on earlier publishers",
+		func(o *options) kind { return boolean(&o.Failover) }},
 	{"two_phase", "off", "apply transactions prepared on the publisher (PREPARE TRANSACTION) as prepared transactions on the target, committed or rolled back when the publisher does; needs max_prepared_transactions > 0 on the target",
 		func(o *options) kind { return boolean(&o.TwoPhase) }},
 	{"origin", "any", "which changes the publisher sends, as CREATE SUBSCRIPTION's origin: any, or none for only those made on the publisher itself, not replicated to it (bidirectional setups; PostgreSQL 16 or later on the publisher). parapply commits what it applies under replication origins of its own (parapply_<slot>...), so that subscribers of the target with origin = none do not send it back",

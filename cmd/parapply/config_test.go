@@ -607,7 +607,7 @@ func TestDefaultsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20,
+	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20, Failover: true,
 		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, StreamWorkers: 2,
 		CopyData: true, CopyWorkers: 2, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
 		CommitOrder: subscriber.CommitPreserve, Prefetch: true, Binary: true, PrefetchConnections: 16, BatchRows: 10000,

@@ -204,7 +204,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintln(out, "\nparapply status --target ... --source ...:")
-	rep, err := collectStatus(ctx, sub, pub, "parapply_demo", false)
+	rep, err := collectStatus(ctx, sub, pub, "parapply_demo", false, "")
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ type options struct {
 	Streaming            bool
 	DecodingWorkMem      int // bytes; 0 keeps the publisher's own
 	TwoPhase             bool
+	Failover             bool
 	Origin               source.Origin
 	DetectConflicts      bool
 	Conflicts            *conflict.Rules

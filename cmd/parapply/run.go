@@ -42,7 +42,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 	}
 	cfg := subscriber.Config{
 		Source: source.Config{DSN: o.Source, Slot: o.Slot, Publications: o.Publications, Streaming: o.Streaming,
-			AppName: o.ApplicationName, StatusInterval: o.StatusInterval, TwoPhase: o.TwoPhase, Origin: o.Origin},
+			AppName: o.ApplicationName, StatusInterval: o.StatusInterval, TwoPhase: o.TwoPhase, Origin: o.Origin, Failover: o.Failover},
 		Target: apply.Config{DSN: o.Target, AppName: o.ApplicationName + " apply", Slot: o.Slot, SynchronousCommit: o.SynchronousCommit,
 			BatchRows: o.BatchRows, LockTimeout: fmt.Sprintf("%dms", o.LockTimeout.Milliseconds()),
 			Prefetch: o.Prefetch, PrefetchConns: o.PrefetchConnections},

@@ -7,12 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"
@@ -108,7 +111,7 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	tty := isTerminal(stdout)
 	for {
-		rep, err := collectStatus(ctx, tconn, sconn, *slot, *all)
+		rep, err := collectStatus(ctx, tconn, sconn, *slot, *all, *source)
 		if err != nil {
 			return err
 		}
@@ -162,7 +165,7 @@ func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error)
 // --all.
 const recentSlot = time.Hour
 
-func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all bool) (statusReport, error) {
+func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all bool, sourceDSN string) (statusReport, error) {
 	recs, err := status.Read(ctx, tconn, slot)
 	if err != nil {
 		return statusReport{}, err
@@ -205,6 +208,7 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 				return rep, err
 			}
 			if err == nil {
+				s.Standbys = readStandbys(ctx, sourceDSN, r.Slot, sconn)
 				sr.Publisher = &s
 			}
 		}
@@ -220,6 +224,69 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 		}
 	}
 	return rep, nil
+}
+
+// readStandbys reads, on each host the source names besides the one
+// connected to (a multi-host source, for publisher failover), whether it
+// is a standby keeping a synchronized copy of slot.
+func readStandbys(ctx context.Context, dsn, slot string, connected *pgx.Conn) []status.Standby {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil || len(cfg.Fallbacks) == 0 {
+		return nil
+	}
+	seen := map[string]bool{connected.PgConn().Conn().RemoteAddr().String(): true}
+	hosts := []*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port}}
+	hosts = append(hosts, cfg.Fallbacks...)
+	var out []status.Standby
+	for _, h := range hosts {
+		addr := net.JoinHostPort(h.Host, strconv.Itoa(int(h.Port)))
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		c := cfg.Copy()
+		c.Host, c.Port, c.TLSConfig, c.Fallbacks, c.ValidateConnect = h.Host, h.Port, h.TLSConfig, nil, nil
+		c.ConnectTimeout = 5 * time.Second
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err != nil {
+			out = append(out, status.Standby{Host: addr, Error: pgerr.Short(err).Error()})
+			continue
+		}
+		out = append(out, status.ReadStandby(ctx, conn, addr, slot))
+		conn.Close(context.Background())
+	}
+	return out
+}
+
+// failoverText says whether the slot survives a failover of the
+// publisher: its failover flag, synchronized_standby_slots, and each
+// standby's copy.
+func failoverText(p status.Slot) string {
+	if p.Failover == nil {
+		return ""
+	}
+	if !*p.Failover {
+		return "not a failover slot (failover = off, or made before it was asked)"
+	}
+	parts := []string{"a failover slot"}
+	if p.SyncStandbySlots == "" {
+		parts = append(parts, "synchronized_standby_slots not set on the publisher")
+	} else {
+		parts = append(parts, "synchronized_standby_slots = "+p.SyncStandbySlots)
+	}
+	for _, sb := range p.Standbys {
+		switch {
+		case sb.Error != "":
+			parts = append(parts, sb.Host+": "+sb.Error)
+		case !sb.InRecovery:
+			parts = append(parts, sb.Host+": not a standby")
+		case sb.Synced:
+			parts = append(parts, fmt.Sprintf("%s: synchronized (confirmed flush %s)", sb.Host, sb.ConfirmedLSN))
+		default:
+			parts = append(parts, sb.Host+": NOT SYNCHRONIZED (sync_replication_slots, hot_standby_feedback, primary_slot_name, dbname in primary_conninfo)")
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func printStatus(w io.Writer, rep statusReport) {
@@ -287,11 +354,17 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		if p := s.Publisher; p != nil {
 			active := "inactive"
-			if p.Active {
+			switch {
+			case p.Active && p.ReplicationState == "":
+				active = fmt.Sprintf("active (walsender pid %d; its state is hidden from the source role: GRANT pg_read_all_stats TO it)", p.ActivePID)
+			case p.Active:
 				active = fmt.Sprintf("active (pid %d, application_name %s, %s, sync_state %s)", p.ActivePID, p.ApplicationName, p.ReplicationState, p.SyncState)
 			}
 			fmt.Fprintf(tw, "  publisher slot\t%s; confirmed flush %s, restart %s, current WAL %s; retains %s of WAL (wal_status %s)\n",
 				active, p.ConfirmedLSN, p.RestartLSN, p.CurrentLSN, bytesText(p.RetainedBytes), p.WALStatus)
+			if f := failoverText(*p); f != "" {
+				fmt.Fprintf(tw, "  failover\t%s\n", f)
+			}
 		}
 		if s.LastError != "" {
 			at := ""

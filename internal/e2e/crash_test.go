@@ -55,9 +55,15 @@ type proc struct {
 
 func (e *env) runProcess(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startProcess(t, append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--workers", strconv.Itoa(testWorkers())}, args...)...)
+}
+
+// startProcess starts the parapply binary with args; a test that fails
+// kills it and shows its output.
+func startProcess(t *testing.T, args ...string) *proc {
+	t.Helper()
 	p := &proc{exited: make(chan struct{})}
-	all := append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--workers", strconv.Itoa(testWorkers())}, args...)
-	p.cmd = exec.Command(parapplyBinary(t), all...)
+	p.cmd = exec.Command(parapplyBinary(t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

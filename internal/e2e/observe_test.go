@@ -95,7 +95,8 @@ func statusJSON(t *testing.T, args ...string) (map[string]any, string) {
 	var err error
 	for {
 		out, err = exec.Command(parapplyBinary(t), append([]string{"status", "--json"}, args...)...).CombinedOutput()
-		if err == nil || !bytes.Contains(out, []byte("no parapply status yet")) || time.Now().After(deadline) {
+		first := bytes.Contains(out, []byte("no parapply status yet")) || bytes.Contains(out, []byte("has no status of slot"))
+		if err == nil || !first || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -196,6 +196,20 @@ func DefaultSettings() map[string]string {
 
 // Start initialises a new data directory and starts a server on a free port.
 func Start(ctx context.Context, opts Options) (*Server, error) {
+	s, err := newServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.initdb(ctx, opts.Log); err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	return s, s.start(ctx, opts)
+}
+
+// newServer makes a server's root directory (its data directory, not yet
+// made, inside), owned by the user the server runs as.
+func newServer(opts Options) (*Server, error) {
 	bin, err := Binaries()
 	if err != nil {
 		return nil, err
@@ -220,18 +234,22 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.initdb(ctx, opts.Log); err != nil {
-		s.cleanup()
-		return nil, err
-	}
+	return s, nil
+}
+
+// start launches the server on its data directory with the harness's
+// settings and opts', on a free port, and waits until it takes
+// connections; on error nothing is left running or on disk.
+func (s *Server) start(ctx context.Context, opts Options) error {
+	var err error
 	if s.Port, err = FreePort(); err != nil {
 		s.cleanup()
-		return nil, err
+		return err
 	}
 	settings := DefaultSettings()
-	if major, err := binMajor(bin); err != nil {
+	if major, err := binMajor(s.BinDir); err != nil {
 		s.cleanup()
-		return nil, err
+		return err
 	} else if major >= 18 {
 		// parapply keeps a replication origin active per target session
 		// (before 18, max_replication_slots bounds them).
@@ -258,13 +276,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if err := s.launch(); err != nil {
 		s.cleanup()
-		return nil, err
+		return err
 	}
 	if err := s.waitReady(ctx); err != nil {
 		s.Stop()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // Major returns the major version of the servers Start starts.
@@ -334,6 +352,21 @@ func (s *Server) Restart(ctx context.Context, immediate bool) error {
 		return err
 	}
 	return s.waitReady(ctx)
+}
+
+// Halt stops the server at once (an immediate shutdown, as a failed
+// machine leaves it: no checkpoint, connections cut), keeping its data
+// directory until Stop.
+func (s *Server) Halt() {
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	var err error
+	select {
+	case err = <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		err = <-s.done
+	}
+	s.done <- err // for Stop, which waits for it
 }
 
 func serverUser() (*syscall.Credential, error) {
