@@ -27,8 +27,26 @@ type Info struct {
 
 // Collector turns a subscriber's Status into metrics at scrape time.
 type Collector struct {
-	status func() subscriber.Status
-	info   Info
+	status   func() subscriber.Status
+	info     Info
+	failover func() *Failover
+}
+
+// Failover is what the publisher and the standbys the source names say of
+// the slot (see WithFailover): whether it survives a failover.
+type Failover struct {
+	// Slot is the slot's failover flag; SyncStandbySlots whether the
+	// publisher sets synchronized_standby_slots; Synced, by standby
+	// (host:port), whether it keeps a synchronized copy of the slot.
+	Slot, SyncStandbySlots bool
+	Synced                 map[string]bool
+}
+
+// WithFailover adds the failover series, read from f at each scrape (nil:
+// not known yet, or a publisher without failover slots).
+func (c *Collector) WithFailover(f func() *Failover) *Collector {
+	c.failover = f
+	return c
 }
 
 // NewCollector returns a collector reading status on every scrape.
@@ -90,6 +108,9 @@ var (
 	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
 	behindDesc     = desc("behind", "1 while the current run is behind the publisher (its changes arrive two seconds or more after their commit, by the publisher's clock; back to 0 under one second), reading ahead and weighing workers; 0 while it keeps up, and while no run streams.")
+	foSlotDesc     = desc("slot_failover", "1 when the slot is a failover slot (PostgreSQL 17 and later, failover = on), which a standby with sync_replication_slots keeps a copy of; absent before 17.")
+	foSyncSetDesc  = desc("synchronized_standby_slots_set", "1 when the publisher sets synchronized_standby_slots (no change reaches parapply before the standbys it names have it).")
+	foSyncedDesc   = desc("slot_synchronized", "1 when the standby (a host the source names besides the primary) keeps a synchronized copy of the slot, 0 when it does not.", "standby")
 	binaryDesc     = desc("binary_transfer", "1 while values travel in binary from the publisher to the target (binary = on, and every published column can take them), 0 while they travel in text.")
 )
 
@@ -100,7 +121,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -224,6 +245,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		failing = 1
 	}
 	gauge(seqFailDesc, failing)
+	if c.failover != nil {
+		if f := c.failover(); f != nil {
+			gauge(foSlotDesc, b2f(f.Slot))
+			gauge(foSyncSetDesc, b2f(f.SyncStandbySlots))
+			for host, synced := range f.Synced {
+				gauge(foSyncedDesc, b2f(synced), host)
+			}
+		}
+	}
 	if p := st.Copy; p != nil {
 		gauge(copyTablesDesc, float64(p.TablesDone), "done")
 		gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
@@ -237,6 +267,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(copyEstDesc, float64(t.EstRows), t.Name)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Registry returns a registry with the collector and the Go runtime and

@@ -195,3 +195,30 @@ func TestDashboardUsesExistingMetrics(t *testing.T) {
 		t.Errorf("dashboard has %d queries; expected the full set", exprs)
 	}
 }
+
+// TestFailoverSeries: the failover series come from WithFailover's
+// function, at each scrape, and are absent while it has nothing to say.
+func TestFailoverSeries(t *testing.T) {
+	var f *Failover
+	c := NewCollector(func() subscriber.Status { return subscriber.Status{} }, Info{}).WithFailover(func() *Failover { return f })
+	names := []string{"parapply_slot_failover", "parapply_synchronized_standby_slots_set", "parapply_slot_synchronized"}
+	if n := testutil.CollectAndCount(c, names...); n != 0 {
+		t.Errorf("%d failover series before anything is known, want none", n)
+	}
+	f = &Failover{Slot: true, SyncStandbySlots: false, Synced: map[string]bool{"10.0.0.2:5432": true, "10.0.0.3:5432": false}}
+	want := `
+# HELP parapply_slot_synchronized 1 when the standby (a host the source names besides the primary) keeps a synchronized copy of the slot, 0 when it does not.
+# TYPE parapply_slot_synchronized gauge
+parapply_slot_synchronized{standby="10.0.0.2:5432"} 1
+parapply_slot_synchronized{standby="10.0.0.3:5432"} 0
+# HELP parapply_synchronized_standby_slots_set 1 when the publisher sets synchronized_standby_slots (no change reaches parapply before the standbys it names have it).
+# TYPE parapply_synchronized_standby_slots_set gauge
+parapply_synchronized_standby_slots_set 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "parapply_slot_synchronized", "parapply_synchronized_standby_slots_set"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "parapply_slot_failover"); n != 1 {
+		t.Errorf("parapply_slot_failover: %d series, want 1", n)
+	}
+}

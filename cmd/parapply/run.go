@@ -10,12 +10,14 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/status"
 	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -140,6 +142,11 @@ func runCommand(ctx context.Context, args []string) error {
 			return err
 		}
 		col := metrics.NewCollector(sub.Status, metrics.Info{Version: buildVersion(), Slot: cfg.Source.Slot, ApplicationName: c["application_name"]})
+		if cfg.Source.Failover {
+			fw := &failoverWatch{dsn: cfg.Source.DSN, slot: cfg.Source.Slot, app: c["application_name"] + " failover", every: max(cfg.Source.StatusInterval, time.Second)}
+			go fw.run(ctx, log)
+			col.WithFailover(fw.state.Load)
+		}
 		go func() {
 			if err := metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(col))); err != nil {
 				log.Error("metrics endpoint stopped", "error", err)
@@ -204,6 +211,51 @@ func runCommand(ctx context.Context, args []string) error {
 			prev, prevAt = st, now
 		}
 	}
+}
+
+// failoverWatch reads, every status_interval, whether the slot survives a
+// failover of the publisher (its failover flag, synchronized_standby_slots,
+// each standby's copy), for the metrics: on a connection of its own, so
+// that the apply pays nothing for it.
+type failoverWatch struct {
+	dsn, slot, app string
+	every          time.Duration
+	state          atomic.Pointer[metrics.Failover]
+}
+
+func (w *failoverWatch) run(ctx context.Context, log *slog.Logger) {
+	for {
+		w.state.Store(w.read(ctx, log))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.every):
+		}
+	}
+}
+
+// read is one look; nil when the publisher cannot be read, or has no
+// failover slots (before PostgreSQL 17), or no such slot yet.
+func (w *failoverWatch) read(ctx context.Context, log *slog.Logger) *metrics.Failover {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := connectPlain(ctx, w.dsn, "source", w.app)
+	if err != nil {
+		log.Debug("reading the slot's failover state", "error", err)
+		return nil
+	}
+	defer conn.Close(context.Background())
+	p, err := status.ReadSlot(ctx, conn, w.slot)
+	if err != nil || p.Failover == nil {
+		return nil
+	}
+	f := &metrics.Failover{Slot: *p.Failover, SyncStandbySlots: p.SyncStandbySlots != "", Synced: map[string]bool{}}
+	for _, sb := range readStandbys(ctx, w.dsn, w.slot, conn) {
+		if sb.Error == "" && sb.InRecovery {
+			f.Synced[sb.Host] = sb.Synced
+		}
+	}
+	return f
 }
 
 // stoppedLine says, at every stop, where the target stands: the source

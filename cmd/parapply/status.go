@@ -234,9 +234,16 @@ func readStandbys(ctx context.Context, dsn, slot string, connected *pgx.Conn) []
 	if err != nil || len(cfg.Fallbacks) == 0 {
 		return nil
 	}
-	seen := map[string]bool{connected.PgConn().Conn().RemoteAddr().String(): true}
 	hosts := []*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port}}
 	hosts = append(hosts, cfg.Fallbacks...)
+	named := map[string]bool{}
+	for _, h := range hosts {
+		named[net.JoinHostPort(h.Host, strconv.Itoa(int(h.Port)))] = true
+	}
+	if len(named) < 2 {
+		return nil // one server, perhaps tried with and without TLS
+	}
+	seen := map[string]bool{connected.PgConn().Conn().RemoteAddr().String(): true}
 	var out []status.Standby
 	for _, h := range hosts {
 		addr := net.JoinHostPort(h.Host, strconv.Itoa(int(h.Port)))

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -71,8 +73,12 @@ func publisherFailover(t *testing.T, workers int) {
 	mustExec(t, pc, `ALTER SYSTEM SET synchronized_standby_slots = 'sb1'`)
 	mustExec(t, pc, `SELECT pg_reload_conf()`)
 	both := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=primary connect_timeout=5", primary.Port, standby.Port)
+	metricsPort, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := startProcess(t, "run", "--source", both, "--target", target.DSN("postgres"), "--publication", "pub", "--slot", "fo",
-		"--workers", strconv.Itoa(workers), "--reconnect-timeout", "2min")
+		"--workers", strconv.Itoa(workers), "--reconnect-timeout", "2min", "--status-interval", "1s", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort))
 	defer func() { _ = p.cmd.Process.Kill() }()
 
 	// Four writers, each recording its transactions in audit; they follow
@@ -153,6 +159,24 @@ func publisherFailover(t *testing.T, workers int) {
 	standbys, _ := pubSlot["standbys"].([]any)
 	if pubSlot["failover"] != true || len(standbys) != 1 || standbys[0].(map[string]any)["synced"] != true || pubSlot["synchronized_standby_slots"] != "sb1" {
 		t.Errorf("status does not show a failover slot synchronized on the standby:\n%s", stOut)
+	}
+	// And so do the metrics (read once a status interval).
+	wantMetrics := []string{"parapply_slot_failover 1", "parapply_synchronized_standby_slots_set 1",
+		fmt.Sprintf(`parapply_slot_synchronized{standby="127.0.0.1:%d"} 1`, standby.Port)}
+	var scraped string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		scraped = scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		missing := false
+		for _, w := range wantMetrics {
+			missing = missing || !strings.Contains(scraped, w)
+		}
+		if !missing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("metrics lack %q:\n%s", wantMetrics, grepLines(scraped, "parapply_slot_", "parapply_synchronized"))
+			break
+		}
 	}
 	time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
 	before := committed.Load()
@@ -300,4 +324,29 @@ func TestDivergedTarget(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
+}
+
+// scrapeText reads a metrics endpoint ("" if it does not answer yet).
+func scrapeText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// grepLines keeps the lines of s that start with one of prefixes.
+func grepLines(s string, prefixes ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
