@@ -737,6 +737,10 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// errTargetCopyEnded ends the pipe from the source's COPY once the
+// target's COPY has returned.
+var errTargetCopyEnded = errors.New("target copy ended")
+
 func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) error {
 	name := c.t.QualifiedName()
 	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
@@ -766,9 +770,12 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 		pw.CloseWithError(readErr)
 	}()
 	ct, err := dst.PgConn().CopyFrom(ctx, pr, c.targetSQL())
-	pr.CloseWithError(errors.New("target copy ended"))
+	pr.CloseWithError(errTargetCopyEnded)
 	<-done
-	if readErr != nil {
+	// A source read cut off because the target's copy ended is no cause
+	// of its own: the target's error is (a read still in flight when the
+	// target failed would otherwise hide it).
+	if readErr != nil && (err == nil || !errors.Is(readErr, errTargetCopyEnded)) {
 		return fmt.Errorf("copy %s: reading from the source: %w", name, readErr)
 	}
 	if err != nil {
