@@ -78,6 +78,9 @@ type Result struct {
 // Report is every check, in the order they ran.
 type Report struct {
 	Results []Result `json:"results"`
+	// Unreached names the sides that could not be reached: their other
+	// checks did not run.
+	Unreached []string `json:"unreached,omitempty"`
 }
 
 // Count counts the checks of a status.
@@ -136,16 +139,11 @@ func (r *Report) has(side, check string) bool {
 	return false
 }
 
-// Unreached names the sides that could not be reached (their other
-// checks did not run).
-func (r Report) Unreached() []string {
-	var out []string
-	for _, c := range r.Results {
-		if c.Status == Skipped && c.Check == "the "+c.Side+"'s other checks" {
-			out = append(out, c.Side)
-		}
-	}
-	return out
+// unreachable records that side could not be reached, so none of its
+// other checks ran.
+func (r *Report) unreachable(side string) {
+	r.skip(side, "the "+side+"'s other checks", "the "+side+" could not be reached")
+	r.Unreached = append(r.Unreached, side)
 }
 
 // skip records a check that could not run, and why.

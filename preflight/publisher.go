@@ -44,7 +44,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	conn, err := connect(ctx, "source", cfg.Source, cfg.AppName)
 	if err != nil {
 		rep.add(sidePub, "connection", "", fail("", err.Error(), "check the source connection string (host, port, dbname, user, password) and the publisher's pg_hba.conf"))
-		rep.skip(sidePub, "the publisher's other checks", "the publisher could not be reached")
+		rep.unreachable(sidePub)
 		return p
 	}
 	defer conn.Close(context.Background())
@@ -268,13 +268,14 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 	var read, identity []Problem
 	for _, t := range tables {
 		pt := pubTable{PublishedTable: t}
+		var oid uint32
 		var readable bool
 		var replident string
 		var hasKey bool
-		err := conn.QueryRow(ctx, `SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+		err := conn.QueryRow(ctx, `SELECT c.oid, pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
 				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident))
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-			t.Schema, t.Name).Scan(&readable, &replident, &hasKey)
+			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey)
 		if err != nil {
 			read = append(read, broken(pt.name(), "reading the table's catalog", err))
 			continue
@@ -290,7 +291,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
 			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", "add a primary key, or ALTER TABLE "+pt.name()+" REPLICA IDENTITY FULL; on the publisher"))
 		}
-		cols, generated, err := readColumns(ctx, conn, t.Schema, t.Name)
+		cols, generated, _, err := readColumns(ctx, conn, oid)
 		if err != nil {
 			read = append(read, broken(pt.name(), "reading its columns", err))
 			continue
@@ -340,28 +341,26 @@ func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p 
 	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s)", len(seqs), cfg.Sequences), probs...)
 }
 
-// readColumns reads a table's columns as Compare takes them, and which
-// are generated.
-func readColumns(ctx context.Context, conn *pgx.Conn, schema, name string) ([]Column, map[string]bool, error) {
+// readColumns reads a table's columns as Compare takes them, which are
+// generated, and which are NOT NULL without a default (an insert that
+// leaves them out is refused).
+func readColumns(ctx context.Context, conn *pgx.Conn, oid uint32) (cols []Column, generated, required map[string]bool, err error) {
 	rows, _ := conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), t.typcategory::text,
 			CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) END,
-			a.attgenerated <> ''
+			a.attgenerated <> '', a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''
 		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-		JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, schema, name)
-	var cols []Column
-	generated := map[string]bool{}
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+	generated, required = map[string]bool{}, map[string]bool{}
 	var c Column
-	var gen bool
-	_, err := pgx.ForEachRow(rows, []any{&c.Name, &c.Type, &c.Category, &c.Enum, &gen}, func() error {
+	var gen, req bool
+	_, err = pgx.ForEachRow(rows, []any{&c.Name, &c.Type, &c.Category, &c.Enum, &gen, &req}, func() error {
 		c.Base, c.Mod = splitType(c.Type)
 		cols = append(cols, c)
-		generated[c.Name] = gen
+		generated[c.Name], required[c.Name] = gen, req
 		c = Column{}
 		return nil
 	})
-	return cols, generated, err
+	return cols, generated, required, err
 }
 
 // connect opens a plain connection for the checks.

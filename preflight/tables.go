@@ -151,28 +151,11 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 		return tt, false, err
 	}
 	tt.privileges = map[string]bool{"SELECT": sel, "INSERT": ins, "UPDATE": upd, "DELETE": del, "TRUNCATE": trunc}
-	tt.generated, tt.required = map[string]bool{}, map[string]bool{}
-	rows, err := conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), t.typcategory::text,
-			CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) END,
-			a.attgenerated <> '', a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''
-		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
-	if err != nil {
+	var cols []Column
+	if cols, tt.generated, tt.required, err = readColumns(ctx, conn, oid); err != nil {
 		return tt, true, err
 	}
-	var c Column
-	var generated, required bool
-	_, err = pgx.ForEachRow(rows, []any{&c.Name, &c.Type, &c.Category, &c.Enum, &generated, &required}, func() error {
-		c.Base, c.Mod = splitType(c.Type)
-		if generated {
-			tt.generated[c.Name] = true
-		} else {
-			tt.columns = append(tt.columns, c)
-		}
-		tt.required[c.Name] = required
-		c = Column{}
-		return nil
-	})
+	tt.columns = slices.DeleteFunc(cols, func(c Column) bool { return tt.generated[c.Name] })
 	return tt, true, err
 }
 

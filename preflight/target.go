@@ -18,7 +18,7 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 	conn, err := connect(ctx, "target", cfg.Target, cfg.AppName)
 	if err != nil {
 		rep.add(sideTarget, "connection", "", fail("", err.Error(), "check the target connection string (host, port, dbname, user, password) and the target's pg_hba.conf"))
-		rep.skip(sideTarget, "the target's other checks", "the target could not be reached")
+		rep.unreachable(sideTarget)
 		return
 	}
 	defer conn.Close(context.Background())

@@ -112,8 +112,8 @@ func TestReportStatus(t *testing.T) {
 	}
 	var r Report
 	r.add("publisher", "a", "")
-	r.skip("target", "the target's other checks", "unreachable")
-	if r.Passed() || len(r.Unreached()) != 1 || r.Unreached()[0] != "target" {
-		t.Errorf("a report with an unreached side: passed %v, unreached %v", r.Passed(), r.Unreached())
+	r.unreachable("target")
+	if r.Passed() || len(r.Unreached) != 1 || r.Unreached[0] != "target" {
+		t.Errorf("a report with an unreached side: passed %v, unreached %v", r.Passed(), r.Unreached)
 	}
 }

@@ -57,7 +57,7 @@ func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	rep := preflight.Run(ctx, pc)
-	if sides := rep.Unreached(); len(sides) > 0 {
+	if sides := rep.Unreached; len(sides) > 0 {
 		log.Warn("pre-flight checks skipped: the " + strings.Join(sides, " and the ") + " could not be reached")
 		return nil
 	}

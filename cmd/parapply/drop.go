@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/target"
 	"github.com/parapply/parapply/tombstones"
 )
@@ -38,7 +37,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	if c["target"] == "" {
 		return fmt.Errorf("drop needs --target and --slot (default %q); with --source it drops the slot on the publisher too", "parapply")
 	}
-	conn, err := connectAs(ctx, c["target"], c["application_name"]+" drop", "target")
+	conn, err := connectPlain(ctx, c["target"], "target", c["application_name"]+" drop")
 	if err != nil {
 		return err
 	}
@@ -95,7 +94,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "publisher: not asked (no --source); if slot %s is still there, it holds WAL: SELECT pg_drop_replication_slot('%s') on the publisher\n", slot, slot)
 		return nil
 	}
-	src, err := connectAs(ctx, c["source"], c["application_name"]+" drop", "source")
+	src, err := connectPlain(ctx, c["source"], "source", c["application_name"]+" drop")
 	if err != nil {
 		return err
 	}
@@ -132,8 +131,7 @@ func slotRows(ctx context.Context, conn *pgx.Conn, table, slot string, dry bool)
 		tag, err = conn.Exec(ctx, "DELETE FROM parapply."+table+" WHERE slot_name = $1", slot)
 		n = tag.RowsAffected()
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == pgerrcode.UndefinedTable || pe.Code == pgerrcode.InvalidSchemaName) {
+	if missingRelation(err) {
 		return 0, nil
 	}
 	if err != nil {
@@ -149,8 +147,7 @@ func dropTombstones(ctx context.Context, conn *pgx.Conn, slot string, dry bool, 
 	if dry {
 		var keeps bool
 		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM parapply.tombstone_slots WHERE slot_name = $1)", slot).Scan(&keeps)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
+		if missingRelation(err) {
 			return nil // never installed
 		}
 		if err != nil {
@@ -186,8 +183,7 @@ func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, slot string, dry bool
 	for _, t := range target.SlotTables {
 		rows, _ := conn.Query(ctx, "SELECT DISTINCT slot_name FROM parapply."+t+" WHERE slot_name <> $1", slot)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
+		if missingRelation(err) {
 			continue
 		}
 		if err != nil {
@@ -205,8 +201,7 @@ func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, slot string, dry bool
 		return nil
 	}
 	var conflicts int64
-	err := conn.QueryRow(ctx, "SELECT count(*) FROM parapply.conflicts").Scan(&conflicts)
-	if pe := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pe) {
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM parapply.conflicts").Scan(&conflicts); err != nil && !missingRelation(err) {
 		return fmt.Errorf("reading parapply.conflicts on the target: %w", err)
 	}
 	if conflicts > 0 {
@@ -224,18 +219,11 @@ func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, slot string, dry bool
 	return nil
 }
 
-// connectAs connects to one side, naming it in the error.
-func connectAs(ctx context.Context, dsn, app, side string) (*pgx.Conn, error) {
-	cc, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, pgerr.Parse(side, err)
-	}
-	cc.RuntimeParams["application_name"] = app
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the %s (host %s port %d database %s user %s): %w", side, cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
-	}
-	return conn, nil
+// missingRelation tells an error of a table of parapply's schema that a
+// later release made, or that was never made here (nor its schema).
+func missingRelation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == pgerrcode.UndefinedTable || pe.Code == pgerrcode.InvalidSchemaName)
 }
 
 // dropBlockers refuses to drop a slot whose next run has work only it can
@@ -244,8 +232,7 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 	count := func(table string) (int, error) {
 		var n int
 		err := conn.QueryRow(ctx, "SELECT count(*) FROM parapply."+table+" WHERE slot_name = $1", slot).Scan(&n)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == pgerrcode.UndefinedTable {
+		if missingRelation(err) {
 			return 0, nil
 		}
 		return n, err

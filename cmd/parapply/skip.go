@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 )
 
@@ -38,14 +37,9 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
 		}
 	}
-	cc, err := pgx.ParseConfig(c["target"])
+	conn, err := connectPlain(ctx, c["target"], "target", c["application_name"]+" skip")
 	if err != nil {
-		return pgerr.Parse("target", err)
-	}
-	cc.RuntimeParams["application_name"] = c["application_name"] + " skip"
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("connecting to the target (host %s port %d database %s user %s): %w", cc.Host, cc.Port, cc.Database, cc.User, pgerr.Short(err))
+		return err
 	}
 	defer conn.Close(context.Background())
 	if *list {

@@ -143,8 +143,9 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 }
 
-// connectPlain opens an ordinary connection; errors name which side failed
-// (pgx's messages never include the password).
+// connectPlain opens an ordinary connection to one side for a command,
+// named app unless the DSN names it; errors name the side, host, port,
+// database and user, and the one reason (never the password).
 func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

@@ -75,10 +75,10 @@ func verifyCommand(ctx context.Context, args []string, out io.Writer) error {
 // connectBoth connects to the publisher and the target as the command.
 func connectBoth(ctx context.Context, c config, command string) (src, dst *pgx.Conn, err error) {
 	app := c["application_name"] + " " + command
-	if src, err = connectAs(ctx, c["source"], app, "source"); err != nil {
+	if src, err = connectPlain(ctx, c["source"], "source", app); err != nil {
 		return nil, nil, err
 	}
-	if dst, err = connectAs(ctx, c["target"], app, "target"); err != nil {
+	if dst, err = connectPlain(ctx, c["target"], "target", app); err != nil {
 		src.Close(context.Background())
 		return nil, nil, err
 	}
@@ -130,12 +130,7 @@ func checkLine(tc tableCheck) string {
 		return fmt.Sprintf("%s: equal, %d rows", tc.Table, tc.PublisherRows)
 	}
 	return fmt.Sprintf("%s: DIFFERS: %d rows on the publisher, %d on the target; %s", tc.Table, tc.PublisherRows, tc.TargetRows,
-		replaceSides(tc.Difference))
-}
-
-// replaceSides words verify's "source" as the publisher.
-func replaceSides(s string) string {
-	return strings.ReplaceAll(s, "on the source", "on the publisher")
+		strings.ReplaceAll(tc.Difference, "on the source", "on the publisher"))
 }
 
 // verdict is verify's outcome: nil when every table is equal.

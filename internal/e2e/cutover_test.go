@@ -127,6 +127,10 @@ func TestCutoverPath(t *testing.T) {
 	if n := count(`SELECT count(*) FROM pg_namespace WHERE nspname = 'parapply'`); n != 0 {
 		t.Errorf("schema parapply is still there after the last slot was dropped")
 	}
+	// Dropping again, with the schema gone, finds nothing to do.
+	if err, out := runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut"); err != nil || !strings.Contains(out, "publisher: no slot cut") {
+		t.Errorf("drop after the schema went: %v\n%s", err, out)
+	}
 	if n := count(`SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'parapply_%'`); n != 0 {
 		t.Errorf("%d replication origins left after the drops", n)
 	}
