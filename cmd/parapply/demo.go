@@ -92,7 +92,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		logs = os.Stderr
 	}
 	s := subscriber.New(subscriber.Config{
-		Source: withSourceEnv(source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: "parapply_demo", Publications: []string{"demo"}, AppName: "parapply", StatusInterval: time.Second}),
+		Source: withSourceEnv(source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: "parapply_demo", Publications: []string{"demo"}, AppName: "parapply", StatusInterval: time.Second, Failover: true}), // as run's default
 		Target: apply.Config{DSN: pair.Subscriber.DSN("postgres"), AppName: "parapply apply", Slot: "parapply_demo"},
 		Log:    slog.New(slog.NewTextHandler(logs, nil)),
 		// The publisher's existing accounts reach the empty subscriber by
