@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/target"
 )
@@ -178,6 +179,10 @@ type Applier struct {
 	batcher    *batcher
 	keybuf     []byte // RowKeys' buffer
 	syncCommit bool
+	// citus: the target is a Citus coordinator (see citus.go): each
+	// transaction sets session_replication_role again with SET LOCAL,
+	// which Citus carries to the workers' shards.
+	citus bool
 
 	// synced holds, when set, the sync LSN of every table whose initial
 	// copy is done, by qualified name; tables absent from it are skipped.
@@ -248,6 +253,10 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	}
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
 	if err := target.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
+		a.Close(ctx)
+		return nil, err
+	}
+	if a.citus, err = citus.Enabled(ctx, conn); err != nil {
 		a.Close(ctx)
 		return nil, err
 	}

@@ -41,6 +41,7 @@ type run struct {
 	cols     []int // published column carried by each parameter
 	split    int   // cols[:split] locate rows (key or old image), cols[split:] carry values
 	table    *Table
+	part     int32 // the shard of a Citus distributed table its rows are on (see Table.part)
 	kind     byte // I insert, U update, D delete, F and X update and delete by whole old row
 	shape    []byte
 	sql      string
@@ -94,10 +95,12 @@ func (b *batcher) sqlFor(r *run) string {
 }
 
 // forget drops the statements built for relation rel (its description
-// changed) after closing its open run, whose statement stays as built.
+// changed) after closing its open runs, whose statements stay as built.
 func (b *batcher) forget(rel uint32) {
-	if r := b.openRun(rel); r != nil {
-		b.close(r)
+	for _, r := range slices.Clone(b.runs) {
+		if r.table.Rel.ID == rel {
+			b.close(r)
+		}
 	}
 	for k := range b.sql {
 		if binary.BigEndian.Uint32([]byte(k)) == rel {
@@ -106,13 +109,14 @@ func (b *batcher) forget(rel uint32) {
 	}
 }
 
-// openRun returns the open run of the table with relation id rel, if any.
-func (b *batcher) openRun(rel uint32) *run {
-	if b.cur != nil && b.cur.table.Rel.ID == rel {
+// openRun returns the open run of the table with relation id rel and of
+// part part (0 but on a Citus distributed table), if any.
+func (b *batcher) openRun(rel uint32, part int32) *run {
+	if b.cur != nil && b.cur.table.Rel.ID == rel && b.cur.part == part {
 		return b.cur // the common case: the same table as the last change
 	}
 	for _, r := range b.runs {
-		if r.table.Rel.ID == rel {
+		if r.table.Rel.ID == rel && r.part == part {
 			return r
 		}
 	}
@@ -125,19 +129,23 @@ func (b *batcher) fits(r *run, t *Table, kind byte) bool {
 	return r != nil && r.table == t && r.kind == kind && !r.closed && bytes.Equal(r.shape, b.mask) && r.rows < b.batchRows
 }
 
-// start makes b.cur a run for a change of this table and kind whose
+// start makes b.cur a run for a change of this table, part and kind whose
 // parameters are the columns head then tail (b.mask describing them), and
-// which touches none of keys: the table's open run when it can take the
-// change, else a new one, after the table's open run has closed.
+// which touches none of keys: the open run of the table and part when it
+// can take the change, else a new one, after that run has closed.
 //
 // Runs of different tables stay open side by side, so interleaved changes to
 // several tables still become one statement per table: their statements may
 // then run in another order than the changes arrived in, which no one can
 // observe (the group commits at once, and session_replication_role = replica
 // keeps foreign key checks out), unless a trigger fires on the target: a run
-// of such a table is only ever open alone.
-func (b *batcher) start(t *Table, kind byte, head, tail []int, keys ...[]byte) *run {
-	r := b.openRun(t.Rel.ID)
+// of such a table is only ever open alone. The runs of the shards of a
+// Citus distributed table are as independent as those of different tables:
+// a row's changes all land on its shard (a change of its distribution
+// value is a delete and an insert, see batcher.move), and every unique
+// index there holds the distribution column.
+func (b *batcher) start(t *Table, part int32, kind byte, head, tail []int, keys ...[]byte) *run {
+	r := b.openRun(t.Rel.ID, part)
 	if b.fits(r, t, kind) && !slices.ContainsFunc(keys, r.has) {
 		b.cur = r
 		return r
@@ -148,7 +156,7 @@ func (b *batcher) start(t *Table, kind byte, head, tail []int, keys ...[]byte) *
 	if len(b.runs) > 0 && (t.Triggers || b.runs[0].table.Triggers) {
 		b.closeAll()
 	}
-	r = &run{table: t, kind: kind, split: len(head)}
+	r = &run{table: t, part: part, kind: kind, split: len(head)}
 	r.shape = append(r.shape, b.mask...)
 	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
 	r.sql = b.sqlFor(r)
@@ -251,8 +259,8 @@ func (r *run) has(key []byte) bool {
 // same columns, and no trigger on the target would see the difference. Not
 // on tables with unique indexes beyond the key, whose row-by-row fallback
 // needs every step.
-func (b *batcher) collapse(t *Table, key []byte, new parapply.Tuple) bool {
-	r := b.openRun(t.Rel.ID)
+func (b *batcher) collapse(t *Table, part int32, key []byte, new parapply.Tuple) bool {
+	r := b.openRun(t.Rel.ID, part)
 	if t.Triggers || t.ExtraUnique || !b.fits(r, t, 'U') {
 		return false
 	}
@@ -338,11 +346,12 @@ var emptyRow = []int{-1}
 // insert adds an INSERT of tup into t; it returns the run it joined.
 func (b *batcher) insert(t *Table, tup parapply.Tuple) *run {
 	b.mask, b.cols = present(t, tup, nil, b.mask[:0], b.cols)
+	part := t.part(tup)
 	if len(b.cols) == 0 {
-		r := b.start(t, 'I', nil, emptyRow)
+		r := b.start(t, part, 'I', nil, emptyRow)
 		r.params[0] = append(r.params[0], nil)
 	} else {
-		r := b.start(t, 'I', nil, b.cols)
+		r := b.start(t, part, 'I', nil, b.cols)
 		r.push(0, tup, r.cols)
 	}
 	return b.added()
@@ -367,7 +376,10 @@ func (b *batcher) update(t *Table, oldKind byte, old, new parapply.Tuple) (*run,
 	// Columns GENERATED ALWAYS AS IDENTITY on the target stay out of SET.
 	keySrc, skip := new, t.keyAndIdentity
 	if oldKind != 0 {
-		keySrc, skip = old, t.AlwaysIdentity
+		if t.moves(old, new) {
+			return b.move(t, oldKind, old, new)
+		}
+		keySrc, skip = old, t.setSkip
 		if err := checkIdentityKept(t, old, new); err != nil {
 			return nil, err
 		}
@@ -378,12 +390,13 @@ func (b *batcher) update(t *Table, oldKind byte, old, new parapply.Tuple) (*run,
 	}
 	b.keybuf = appendKey(b.keybuf, keySrc, t.Key)
 	b.key2buf = b.key2buf[:0]
+	part := t.part(keySrc)
 	if oldKind != 0 {
 		b.key2buf = appendKey(b.key2buf, new, t.Key)
-	} else if b.collapse(t, b.keybuf, new) {
+	} else if b.collapse(t, part, b.keybuf, new) {
 		return nil, nil
 	}
-	r := b.start(t, 'U', t.Key, b.cols, b.keybuf, b.key2buf)
+	r := b.start(t, part, 'U', t.Key, b.cols, b.keybuf, b.key2buf)
 	if oldKind == 0 {
 		r.mark(b.keybuf, r.rows)
 	} else {
@@ -439,10 +452,13 @@ func (b *batcher) full(t *Table, kind byte, old, new parapply.Tuple) (*run, erro
 	var set []int
 	b.mask = b.mask[:0]
 	if kind == 'F' {
+		if t.moves(old, new) {
+			return b.move(t, 'O', old, new)
+		}
 		if err := checkIdentityKept(t, old, new); err != nil {
 			return nil, err
 		}
-		b.mask, b.cols = present(t, new, t.AlwaysIdentity, b.mask, b.cols)
+		b.mask, b.cols = present(t, new, t.setSkip, b.mask, b.cols)
 		if len(b.cols) == 0 {
 			return nil, nil
 		}
@@ -463,7 +479,7 @@ func (b *batcher) full(t *Table, kind byte, old, new parapply.Tuple) (*run, erro
 		}
 	}
 	b.keybuf = appendKey(b.keybuf, old, b.all)
-	r := b.start(t, kind, b.oldCols, set, b.keybuf)
+	r := b.start(t, t.part(old), kind, b.oldCols, set, b.keybuf)
 	r.touch(b.keybuf)
 	if noCols {
 		r.params[0] = append(r.params[0], nil)
@@ -494,7 +510,7 @@ func (b *batcher) delete(t *Table, old parapply.Tuple) (*run, error) {
 	}
 	b.mask = b.mask[:0]
 	b.keybuf = appendKey(b.keybuf, old, t.Key)
-	r := b.start(t, 'D', t.Key, nil, b.keybuf)
+	r := b.start(t, t.part(old), 'D', t.Key, nil, b.keybuf)
 	r.touch(b.keybuf)
 	r.push(0, old, t.Key)
 	return b.added(), nil

@@ -20,7 +20,7 @@ import (
 func testTables(tables ...*Table) map[uint32]*Table {
 	m := map[uint32]*Table{}
 	for _, t := range tables {
-		t.keyAndIdentity = append(slices.Clone(t.Key), t.AlwaysIdentity...)
+		t.deriveSkips()
 		m[t.Rel.ID] = t
 	}
 	return m

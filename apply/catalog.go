@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/target"
 	"github.com/parapply/parapply/tombstones"
 )
@@ -40,7 +41,14 @@ type Table struct {
 	// the check), and updates, which PostgreSQL lets set them only to
 	// DEFAULT, leave them out (see Applier.Update).
 	AlwaysIdentity []int
-	keyAndIdentity []int // Key, then AlwaysIdentity
+	keyAndIdentity []int // Key, then AlwaysIdentity (and distCol)
+	setSkip        []int // AlwaysIdentity (and distCol): never in SET (see deriveSkips)
+	// Citus is the target's Citus metadata of the table; nil on a plain
+	// PostgreSQL target (see citus.go).
+	Citus *citus.Table
+	// distCol is the published column Citus distributes the table by,
+	// when Citus is a distributed table's metadata (see dist).
+	distCol int
 	// Key lists the published columns that locate a row (replica identity).
 	Key []int
 	// Full is true under REPLICA IDENTITY FULL: rows are located by all old
@@ -177,10 +185,17 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation, bina
 		// No key flagged (a table with REPLICA IDENTITY DEFAULT and no primary key): only inserts can be published.
 		t.Key = nil
 	}
-	t.keyAndIdentity = append(slices.Clone(t.Key), t.AlwaysIdentity...)
 	if err := loadUniques(ctx, conn, oid, t); err != nil {
 		return nil, err
 	}
+	ct, err := citus.Read(ctx, conn, oid)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.loadCitus(ct); err != nil { // after loadUniques: it may set WholeTable
+		return nil, err
+	}
+	t.deriveSkips()
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+tombstones.TriggerName+`'
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))

@@ -250,6 +250,7 @@ func (s *sender) result(o op, res any) error {
 // opFailed explains why o failed: with the table and column for statements
 // built from a run.
 func (s *sender) opFailed(ctx context.Context, o op, err error, desc txns) error {
+	citusUniqueViolation(err)
 	if o.scan != nil && o.table == nil {
 		return fmt.Errorf("%s after %s: %w", o.what, desc, err)
 	}

@@ -127,6 +127,7 @@ func (s *sender) busy() (bool, error) {
 // explain turns a failed statement into an error naming the source
 // transaction, the table and, for a value the target cannot take, the column.
 func (s *sender) explain(ctx context.Context, o op, err error, desc txns) error {
+	citusUniqueViolation(err)
 	var pe *pgconn.PgError
 	col := ""
 	if o.table != nil && errors.As(err, &pe) && (pe.Code[:2] == pgerrcode.DataException[:2] || pe.Code == pgerrcode.NotNullViolation || pe.Code == pgerrcode.CheckViolation) && !s.conn.IsClosed() {

@@ -48,6 +48,12 @@ func (a *Applier) queue(sql string, what string, rows int, args ...any) {
 func (a *Applier) queueOp(o op) {
 	if !a.began {
 		a.ops = append(a.ops, op{sql: "BEGIN", what: "BEGIN", rows: -1})
+		if a.citus {
+			a.ops = append(a.ops, op{sql: citusReplicaRole, what: "setting session_replication_role for the shards", rows: -1})
+			if a.cfg.LockTimeout != "" {
+				a.ops = append(a.ops, op{sql: "SET LOCAL lock_timeout = " + parapply.QuoteLiteral(a.cfg.LockTimeout), what: "setting lock_timeout for the shards", rows: -1})
+			}
+		}
 		a.began = true
 	}
 	a.ops = append(a.ops, o)

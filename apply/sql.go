@@ -98,6 +98,7 @@ func UpdateSQL(t *Table, key, set []int) string {
 	unnest(&b, t, append(slices.Clone(key), set...), append(k, v...), false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", key, k)
+	distFilter(&b, t, key)
 	return b.String()
 }
 
@@ -109,6 +110,7 @@ func DeleteSQL(t *Table, key []int) string {
 	unnest(&b, t, key, k, false)
 	b.WriteString(" WHERE ")
 	keyMatch(&b, t, "t", key, k)
+	distFilter(&b, t, key)
 	return b.String()
 }
 

@@ -3,9 +3,13 @@ package subscriber
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/target"
 )
 
@@ -94,6 +98,9 @@ func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detec
 	if !s.cfg.DetectConflicts {
 		return target.Detection{}, nil
 	}
+	if err := refuseCitusDetection(ctx, conn, c.published); err != nil {
+		return target.Detection{}, err
+	}
 	return target.ReadDetection(ctx, conn)
 }
 
@@ -106,4 +113,21 @@ func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detec
 func errDiverged(slot string, recorded, walEnd parapply.LSN) error {
 	return permanent{fmt.Errorf("the target records changes of slot %s up to %s, past the publisher's WAL end %s: the target applied changes this publisher never had (a failover to a standby that had not received them, or a publisher restored from an older backup), and streaming on would skip the publisher's own changes up to %s; compare both sides (parapply verify) and start over with a copy (parapply drop --slot %s, then run with existing_data = truncate)",
 		slot, recorded, walEnd, recorded, slot)}
+}
+
+// refuseCitusDetection stops a start with conflict detection on a Citus
+// coordinator that distributes published tables: the statements that
+// detect and resolve conflicts (counts over modifying CTEs, correlated
+// lookups) are not ones Citus runs on shards.
+func refuseCitusDetection(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) error {
+	var schemas, names []string
+	for _, pt := range published {
+		schemas, names = append(schemas, pt.Schema), append(names, pt.Name)
+	}
+	managed, err := citus.Managed(ctx, conn, schemas, names)
+	if err != nil || len(managed) == 0 {
+		return err
+	}
+	return Permanent(fmt.Errorf("detect_conflicts is on, but the target is a Citus coordinator that distributes %s, where conflict detection does not run: set detect_conflicts = off (rows an update or delete does not find are then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)",
+		strings.Join(managed, ", ")))
 }

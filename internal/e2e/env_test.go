@@ -32,6 +32,9 @@ type env struct {
 	pub    *pgx.Conn
 	sub    *pgx.Conn
 	log    *logTail // the subscribers' log, shown when the test fails
+	// nodes are a Citus target's workers, whose sessions a failure shows
+	// too.
+	nodes []*pgtest.Server
 }
 
 // logTail keeps the last logTailSize bytes written to it: the subscribers'
@@ -318,6 +321,9 @@ func (e *env) targetSessions() string {
 		pg_blocking_pids(pid), left(query, 200)), E'\n') FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&out)
 	if err != nil {
 		return err.Error()
+	}
+	for _, n := range e.nodes {
+		out += "\nsessions on " + n.Name + ":\n" + sessionsOn(n)
 	}
 	return out
 }

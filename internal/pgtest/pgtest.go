@@ -157,6 +157,9 @@ type Options struct {
 	Log io.Writer
 	// Env is added to the server's environment (see ReadDelayEnv).
 	Env []string
+	// BinDir, when set, is the installation to run (a build with an
+	// extension, such as Citus) in place of Binaries'.
+	BinDir string
 }
 
 // Server is one running PostgreSQL instance on loopback, trusting local
@@ -210,9 +213,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // newServer makes a server's root directory (its data directory, not yet
 // made, inside), owned by the user the server runs as.
 func newServer(opts Options) (*Server, error) {
-	bin, err := Binaries()
-	if err != nil {
-		return nil, err
+	bin := opts.BinDir
+	if bin == "" {
+		var err error
+		if bin, err = Binaries(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Name == "" {
 		opts.Name = "pg"
