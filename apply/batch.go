@@ -42,7 +42,7 @@ type run struct {
 	split    int   // cols[:split] locate rows (key or old image), cols[split:] carry values
 	table    *Table
 	part     int32 // the shard of a Citus distributed table its rows are on (see Table.part)
-	kind     byte // I insert, U update, D delete, F and X update and delete by whole old row
+	kind     byte  // I insert, U update, D delete, F and X update and delete by whole old row
 	shape    []byte
 	sql      string
 	params   [][][]byte
