@@ -71,8 +71,20 @@ func Enabled(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	if !on {
 		return false, nil
 	}
-	if _, err := conn.Exec(ctx, "SET citus.propagate_set_commands = 'local'"); err != nil {
-		return false, fmt.Errorf("setting citus.propagate_set_commands on the target: %w", err)
+	for _, set := range []string{
+		"SET citus.propagate_set_commands = 'local'",
+		// One connection per worker node for the session's statements:
+		// parapply runs its own sessions side by side, and Citus would
+		// otherwise open a connection per shard that a COPY or an
+		// INSERT ... SELECT writes in a transaction, anew for every
+		// transaction (it keeps one a node): 16 a node and transaction,
+		// whose start-up cost the workers nine times the CPU of the
+		// inserts themselves at four parapply workers.
+		"SET citus.multi_shard_modify_mode = 'sequential'",
+	} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			return false, fmt.Errorf("%s on the target: %w", set, err)
+		}
 	}
 	return true, nil
 }

@@ -37,6 +37,10 @@ type options struct {
 	readDelay time.Duration
 	// layouts are the layouts measured, each cell in each (see layout.go).
 	layouts []string
+	// target is where parapply applies: targetPostgres, or targetCitus
+	// (a coordinator and two workers; the built-in, which cannot fill
+	// one, still applies to a plain server, for scale: see citus.go).
+	target string
 }
 
 func main() {
@@ -72,11 +76,15 @@ func run(ctx context.Context, args []string) error {
 	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated: 0 to 64, or auto (parapply's default)")
 	plot := fs.String("plot", "", "write PNG charts to this directory")
 	layoutFlag := fs.String("layout", layoutShared, "where the processes run, comma separated: shared (one machine: every process on every CPU) or separate (two machines: the publisher, its walsender and the clients on one half of the CPUs, the subscriber and parapply on the other); ratios are against the built-in in the same layout")
+	target := fs.String("target", targetPostgres, "where parapply applies: postgres, or citus (a Citus coordinator and two workers from Debian's postgresql-15 with Citus; the built-in, which cannot fill one, applies to a plain server in the same run, for scale)")
 	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag)}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag), target: *target}
+	if err := checkTarget(o); err != nil {
+		return err
+	}
 	for _, l := range o.layouts {
 		if !slices.Contains(layouts, l) {
 			return fmt.Errorf("unknown layout %q (have %s)", l, strings.Join(layouts, ", "))
@@ -185,6 +193,9 @@ type cell struct {
 func newCell(o options, w, e string, workers int, mode string) *cell {
 	c := &cell{workload: w, engine: e, workers: workers, mode: mode}
 	c.res = result{Workload: w, Engine: e, Workers: workers, Scale: o.scale, Runs: o.runs, Verified: true, Method: workloads[w].method, Detection: mode}
+	if o.target == targetCitus && isParapply(e) {
+		c.res.Target = targetCitus
+	}
 	if isParapply(e) {
 		// parapply takes its settings from the environment too.
 		c.res.CommitOrder = cmp.Or(os.Getenv("PARAPPLY_COMMIT_ORDER"), "preserve")
@@ -317,6 +328,8 @@ type result struct {
 	Workload    string    `json:"workload"`
 	Engine      string    `json:"engine"`
 	Layout      string    `json:"layout"`
+	// Target is "citus" for parapply applying to a Citus cluster.
+	Target      string    `json:"target,omitempty"`
 	Method      string    `json:"method"`
 	Workers     int       `json:"workers"` // autoWorkers: auto
 	CommitOrder string    `json:"commit_order"`
@@ -403,7 +416,11 @@ func printTable(rs []result) {
 			}
 			ver += " (detection " + r.Detection + "; tps: the target's local load; speedup: vs detection off)"
 		}
-		fmt.Printf("%-17s %-9s %-8s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, r.Engine, r.Layout, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
+		eng := r.Engine
+		if r.Target != "" {
+			eng += "@" + r.Target
+		}
+		fmt.Printf("%-17s %-9s %-8s %7s %7g %12.2f %12.2f %10s %9s %7s %6s %s\n", r.Workload, eng, r.Layout, workersText(r.Workers), r.Scale, r.PublisherS, r.CatchupS, tps, speed, rss, busy, ver)
 	}
 }
 

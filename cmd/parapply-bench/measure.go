@@ -67,6 +67,9 @@ type runEnv struct {
 	pub    *pgx.Conn
 	sub    *pgx.Conn
 	eng    engine
+	// nodes are the workers of a Citus target, whose CPU counts as the
+	// target's.
+	nodes []*pgtest.Server
 }
 
 type measurement struct {
@@ -123,11 +126,21 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		}
 		logf("every file read of the subscriber server is delayed by %s", delay)
 	}
-	pair, err := pgtest.StartPairWith(ctx, pgtest.Options{Settings: w.pubSettings}, sub)
-	if err != nil {
-		return m, err
+	citus := o.target == targetCitus && isParapply(engineName)
+	var pair *pgtest.Pair
+	var nodes []*pgtest.Server
+	if citus {
+		var stop func()
+		if pair, nodes, stop, err = citusPair(ctx, pgtest.Options{Settings: w.pubSettings}, sub); err != nil {
+			return m, err
+		}
+		defer stop()
+	} else {
+		if pair, err = pgtest.StartPairWith(ctx, pgtest.Options{Settings: w.pubSettings}, sub); err != nil {
+			return m, err
+		}
+		defer pair.Stop()
 	}
-	defer pair.Stop()
 	var engineCPUs string
 	if layout == layoutSeparate {
 		restore, cpus, err := separate(pair.Publisher.PID(), pair.Subscriber.PID())
@@ -137,7 +150,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		defer restore()
 		engineCPUs = cpus
 	}
-	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres")}
+	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres"), nodes: nodes}
 	if r.pub, err = pgx.Connect(ctx, r.pubDSN); err != nil {
 		return m, err
 	}
@@ -153,6 +166,11 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	for i, c := range []*pgx.Conn{r.pub, r.sub} {
 		if _, err := c.Exec(ctx, schema); err != nil {
 			return m, fmt.Errorf("schema: %w", err)
+		}
+		if i == 1 && citus {
+			if err := distribute(ctx, c, append(append([]string(nil), w.tables...), markerTable, heartbeatTable)); err != nil {
+				return m, err
+			}
 		}
 		if w.preload != nil && (i == 0 || w.method != methodInitial) && !w.replicated {
 			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
@@ -193,6 +211,9 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		}
 		if detection == "tombstones" {
 			flags = append(flags, "--detect-update-deleted", "on")
+		}
+		if citus {
+			flags = append(flags, "--detect-conflicts", "off") // refused on Citus
 		}
 		r.eng, err = newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags, engineCPUs)
 	case engineName == "drain":
@@ -370,6 +391,9 @@ func (r *runEnv) cpuNow(ctx context.Context) cpuUse {
 	}
 	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
 		u.process = cpuSnapshot(p.p.cmd.Process.Pid).proc / 100
+	}
+	for _, n := range r.nodes {
+		u.backends = append(u.backends, backend{PID: n.PID(), Name: n.Name + ", every process", CPU: nodeCPU(n.PID())})
 	}
 	return u
 }

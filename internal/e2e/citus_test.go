@@ -104,7 +104,7 @@ func (e *env) citusConfig(slot string, workers int) subscriber.Config {
 func TestCitus(t *testing.T) {
 	for _, workers := range []int{0, 4} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			e, _ := newCitusEnv(t, citusSchema, citusDistribute)
+			e, cl := newCitusEnv(t, citusSchema, citusDistribute)
 			tables := []string{"accounts", "orders", "kinds"}
 			e.exec(e.pub, `INSERT INTO kinds SELECT g, 'kind ' || g FROM generate_series(1, 5) g;
 				INSERT INTO accounts SELECT g, g * 10, 'account ' || g FROM generate_series(1, 200) g;
@@ -134,9 +134,18 @@ func TestCitus(t *testing.T) {
 			e.waitCaughtUp(r)
 			e.verify(tables...)
 
+			before := citusSessions(t, cl)
 			citusLoad(t, e, 4, 10*time.Second)
 			e.waitCaughtUp(r)
 			e.verify(tables...)
+			// parapply's sessions keep their connections to the workers:
+			// Citus would open one per shard written in every
+			// transaction (see citus.Enabled).
+			for i, n := range citusSessions(t, cl) {
+				if opened := n - before[i]; opened > 40 {
+					t.Errorf("%s: %d sessions opened during the load; want a few per parapply session", cl.Workers[i].Name, opened)
+				}
+			}
 		})
 	}
 }
@@ -303,6 +312,22 @@ func sessionsOn(s *pgtest.Server) string {
 		FROM pg_stat_activity a WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() AND a.state <> 'idle'`).Scan(&out)
 	if err != nil {
 		return err.Error()
+	}
+	return out
+}
+
+// citusSessions returns how many sessions each worker node of cl has
+// started.
+func citusSessions(t *testing.T, cl *pgtest.Cluster) []int64 {
+	t.Helper()
+	var out []int64
+	for _, n := range cl.Workers {
+		c := pgtest.Connect(context.Background(), t, n.DSN("postgres"))
+		var sessions int64
+		if err := c.QueryRow(context.Background(), "SELECT sessions FROM pg_stat_database WHERE datname = 'postgres'").Scan(&sessions); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sessions)
 	}
 	return out
 }
