@@ -325,9 +325,9 @@ func speedup(method string, base, r *result) float64 {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 type result struct {
-	Workload    string    `json:"workload"`
-	Engine      string    `json:"engine"`
-	Layout      string    `json:"layout"`
+	Workload string `json:"workload"`
+	Engine   string `json:"engine"`
+	Layout   string `json:"layout"`
 	// Target is "citus" for parapply applying to a Citus cluster.
 	Target      string    `json:"target,omitempty"`
 	Method      string    `json:"method"`
