@@ -377,7 +377,7 @@ func (b *batcher) update(t *Table, oldKind byte, old, new parapply.Tuple) (*run,
 	keySrc, skip := new, t.keyAndIdentity
 	if oldKind != 0 {
 		if t.moves(old, new) {
-			return b.move(t, oldKind, old, new)
+			return b.move(t, old, new)
 		}
 		keySrc, skip = old, t.setSkip
 		if err := checkIdentityKept(t, old, new); err != nil {
@@ -452,13 +452,10 @@ func (b *batcher) full(t *Table, kind byte, old, new parapply.Tuple) (*run, erro
 	var set []int
 	b.mask = b.mask[:0]
 	if kind == 'F' {
-		if t.moves(old, new) {
-			return b.move(t, 'O', old, new)
-		}
 		if err := checkIdentityKept(t, old, new); err != nil {
 			return nil, err
 		}
-		b.mask, b.cols = present(t, new, t.setSkip, b.mask, b.cols)
+		b.mask, b.cols = present(t, new, t.AlwaysIdentity, b.mask, b.cols)
 		if len(b.cols) == 0 {
 			return nil, nil
 		}

@@ -119,28 +119,19 @@ func (t *Table) moves(old, new parapply.Tuple) bool {
 
 // move applies an update that changes a row's distribution value as Citus
 // needs it: a delete of the old row, then an insert of the new one, in the
-// same target transaction. The new row must carry every column: one with
-// an unchanged TOASTed value is taken from the old row under REPLICA
-// IDENTITY FULL, else refused.
-func (b *batcher) move(t *Table, oldKind byte, old, new parapply.Tuple) (*run, error) {
-	ins := new
+// same target transaction. The insert needs every column: a change that
+// leaves one out (an unchanged TOASTed value) is refused.
+func (b *batcher) move(t *Table, old, new parapply.Tuple) (*run, error) {
 	for i, v := range new {
-		if v.Kind != parapply.ValueUnchanged {
-			continue
+		if v.Kind == parapply.ValueUnchanged {
+			return nil, fmt.Errorf("%w: an update of %s moves its row to another value of the Citus distribution column %s, which Citus takes only as a delete and an insert, but the change does not carry column %s (an unchanged TOASTed value, which the publisher leaves out): make that change on the target by hand (UPDATE ... SET %s = ...), then skip this transaction (parapply skip)",
+				ErrSchema, t.Name, parapply.QuoteIdent(t.Rel.Columns[t.distCol].Name), parapply.QuoteIdent(t.Rel.Columns[i].Name), parapply.QuoteIdent(t.Rel.Columns[t.distCol].Name))
 		}
-		if oldKind != 'O' || old[i].Kind == parapply.ValueUnchanged {
-			return nil, fmt.Errorf("%w: an update of %s moves its row to another value of the Citus distribution column %s, which is applied as a delete and an insert, but the change does not carry column %s (an unchanged TOASTed value): set REPLICA IDENTITY FULL on the table on the publisher, so that changes carry the whole old row",
-				ErrSchema, t.Name, parapply.QuoteIdent(t.Rel.Columns[t.distCol].Name), parapply.QuoteIdent(t.Rel.Columns[i].Name))
-		}
-		if len(ins) > 0 && &ins[0] == &new[0] {
-			ins = slices.Clone(new)
-		}
-		ins[i] = old[i]
 	}
 	if _, err := b.delete(t, old); err != nil {
 		return nil, err
 	}
-	return b.insert(t, ins), nil
+	return b.insert(t, new), nil
 }
 
 // distFilter appends to an update or delete statement of a Citus

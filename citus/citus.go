@@ -9,6 +9,7 @@ package citus
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -175,4 +176,16 @@ func Managed(ctx context.Context, conn *pgx.Conn, schemas, names []string) ([]st
 		return nil, fmt.Errorf("reading the Citus metadata of the published tables on the target: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Uniform returns the metadata create_distributed_table gives a new table
+// distributed by column (of type OID typ) over n shards: the 32-bit hash
+// space cut into n equal ranges, the last taking the remainder.
+func Uniform(column string, typ uint32, n int) *Table {
+	t := &Table{Kind: Distributed, Column: column, Shards: n, hash: HasherFor(typ)}
+	step := (int64(1) << 32) / int64(n)
+	for i := range n {
+		t.mins = append(t.mins, int32(math.MinInt32+int64(i)*step))
+	}
+	return t
 }

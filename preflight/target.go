@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/target"
 )
@@ -54,6 +55,7 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 		return
 	}
 	checkTables(ctx, conn, cfg, pub, role, rep)
+	checkCitus(ctx, conn, cfg, pub, rep)
 	if cfg.Sequences != sequences.None {
 		checkTargetSequences(ctx, conn, pub, role, rep)
 	}
@@ -173,4 +175,33 @@ func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
 	}
 	rep.add(sideTarget, "track_commit_timestamp", "", warn("", "off: update_origin_differs and delete_origin_differs (a row last changed by another session) are not detected",
 		"ALTER SYSTEM SET track_commit_timestamp = on; then restart the target (not needed for a one-way migration)"))
+}
+
+// checkCitus: on a Citus coordinator, the published tables Citus
+// distributes (applied through its planner, see package citus), and
+// conflict detection, which does not run there. Nothing is said of a
+// plain target.
+func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, rep *Report) {
+	var schemas, names []string
+	for _, t := range pub.tables {
+		schemas, names = append(schemas, t.Schema), append(names, t.Name)
+	}
+	managed, err := citus.Managed(ctx, conn, schemas, names)
+	if err != nil {
+		rep.add(sideTarget, "Citus tables", "", broken("", "reading the Citus metadata", err))
+		return
+	}
+	if len(managed) == 0 {
+		return
+	}
+	var probs []Problem
+	if cfg.DetectConflicts {
+		probs = append(probs, fail("", "detect_conflicts is on, but conflict detection does not run on tables Citus distributes",
+			"set detect_conflicts = off (an update or delete whose row is missing is then skipped and counted, an insert meeting an existing row stops, or with on_error = skip_transaction is skipped and logged)"))
+	}
+	if cfg.TwoPhase {
+		probs = append(probs, fail("", "two_phase is on, but Citus prepares no transaction that wrote to its workers",
+			"set two_phase = off (prepared transactions are then applied when they commit)"))
+	}
+	rep.add(sideTarget, "Citus tables", fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", ")), probs...)
 }

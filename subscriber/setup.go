@@ -95,11 +95,11 @@ func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detec
 	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
 		return target.Detection{}, err
 	}
+	if err := s.refuseOnCitus(ctx, conn, c.published); err != nil {
+		return target.Detection{}, err
+	}
 	if !s.cfg.DetectConflicts {
 		return target.Detection{}, nil
-	}
-	if err := refuseCitusDetection(ctx, conn, c.published); err != nil {
-		return target.Detection{}, err
 	}
 	return target.ReadDetection(ctx, conn)
 }
@@ -115,11 +115,16 @@ func errDiverged(slot string, recorded, walEnd parapply.LSN) error {
 		slot, recorded, walEnd, recorded, slot)}
 }
 
-// refuseCitusDetection stops a start with conflict detection on a Citus
-// coordinator that distributes published tables: the statements that
-// detect and resolve conflicts (counts over modifying CTEs, correlated
-// lookups) are not ones Citus runs on shards.
-func refuseCitusDetection(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) error {
+// refuseOnCitus stops a start on a Citus coordinator that distributes
+// published tables when it asks for what Citus does not run: conflict
+// detection (its statements, counts over modifying CTEs and correlated
+// lookups, are not ones Citus runs on shards) and two_phase (Citus
+// refuses to prepare a transaction that wrote to its workers: "cannot
+// use 2PC in transactions involving multiple servers").
+func (s *Subscriber) refuseOnCitus(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) error {
+	if !s.cfg.DetectConflicts && !s.cfg.Source.TwoPhase {
+		return nil
+	}
 	var schemas, names []string
 	for _, pt := range published {
 		schemas, names = append(schemas, pt.Schema), append(names, pt.Name)
@@ -128,6 +133,9 @@ func refuseCitusDetection(ctx context.Context, conn *pgx.Conn, published []sourc
 	if err != nil || len(managed) == 0 {
 		return err
 	}
-	return Permanent(fmt.Errorf("detect_conflicts is on, but the target is a Citus coordinator that distributes %s, where conflict detection does not run: set detect_conflicts = off (rows an update or delete does not find are then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)",
-		strings.Join(managed, ", ")))
+	tables := strings.Join(managed, ", ")
+	if s.cfg.DetectConflicts {
+		return Permanent(fmt.Errorf("detect_conflicts is on, but the target is a Citus coordinator that distributes %s, where conflict detection does not run: set detect_conflicts = off (rows an update or delete does not find are then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)", tables))
+	}
+	return Permanent(fmt.Errorf("two_phase is on, but the target is a Citus coordinator that distributes %s, and Citus prepares no transaction that wrote to its workers: set two_phase = off (prepared transactions are then applied when they commit)", tables))
 }

@@ -208,7 +208,24 @@ func splitEmptying(cands []emptyCandidate, partitioned []bool, owner map[uint32]
 // empty empties the chosen tables, in the caller's transaction.
 func (ex *examined) empty(ctx context.Context, tx pgx.Tx) error {
 	if len(ex.truncate) > 0 {
-		if _, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(ex.truncate, ", ")); err != nil {
+		// On a Citus coordinator the shards are truncated by a trigger of
+		// Citus', which fires only under session_replication_role =
+		// origin: a TRUNCATE of the session's replica role would leave
+		// every row where Citus reads.
+		var citus bool
+		var role string
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'),
+			pg_catalog.current_setting('session_replication_role')`).Scan(&citus, &role)
+		if err == nil && citus {
+			_, err = tx.Exec(ctx, "SET LOCAL session_replication_role = origin")
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, "TRUNCATE "+strings.Join(ex.truncate, ", "))
+		}
+		if err == nil && citus {
+			_, err = tx.Exec(ctx, "SELECT pg_catalog.set_config('session_replication_role', $1, true)", role)
+		}
+		if err != nil {
 			return fmt.Errorf("truncating %s on the target: %w", strings.Join(ex.truncate, ", "), err)
 		}
 	}

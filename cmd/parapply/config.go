@@ -225,7 +225,7 @@ func (e usageError) Unwrap() error { return e.error }
 // and, by prefix, those of parapply's tests and benchmark.
 var (
 	otherEnv       = []string{"PARAPPLY_CONFIG", "PARAPPLY_PACED", "PARAPPLY_TRICKLE", "PARAPPLY_CPU_PROFILE", "PARAPPLY_ALLOC_PROFILE"}
-	otherEnvPrefix = []string{"PARAPPLY_TEST_", "PARAPPLY_BENCH_", "PARAPPLY_PG_", "PARAPPLY_FAULT", "PARAPPLY_DEMO_", "PARAPPLY_READ_DELAY"}
+	otherEnvPrefix = []string{"PARAPPLY_TEST_", "PARAPPLY_BENCH_", "PARAPPLY_PG_", "PARAPPLY_CITUS_", "PARAPPLY_FAULT", "PARAPPLY_DEMO_", "PARAPPLY_READ_DELAY"}
 )
 
 // warnUnknownEnv reports each PARAPPLY_ variable of env that is no

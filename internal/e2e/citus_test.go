@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/internal/pgtest"
+	"github.com/parapply/parapply/preflight"
 	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // The Citus tests apply to a coordinator and two workers (Debian's
@@ -39,6 +43,9 @@ const (
 func newCitusEnv(t *testing.T, schema, distribute string) (*env, *pgtest.Cluster) {
 	t.Helper()
 	if _, err := pgtest.CitusBinaries(); err != nil {
+		if os.Getenv("PARAPPLY_TEST_REQUIRE_CITUS") != "" {
+			t.Fatalf("PARAPPLY_TEST_REQUIRE_CITUS is set, and %v", err)
+		}
 		t.Skipf("no Citus here: %v", err)
 	}
 	ctx := context.Background()
@@ -205,8 +212,10 @@ func citusLoad(t *testing.T, e *env, clients int, d time.Duration) {
 	t.Logf("load: %v transactions per client in %s", txns[:clients], d)
 }
 
-// TestCitusConflicts: on a Citus coordinator conflict detection is
-// refused at start with the setting to change; with it off, an update or
+// TestCitusConflicts: on a Citus coordinator conflict detection and
+// two_phase are refused at start (and by parapply check) with the setting
+// to change; a copy with existing_data = truncate empties the shards; with
+// detection off, an update or
 // delete whose row is missing is counted and skipped, an insert that
 // meets an existing row stops the run naming the key (Citus reports it as
 // an internal error, told apart by its message), and with on_error =
@@ -247,21 +256,56 @@ func TestCitusConflicts(t *testing.T) {
 		t.Fatalf("citus.Read(kinds) = %+v, %v; want a reference table", kt, err)
 	}
 
+	// parapply check names the Citus tables, and fails detection there.
+	for _, c := range []struct {
+		detect, twoPhase bool
+		want             preflight.Status
+	}{{true, false, preflight.Failed}, {false, true, preflight.Failed}, {false, false, preflight.OK}} {
+		rep := preflight.Run(ctx, preflight.Config{Source: e.pair.Publisher.DSN("postgres"), Target: e.pair.Subscriber.DSN("postgres"),
+			Publications: []string{"pub"}, Slot: "checked", CopyData: true, DetectConflicts: c.detect, TwoPhase: c.twoPhase, ExistingData: "error"})
+		found := false
+		for _, res := range rep.Results {
+			if res.Check == "Citus tables" {
+				found = true
+				if res.Status != c.want || !strings.Contains(res.Detail, "public.kinds") {
+					t.Errorf("check with detect_conflicts %v, two_phase %v: %+v; want %s naming the tables", c.detect, c.twoPhase, res, c.want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("check with detect_conflicts %v, two_phase %v has no Citus line: %+v", c.detect, c.twoPhase, rep.Results)
+		}
+	}
+
 	// Detection is refused at start.
 	cfg := e.config("refused")
 	cfg.Workers, cfg.AutoWorkers = 0, false
 	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	err = subscriber.New(cfg).Run(runCtx)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), "detect_conflicts = off") || !strings.Contains(err.Error(), "public.accounts") {
+	if err == nil || !errors.Is(err, subscriber.ErrPermanent) || !strings.Contains(err.Error(), "detect_conflicts = off") || !strings.Contains(err.Error(), "public.accounts") {
 		t.Fatalf("a start with conflict detection on a Citus target: %v; want a refusal naming detect_conflicts = off and the tables", err)
 	}
+	// And two_phase, which Citus cannot prepare.
+	cfg = e.citusConfig("refused", 0)
+	cfg.Source.TwoPhase = true
+	runCtx, cancel = context.WithTimeout(ctx, time.Minute)
+	err = subscriber.New(cfg).Run(runCtx)
+	cancel()
+	if err == nil || !errors.Is(err, subscriber.ErrPermanent) || !strings.Contains(err.Error(), "two_phase = off") {
+		t.Fatalf("a start with two_phase on a Citus target: %v; want a refusal naming two_phase = off", err)
+	}
 
-	// Missing rows are counted and skipped.
+	// The copy empties a table with existing_data = truncate (through
+	// Citus' trigger, which truncates the shards); then missing rows are
+	// counted and skipped.
 	e.exec(e.pub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 10) g`)
+	e.exec(e.sub, `INSERT INTO accounts VALUES (999, 999)`)
 	cfg = e.citusConfig("citusconf", 0)
+	cfg.ExistingData = tablesync.ExistingTruncate
 	r := e.start(cfg)
 	e.waitCaughtUp(r)
+	e.verify("accounts")
 	e.exec(e.sub, `DELETE FROM accounts WHERE id IN (3, 4)`)
 	e.exec(e.pub, `UPDATE accounts SET balance = 1 WHERE id = 3; DELETE FROM accounts WHERE id = 4`)
 	e.waitCaughtUp(r)
