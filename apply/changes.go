@@ -105,7 +105,7 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		return err
 	}
 	names := make([]string, 0, len(rels))
-	distributed := false
+	onCitus := false
 	for _, id := range rels {
 		t, err := a.table(id)
 		if err != nil {
@@ -120,18 +120,18 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		}
 		names = append(names, t.Target())
 		a.count(t, tallyTruncate)
-		distributed = distributed || t.Citus != nil
+		onCitus = onCitus || t.Citus != nil
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	if distributed {
+	if onCitus {
 		// Citus truncates the shards from a trigger of its own, which
 		// session_replication_role = replica keeps from firing.
 		a.queue(citusOriginRole, "letting Citus truncate the shards", -1)
 	}
 	a.queue(TruncateSQL(names, cascade, restart), "truncate", -1)
-	if distributed {
+	if onCitus {
 		a.queue(citusReplicaRole, "setting session_replication_role for the shards", -1)
 	}
 	a.Stats.Truncates.Add(1)

@@ -78,10 +78,10 @@ func (t *Table) loadCitus(ct *citus.Table) error {
 			return fmt.Errorf("%w: %s is distributed by Citus by column %s, which the publication does not publish: publish it (a column list that names it), or distribute the table by a published column", ErrSchema, t.Name, parapply.QuoteIdent(ct.Column))
 		}
 		if !t.Full && len(t.Key) > 0 && !slices.Contains(t.Key, t.distCol) {
-			return fmt.Errorf("%w: %s is distributed by Citus by column %s, which the replica identity of the table on the publisher does not hold, so an update or delete cannot name the shard its row is on: make the publisher's primary key (or REPLICA IDENTITY USING INDEX) include %s, or set REPLICA IDENTITY FULL there", ErrSchema, t.Name, parapply.QuoteIdent(ct.Column), parapply.QuoteIdent(ct.Column))
+			return fmt.Errorf("%w: %s is distributed by Citus by column %s, which the replica identity of the table on the publisher does not hold, so an update or delete cannot name the shard its row is on: make the publisher's primary key (or REPLICA IDENTITY USING INDEX) include %s", ErrSchema, t.Name, parapply.QuoteIdent(ct.Column), parapply.QuoteIdent(ct.Column))
 		}
 		if t.Full {
-			return fmt.Errorf("%w: %s has REPLICA IDENTITY FULL on the publisher and is distributed by Citus on the target, where a row located by its whole old image cannot be updated or deleted (Citus does not run the statement that finds it); give the table a primary key (or REPLICA IDENTITY USING INDEX) on the publisher that holds %s", ErrSchema, t.Name, parapply.QuoteIdent(ct.Column))
+			return fmt.Errorf("%w: %s has REPLICA IDENTITY FULL on the publisher and is distributed by Citus on the target, where a row located by its whole old image cannot be updated or deleted (Citus refuses the statement that finds it: \"modifications with ctid on where clause are not supported\"); give the table a primary key (or REPLICA IDENTITY USING INDEX) on the publisher that holds %s", ErrSchema, t.Name, parapply.QuoteIdent(ct.Column))
 		}
 	}
 	return nil

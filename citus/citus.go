@@ -189,3 +189,25 @@ func Uniform(column string, typ uint32, n int) *Table {
 	}
 	return t
 }
+
+// Refusal is a setting of a run that Citus cannot serve, with its fix.
+type Refusal struct{ What, Fix string }
+
+// Refusals lists what a run with these settings asks of a Citus
+// coordinator that distributes its tables and Citus does not run:
+// conflict detection (its statements, counts over modifying CTEs and
+// correlated lookups, are not ones Citus runs on shards) and two_phase
+// (Citus prepares no transaction that wrote to its workers: "cannot use
+// 2PC in transactions involving multiple servers").
+func Refusals(detectConflicts, twoPhase bool) []Refusal {
+	var out []Refusal
+	if detectConflicts {
+		out = append(out, Refusal{"detect_conflicts is on, but conflict detection does not run on tables Citus distributes",
+			"set detect_conflicts = off (an update or delete whose row is missing is then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)"})
+	}
+	if twoPhase {
+		out = append(out, Refusal{"two_phase is on, but Citus prepares no transaction that wrote to its workers",
+			"set two_phase = off (prepared transactions are then applied when they commit)"})
+	}
+	return out
+}

@@ -178,8 +178,8 @@ func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
 }
 
 // checkCitus: on a Citus coordinator, the published tables Citus
-// distributes (applied through its planner, see package citus), and
-// conflict detection, which does not run there. Nothing is said of a
+// distributes (applied through its planner, see package citus), and the
+// settings Citus cannot serve (citus.Refusals). Nothing is said of a
 // plain target.
 func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, rep *Report) {
 	var schemas, names []string
@@ -195,13 +195,8 @@ func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, 
 		return
 	}
 	var probs []Problem
-	if cfg.DetectConflicts {
-		probs = append(probs, fail("", "detect_conflicts is on, but conflict detection does not run on tables Citus distributes",
-			"set detect_conflicts = off (an update or delete whose row is missing is then skipped and counted, an insert meeting an existing row stops, or with on_error = skip_transaction is skipped and logged)"))
-	}
-	if cfg.TwoPhase {
-		probs = append(probs, fail("", "two_phase is on, but Citus prepares no transaction that wrote to its workers",
-			"set two_phase = off (prepared transactions are then applied when they commit)"))
+	for _, r := range citus.Refusals(cfg.DetectConflicts, cfg.TwoPhase) {
+		probs = append(probs, fail("", r.What, r.Fix))
 	}
 	rep.add(sideTarget, "Citus tables", fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", ")), probs...)
 }

@@ -116,13 +116,11 @@ func errDiverged(slot string, recorded, walEnd parapply.LSN) error {
 }
 
 // refuseOnCitus stops a start on a Citus coordinator that distributes
-// published tables when it asks for what Citus does not run: conflict
-// detection (its statements, counts over modifying CTEs and correlated
-// lookups, are not ones Citus runs on shards) and two_phase (Citus
-// refuses to prepare a transaction that wrote to its workers: "cannot
-// use 2PC in transactions involving multiple servers").
+// published tables when it asks for what Citus does not run
+// (citus.Refusals: conflict detection, two_phase).
 func (s *Subscriber) refuseOnCitus(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) error {
-	if !s.cfg.DetectConflicts && !s.cfg.Source.TwoPhase {
+	refusals := citus.Refusals(s.cfg.DetectConflicts, s.cfg.Source.TwoPhase)
+	if len(refusals) == 0 {
 		return nil
 	}
 	var schemas, names []string
@@ -133,9 +131,6 @@ func (s *Subscriber) refuseOnCitus(ctx context.Context, conn *pgx.Conn, publishe
 	if err != nil || len(managed) == 0 {
 		return err
 	}
-	tables := strings.Join(managed, ", ")
-	if s.cfg.DetectConflicts {
-		return Permanent(fmt.Errorf("detect_conflicts is on, but the target is a Citus coordinator that distributes %s, where conflict detection does not run: set detect_conflicts = off (rows an update or delete does not find are then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)", tables))
-	}
-	return Permanent(fmt.Errorf("two_phase is on, but the target is a Citus coordinator that distributes %s, and Citus prepares no transaction that wrote to its workers: set two_phase = off (prepared transactions are then applied when they commit)", tables))
+	r := refusals[0]
+	return Permanent(fmt.Errorf("the target is a Citus coordinator that distributes %s, and %s: %s", strings.Join(managed, ", "), r.What, r.Fix))
 }
