@@ -83,6 +83,26 @@ func (c tc) add(b *batcher, tables map[uint32]*Table) error {
 	return err
 }
 
+// statements feeds changes to b and returns the statements of the runs
+// it closes, in the order it closes them, the last ones closed at the end.
+func statements(t *testing.T, b *batcher, tables map[uint32]*Table, changes []tc) []string {
+	t.Helper()
+	var got []string
+	for i, ch := range changes {
+		if err := ch.add(b, tables); err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		for _, r := range b.take() {
+			got = append(got, describe(r))
+		}
+	}
+	b.closeAll()
+	for _, r := range b.take() {
+		got = append(got, describe(r))
+	}
+	return got
+}
+
 // describe names a closed run as the statement it becomes: its first word,
 // its table and its parameters as array literals.
 func describe(r *run) string {
@@ -238,19 +258,7 @@ func TestBatcherRules(t *testing.T) {
 				rows = 1000
 			}
 			b := newBatcher(rows, &collapsed)
-			var got []string
-			for i, ch := range tt.changes {
-				if err := ch.add(b, tables); err != nil {
-					t.Fatalf("change %d: %v", i, err)
-				}
-				for _, r := range b.take() {
-					got = append(got, describe(r))
-				}
-			}
-			b.closeAll()
-			for _, r := range b.take() {
-				got = append(got, describe(r))
-			}
+			got := statements(t, b, tables, tt.changes)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("statements\n got  %q\n want %q", got, tt.want)
 			}

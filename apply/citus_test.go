@@ -69,20 +69,7 @@ func TestBatcherCitus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var collapsed atomic.Int64
-			b := newBatcher(1000, &collapsed)
-			var got []string
-			for i, ch := range tt.changes {
-				if err := ch.add(b, tables); err != nil {
-					t.Fatalf("change %d: %v", i, err)
-				}
-				for _, r := range b.take() {
-					got = append(got, describe(r))
-				}
-			}
-			b.closeAll()
-			for _, r := range b.take() {
-				got = append(got, describe(r))
-			}
+			got := statements(t, newBatcher(1000, &collapsed), tables, tt.changes)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("statements\n got  %q\n want %q", got, tt.want)
 			}
