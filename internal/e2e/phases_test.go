@@ -31,6 +31,11 @@ func (p *phaseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 		name, ok := strings.CutPrefix(f.Function, module)
 		if ok && !strings.HasPrefix(name, "internal/e2e") {
 			pkg, _, _ := strings.Cut(name, ".")
+			if pkg == "citus" {
+				// A Citus coordinator's catalog, read with the target's
+				// own (its session, its tables): the target's step.
+				pkg = "target"
+			}
 			if sender == "" {
 				sender = pkg
 			}
