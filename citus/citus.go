@@ -65,12 +65,9 @@ type Table struct {
 // session_replication_role in each transaction so that it holds on the
 // shards too.
 func Enabled(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	var on bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')").Scan(&on); err != nil {
-		return false, fmt.Errorf("looking for the Citus extension on the target: %w", err)
-	}
-	if !on {
-		return false, nil
+	on, err := Installed(ctx, conn)
+	if err != nil || !on {
+		return false, err
 	}
 	for _, set := range []string{
 		"SET citus.propagate_set_commands = 'local'",
@@ -88,6 +85,17 @@ func Enabled(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// Installed reports whether the database q reads has the Citus extension.
+func Installed(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (bool, error) {
+	var on bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')").Scan(&on); err != nil {
+		return false, fmt.Errorf("looking for the Citus extension on the target: %w", err)
+	}
+	return on, nil
 }
 
 // Read returns the Citus metadata of the table whose OID is oid, or nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/citus"
 )
 
 // querier is a connection or a transaction on the target.
@@ -212,17 +213,18 @@ func (ex *examined) empty(ctx context.Context, tx pgx.Tx) error {
 		// Citus', which fires only under session_replication_role =
 		// origin: a TRUNCATE of the session's replica role would leave
 		// every row where Citus reads.
-		var citus bool
 		var role string
-		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus'),
-			pg_catalog.current_setting('session_replication_role')`).Scan(&citus, &role)
-		if err == nil && citus {
+		onCitus, err := citus.Installed(ctx, tx)
+		if err == nil && onCitus {
+			err = tx.QueryRow(ctx, "SELECT pg_catalog.current_setting('session_replication_role')").Scan(&role)
+		}
+		if err == nil && onCitus {
 			_, err = tx.Exec(ctx, "SET LOCAL session_replication_role = origin")
 		}
 		if err == nil {
 			_, err = tx.Exec(ctx, "TRUNCATE "+strings.Join(ex.truncate, ", "))
 		}
-		if err == nil && citus {
+		if err == nil && onCitus {
 			_, err = tx.Exec(ctx, "SELECT pg_catalog.set_config('session_replication_role', $1, true)", role)
 		}
 		if err != nil {
