@@ -141,6 +141,10 @@ type Txn struct {
 	// its changes, and the target transaction that commits it marks the
 	// request done (as it does for Failed).
 	Skip bool
+	// SkipDDL: parapply skip --ddl asked to skip only the DDL statements
+	// of this transaction (run on the target by hand); its row changes
+	// are applied.
+	SkipDDL bool
 }
 
 // Applier owns one target connection and applies one transaction at a time.
@@ -298,7 +302,7 @@ func (a *Applier) Close(ctx context.Context) error {
 // Relation records (or replaces, on a schema change) the description of a
 // published table and maps it onto the target table.
 func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
-	if t, ok := a.tables[rel.ID]; ok && sameRelation(t.Rel, rel) {
+	if t, ok := a.tables[rel.ID]; ok && !t.reload && sameRelation(t.Rel, rel) {
 		// Sent again unchanged (every streamed transaction describes its
 		// tables; a kept stream connection has them loaded already).
 		return nil
@@ -357,6 +361,14 @@ func (a *Applier) SetSynced(synced map[string]parapply.LSN) {
 	}
 }
 
+// Reload has every table loaded so far loaded again at its next relation
+// message: a DDL applied on another connection changed the target.
+func (a *Applier) Reload() {
+	for _, t := range a.tables {
+		t.reload = true
+	}
+}
+
 // Synced returns what SetSynced was given, for the appliers of workers.
 func (a *Applier) Synced() map[string]parapply.LSN { return a.synced }
 
@@ -400,7 +412,7 @@ func (a *Applier) Begin(txn Txn) {
 		a.began = false
 	}
 	a.grp.txns++
-	if txn.Skip || txn.Failed != "" {
+	if txn.Skip || txn.SkipDDL || txn.Failed != "" {
 		a.grp.skips = append(a.grp.skips, txn.CommitLSN)
 	}
 }

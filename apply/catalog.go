@@ -66,6 +66,10 @@ type Table struct {
 	// joined the publication while parapply ran): its changes are skipped
 	// until the next start copies it.
 	Unsynced bool
+	// reload marks a description loaded before a DDL changed the
+	// target's catalog: the next relation message loads it again, alike
+	// or not.
+	reload bool
 	// Partitioned is true for a partitioned target table: statements then
 	// reach its partitions; for a plain table they use ONLY, so rows of
 	// inheritance children are never touched, as with the built-in apply.

@@ -82,6 +82,7 @@ var (
 	streamDesc     = desc("stream_buffer_bytes", "Bytes of streamed in-progress transactions held in spill files until their commit or abort.")
 	spillDesc      = desc("spill_bytes_total", "Bytes written to spill files (every streamed change is kept there until its transaction ends).")
 	inflightDesc   = desc("streams_in_flight", "Streamed transactions being applied as they arrive, each on a target connection of its own.")
+	ddlDesc        = desc("ddl_statements_total", "Schema changes from the publisher run on the target (ddl = apply), each a DDL message (its statements run together).")
 	streamedDesc   = desc("streamed_transactions_total", "Streamed transactions committed, by how: in_flight (applied as they arrived) or at_commit (applied from their spill file at commit).", "how")
 	skippedDesc    = desc("skipped_transactions_total", "Source transactions skipped at parapply skip's request, none of their changes applied.")
 	tombDesc       = desc("tombstones_removed_total", "Records of deletes on the target (detect_update_deleted) removed, by reason: pruned (no remote update can be concurrent with the delete any more), expired (max_retention_duration; a later update of the row is reported as update_missing).", "reason")
@@ -121,7 +122,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, ddlDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -202,6 +203,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
 	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
 	counter(skippedDesc, float64(st.Skipped))
+	counter(ddlDesc, float64(st.DDL))
 	counter(tombDesc, float64(st.TombstonesPruned), "pruned")
 	counter(tombDesc, float64(st.TombstonesExpired), "expired")
 	gauge(activeDesc, float64(st.ActiveWorkers))

@@ -66,6 +66,11 @@ func SetSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn parapply.LSN,
 	return nil
 }
 
+// SkipDDL is the reason of a request made by parapply skip --ddl: only the
+// DDL statements of the transaction are skipped (the DBA ran them, or
+// their fix, on the target), its row changes are applied.
+const SkipDDL = "parapply skip --ddl: its DDL only"
+
 // SkipRequest is a pending request of parapply.skip: the commit LSN of the
 // source transaction to skip, and the error it met when on_error asked
 // ("" when parapply skip did).

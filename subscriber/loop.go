@@ -67,6 +67,10 @@ type loop struct {
 	// backlog judges whether the run is behind the publisher (see
 	// backlog.go); its verdict is in Subscriber.runs.caughtUp.
 	backlog backlogJudge
+	// ddlMoved is set while a transaction holding DDL that the workers
+	// were taking is the reader's (see ddlToReader); held is then the
+	// pool's sink.
+	ddlMoved bool
 	// lastBegin is the commit time of the transaction whose changes the
 	// loop takes (see noteTime).
 	lastBegin time.Time
@@ -160,6 +164,11 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 	if o, ok := m.(*pgoutput.Origin); ok && l.holding != 0 {
 		return l.beginHeld(ctx, o)
 	}
+	if lm, ok := m.(*pgoutput.LogicalMessage); ok && l.holding == 'B' && l.wantsDDL(lm) {
+		if ran, err := l.ddlAlone(ctx, lm); ran || err != nil {
+			return err
+		}
+	}
 	if err := l.beginHeld(ctx, nil); err != nil {
 		return err
 	}
@@ -187,9 +196,15 @@ func (l *loop) dispatch(ctx context.Context, m pgoutput.Message) error {
 			return nil
 		}
 		return l.sink.change(ctx, m)
-	case *pgoutput.Origin, *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
-		// Origins and logical messages are informational for a
-		// subscriber; types are taken from the target's catalog.
+	case *pgoutput.LogicalMessage:
+		if l.inTxn && l.wantsDDL(m) {
+			return l.ddl(ctx, m)
+		}
+		// Other logical messages are informational for a subscriber.
+		return nil
+	case *pgoutput.Origin, *pgoutput.TypeMessage:
+		// Origins are informational for a subscriber; types are
+		// taken from the target's catalog.
 		return nil
 	case *pgoutput.StreamStart:
 		l.inStream, l.streamXID = true, m.XID
@@ -287,6 +302,14 @@ func (l *loop) skipAsked(txn *apply.Txn) bool {
 		return false
 	}
 	reason := l.skips[0].Reason
+	if reason == progress.SkipDDL {
+		if l.skipSeen != txn.CommitLSN {
+			l.skipSeen = txn.CommitLSN
+			l.s.log.Warn("skipping the DDL statements of a source transaction, as parapply skip --ddl asked: its row changes are applied", "xid", txn.XID, "commit_lsn", txn.CommitLSN.String())
+		}
+		txn.SkipDDL = true
+		return false
+	}
 	if l.skipSeen != txn.CommitLSN {
 		l.skipSeen = txn.CommitLSN
 		l.s.countSkip(txn.CommitLSN)
@@ -354,6 +377,9 @@ func (l *loop) commitTxn(ctx context.Context, end parapply.LSN) error {
 		return nil
 	}
 	l.sink.end(l.txn, end)
+	if l.ddlMoved {
+		return l.ddlBack(ctx)
+	}
 	_, _, changes, bytes, age := l.group()
 	maxChanges := l.sink.maxChanges(l.limits.MaxChanges)
 	if maxChanges <= 1 || l.oneByOne != 0 || changes >= maxChanges || bytes >= l.limits.MaxBytes || age >= l.limits.MaxDelay {

@@ -114,6 +114,11 @@ type pool struct {
 	// relation (folded), so that the log does not grow for ever.
 	rels    []*parapply.Relation
 	relBase int
+	// ddlSeq counts the DDLs run on the target (by the reader, the
+	// workers idle): a worker that has not seen the last loads its
+	// tables again, and takes synced, when set, as its synced tables.
+	ddlSeq int
+	synced map[string]parapply.LSN
 	folded  map[uint32]*parapply.Relation
 	workers []*worker
 	tracker *progress.Tracker
@@ -148,6 +153,9 @@ type worker struct {
 	app   *apply.Applier
 	shown atomic.Pointer[apply.Applier] // app, for Status from other goroutines
 	seen  int                           // relation messages loaded
+	// ddlSeen is the pool's ddlSeq when the worker last loaded its
+	// tables' descriptions afresh.
+	ddlSeen int
 	stats WorkerStats
 	// first is the first unit of the batch being applied (for
 	// MayResolve, read from the applier's goroutines).
@@ -310,6 +318,16 @@ func (p *pool) relation(rel *parapply.Relation) int {
 	defer p.mu.Unlock()
 	p.rels = append(p.rels, rel)
 	return p.relBase + len(p.rels)
+}
+
+// targetChanged notes a DDL run on the target (see ddlSeq).
+func (p *pool) targetChanged(synced map[string]parapply.LSN) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ddlSeq++
+	if synced != nil {
+		p.synced = synced
+	}
 }
 
 // relSeq returns the number of relation messages logged.
@@ -606,7 +624,15 @@ func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
 func (p *pool) catchUp(ctx context.Context, w *worker, u *unit) error {
 	p.mu.Lock()
 	catchUp := p.relationsUpTo(w.seen, u.relSeq)
+	ddlSeq, synced := p.ddlSeq, p.synced
 	p.mu.Unlock()
+	if w.ddlSeen != ddlSeq {
+		w.ddlSeen = ddlSeq
+		w.app.Reload()
+		if synced != nil {
+			w.app.SetSynced(synced)
+		}
+	}
 	// Only the latest description of each relation matters: nothing
 	// between them is applied here.
 	latest := map[uint32]int{}

@@ -24,6 +24,26 @@ var OnErrors = []OnError{OnErrorStop, OnErrorSkip}
 // is none of them.
 func ParseOnError(s string) (OnError, error) { return enum.Parse("on_error", s, OnErrors) }
 
+// DDLMode is what parapply does with the DDL the publisher's capture
+// (parapply ddl install) or parapply.replicate_ddl sends: nothing (off, the
+// messages are passed over as the built-in subscription passes them), or
+// run it on the target at its place in the stream (apply) (the ddl
+// setting).
+type DDLMode string
+
+// The values of DDLMode.
+const (
+	DDLOff   DDLMode = "off"
+	DDLApply DDLMode = "apply"
+)
+
+// DDLModes lists ddl's values, for ParseDDL and the help text.
+var DDLModes = []DDLMode{DDLOff, DDLApply}
+
+// ParseDDL reads the ddl setting, naming it and its values when s is none
+// of them.
+func ParseDDL(s string) (DDLMode, error) { return enum.Parse("ddl", s, DDLModes) }
+
 // CommitOrder is the order transactions commit in with workers: after every
 // earlier one (preserve), or as soon as those it depends on have
 // (dependency) (the commit_order setting).

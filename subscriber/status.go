@@ -101,6 +101,9 @@ type Status struct {
 	// Skipped counts source transactions skipped at parapply skip's
 	// request, none of their changes applied.
 	Skipped int64
+	// DDL counts the schema changes from the publisher run on the target
+	// (ddl = apply).
+	DDL int64
 	// TombstonesPruned counts the records of deletes on the target
 	// (detect_update_deleted) pruned once no remote update could be
 	// concurrent with them; TombstonesExpired those dropped earlier, at
@@ -224,7 +227,7 @@ func (s *Subscriber) Status() Status {
 	s.mu.Unlock()
 	st := Status{State: s.runs.state.Load().(string), Started: started, Received: parapply.LSN(s.stats.received.Load()),
 		StreamBytes: s.stats.streamBytes.Load(), CommitDelay: s.stats.delays.Snapshot(), Copy: s.stats.copied.Load(), SyncStandby: s.runs.syncStandby.Load(), Binary: s.runs.binary.Load(),
-		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(),
+		SpillBytes: s.stats.spilled.Load(), StreamsInFlight: s.stats.inflight.Load(), StreamedInFlight: s.stats.streamedInFlight.Load(), StreamedAtCommit: s.stats.streamedAtCommit.Load(), DDL: s.stats.ddl.Load(),
 		Skipped: s.stats.skipped.Load(), TombstonesPruned: s.stats.tombPruned.Load(), TombstonesExpired: s.stats.tombExpired.Load()}
 	// Only a run that streams is behind or not: stopped, reconnecting or
 	// copying, the last run's verdict would be stale.

@@ -29,6 +29,9 @@ type stream struct {
 	// block is committed (see handOver).
 	settled bool
 	counted int64 // live bytes, as counted in Subscriber.streamBytes
+	// ddl is set once a DDL message came: the stream is applied at its
+	// commit, and its relation messages are loaded then.
+	ddl bool
 	// origin names where the publisher got the transaction (the Origin
 	// message of its first block); "" when made there.
 	origin string
@@ -44,6 +47,11 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 		l.inStream = false
 		return l.handOver(ctx, st)
 	case *pgoutput.RelationMessage:
+		if st.ddl {
+			// It may describe what the DDL changes, which the target
+			// has not yet: loaded when the stream is applied.
+			return l.spillChange(ctx, st, m.XID, f)
+		}
 		rel := m.Relation
 		if err := l.app.Relation(ctx, &rel); err != nil {
 			return err
@@ -55,7 +63,18 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 	case *pgoutput.Origin:
 		st.origin = m.Name
 		return nil
-	case *pgoutput.TypeMessage, *pgoutput.LogicalMessage:
+	case *pgoutput.LogicalMessage:
+		if !l.wantsDDL(m) {
+			return nil
+		}
+		// Applied at its commit, with its DDL at its place.
+		st.ddl, st.atCommit = true, true
+		if st.inflight != nil {
+			st.inflight.abort()
+			st.inflight = nil
+		}
+		return l.spillChange(ctx, st, m.XID, f)
+	case *pgoutput.TypeMessage:
 		return nil
 	}
 	return fmt.Errorf("unexpected %T inside a streamed transaction (protocol error)", m)

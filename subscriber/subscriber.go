@@ -80,6 +80,9 @@ type Config struct {
 	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
 	// transaction that cannot be applied does to the run.
 	OnError OnError
+	// DDL is DDLOff ("" too) or DDLApply: whether schema changes the
+	// publisher sends as parapply.ddl messages are run on the target.
+	DDL DDLMode
 	// DetectUpdateDeleted records the target's own deletes from published
 	// tables (package tombstones), so that an update whose row they
 	// deleted is update_deleted; off, the records and triggers are
@@ -214,6 +217,8 @@ type stats struct {
 	// skippedAt holds the last ones counted.
 	skipped   atomic.Int64
 	skippedMu sync.Mutex
+	// ddl counts the DDL messages run on the target (ddl = apply).
+	ddl       atomic.Int64
 	skippedAt []parapply.LSN
 	// quiet is the last keepalive received with nothing in flight, and
 	// tombPruned and tombExpired count the records of deletes pruned and

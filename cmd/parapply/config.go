@@ -64,6 +64,8 @@ var settings = []setting{
 		func(o *options) kind { return duration(&o.MaxClockSkew, true) }},
 	{"on_error", "stop", "what a source transaction that cannot be applied (an error no conflict_resolution policy covers: a value the target refuses, a constraint, a conflict whose policy is error) does: stop names it and stops, as the built-in subscription does; skip_transaction rolls it back, logs each of its changes in parapply.conflicts (type apply_error, with the error) and goes on, exactly once",
 		func(o *options) kind { return choice(&o.OnError, subscriber.OnErrors, subscriber.ParseOnError) }},
+	{"ddl", "off", "what to do with schema changes the publisher sends (parapply ddl install there captures them; parapply.replicate_ddl sends one by hand): off passes over them, as the built-in subscription does (the target's schema is changed by hand); apply runs each on the target at its place in the stream, after every earlier transaction, with the publisher's search_path (see docs/ddl.md)",
+		func(o *options) kind { return choice(&o.DDL, subscriber.DDLModes, subscriber.ParseDDL) }},
 	{"stream_workers", "2", "streamed transactions applied as they arrive, each on a target connection of its own; more wait in their spill file until they commit (0: all do)",
 		func(o *options) kind { return integer(&o.StreamWorkers, 0, maxInt) }},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)",

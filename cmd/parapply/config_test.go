@@ -563,6 +563,8 @@ func TestEnumSettings(t *testing.T) {
 			`commit_order = "fast" is not valid: choose preserve or dependency`},
 		{"on_error", []string{"stop", "skip_transaction"}, func(o options) string { return string(o.OnError) },
 			`on_error = "fast" is not valid: choose stop or skip_transaction`},
+		{"ddl", []string{"off", "apply"}, func(o options) string { return string(o.DDL) },
+			`ddl = "fast" is not valid: choose off or apply`},
 		{"existing_data", []string{"error", "truncate", "keep"}, func(o options) string { return string(o.ExistingData) },
 			`existing_data = "fast" is not valid: choose error, truncate or keep`},
 		{"sequences", []string{"none", "owned", "all"}, func(o options) string { return string(o.Sequences) },
@@ -608,7 +610,7 @@ func TestDefaultsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20, Failover: true,
-		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, StreamWorkers: 2,
+		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, DDL: subscriber.DDLOff, StreamWorkers: 2,
 		CopyData: true, CopyWorkers: 2, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
 		CommitOrder: subscriber.CommitPreserve, Prefetch: true, Binary: true, PrefetchConnections: 16, BatchRows: 10000,
 		GroupMaxChanges: 20000, GroupMaxBytes: 16 << 20, GroupMaxDelay: 200 * time.Millisecond, Sequences: sequences.Owned,

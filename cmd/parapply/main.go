@@ -31,8 +31,10 @@ usage:
   parapply verify --source DSN --target DSN --publication NAME        compare every published table, publisher against target
   parapply cutover --source DSN --target DSN --publication NAME       once writes stopped: wait for lag 0, sync sequences, verify
   parapply sync-sequences --source DSN --target DSN --publication NAME   bring the publisher's sequences to the target (cut-over)
-  parapply skip --target DSN --slot NAME --lsn LSN                   skip one source transaction (by commit LSN) at the next start
+  parapply skip --target DSN --slot NAME --lsn LSN [--ddl]           skip one source transaction (or only its DDL) at the next start
   parapply skip --target DSN --slot NAME --list                      list the skip requests: pending, skipped, passed
+  parapply ddl install --source DSN --publication NAME               send the publisher's DDL on published tables to parapply (ddl = apply)
+  parapply ddl uninstall|status --source DSN                         remove that capture, or show whether it is there
   parapply drop --target DSN --slot NAME [--source DSN]              retire a slot: its origins and rows on the target, the slot on the publisher
   parapply demo [--duration 10s] [--clients 4]                        run a demo on embedded servers (built with -tags demo)
   parapply version                                                    print the version
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string) error {
 		return skipCommand(ctx, args[1:], os.Stdout)
 	case "drop":
 		return dropCommand(ctx, args[1:], os.Stdout)
+	case "ddl":
+		return ddlCommand(ctx, args[1:], os.Stdout)
 	case "demo":
 		return demoCommand(ctx, args[1:])
 	case "version", "--version":

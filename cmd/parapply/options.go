@@ -31,6 +31,7 @@ type options struct {
 	MaxRetention         time.Duration
 	MaxClockSkew         time.Duration
 	OnError              subscriber.OnError
+	DDL                  subscriber.DDLMode
 	StreamWorkers        int
 	SpillDirectory       string
 	CopyData             bool

@@ -21,8 +21,9 @@ import (
 func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("skip", flag.ContinueOnError)
 	lsnFlag := fs.String("lsn", "", "commit LSN of the source transaction to skip (the one the error names, e.g. 0/1A2B3C4)")
+	ddlOnly := fs.Bool("ddl", false, "skip only the DDL statements the publisher sent in that transaction (ddl = apply), not its row changes: after running them, or what stands for them, on the target by hand")
 	list := fs.Bool("list", false, "list the slot's skip requests and whether each is pending, skipped or passed, instead of adding one")
-	usageFor(fs, "parapply skip --target DSN --slot NAME (--lsn LSN | --list) [--config FILE]")
+	usageFor(fs, "parapply skip --target DSN --slot NAME (--lsn LSN [--ddl] | --list) [--config FILE]")
 	c, err := loadConfig(fs, args, "target", "slot", "application_name")
 	if err != nil {
 		return err
@@ -44,6 +45,13 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 	defer conn.Close(context.Background())
 	if *list {
 		return listSkips(ctx, conn, c["slot"], out)
+	}
+	if *ddlOnly {
+		if err := progress.SetSkip(ctx, conn, c["slot"], lsn, progress.SkipDDL); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "slot %s: the DDL statements of the source transaction committed at %s will be skipped, its row changes applied, when parapply next starts (restart it if it runs)\n", c["slot"], lsn)
+		return nil
 	}
 	if err := progress.SetSkip(ctx, conn, c["slot"], lsn, ""); err != nil {
 		return err
@@ -76,7 +84,9 @@ func listSkips(ctx context.Context, conn *pgx.Conn, slot string, out io.Writer) 
 			state = "pending: skipped when parapply next meets it"
 		}
 		line := fmt.Sprintf("slot %s: %s %s (requested at %s)", slot, r.LSN, state, r.RequestedAt.Format(time.RFC3339))
-		if r.Reason != "" {
+		if r.Reason == progress.SkipDDL {
+			line += "; its DDL statements only"
+		} else if r.Reason != "" {
 			line += "; on_error = skip_transaction, after: " + r.Reason
 		}
 		fmt.Fprintln(out, line)

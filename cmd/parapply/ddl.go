@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/parapply/parapply/ddl"
+)
+
+// ddlCommand installs or removes, on the publisher, the capture that sends
+// DDL on published tables to parapply (applied with ddl = apply), or shows
+// whether it is there.
+func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 || (args[0] != "install" && args[0] != "uninstall" && args[0] != "status") {
+		return usageError{fmt.Errorf("ddl needs install, uninstall or status: parapply ddl install --source DSN --publication NAME")}
+	}
+	what := args[0]
+	fs := flag.NewFlagSet("ddl "+what, flag.ContinueOnError)
+	usageFor(fs, "parapply ddl "+what+" --source DSN [--publication NAME] [--config FILE]")
+	c, err := loadConfig(fs, args[1:], "source", "publication", "application_name")
+	if err != nil {
+		return err
+	}
+	if c["source"] == "" {
+		return fmt.Errorf("ddl %s needs --source, the publisher (as a superuser for install and uninstall: event triggers need one)", what)
+	}
+	conn, err := connectPlain(ctx, c["source"], "source", c["application_name"]+" ddl")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	switch what {
+	case "install":
+		pubs := splitList(c["publication"])
+		if err := ddl.Install(ctx, conn, pubs); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply from now on (event triggers %s and %s; parapply.replicate_ddl(text) for DDL run inside functions); set ddl = apply for parapply to run it on the target\n", strings.Join(pubs, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
+	case "uninstall":
+		if err := ddl.Uninstall(ctx, conn); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "publisher: the DDL capture is removed; DDL is no longer sent to parapply (what was sent before is still applied with ddl = apply)")
+	case "status":
+		on, pubs, err := ddl.Installed(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if !on {
+			fmt.Fprintln(out, "publisher: no DDL capture (or its event triggers are disabled): DDL is sent only through parapply.replicate_ddl, if installed")
+			return nil
+		}
+		fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply\n", strings.Join(pubs, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package ddl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Prefix is the logical message prefix of a captured DDL statement.
+const Prefix = "parapply.ddl"
+
+// Trigger names, for status and uninstall.
+const (
+	TriggerEnd  = "parapply_ddl_end"
+	TriggerDrop = "parapply_ddl_drop"
+)
+
+// installSQL makes the publisher's side: the followed publications, the
+// test of whether a relation is published by one of them, the capture
+// function the event triggers run, and parapply.replicate_ddl. Each
+// function sets its own search_path, so that a user's path cannot redirect
+// the catalog reads.
+var installSQL = []string{
+	`CREATE SCHEMA IF NOT EXISTS parapply`,
+	`CREATE TABLE IF NOT EXISTS parapply.ddl_publications (pubname name PRIMARY KEY)`,
+	`COMMENT ON TABLE parapply.ddl_publications IS 'parapply: the publications whose tables'' DDL parapply_ddl_end and parapply_ddl_drop send to parapply (parapply ddl install)'`,
+	// ddl_published: rel (a table, or an index's table) is published by
+	// a followed publication, itself, through an ancestor partitioned
+	// table, its schema, or FOR ALL TABLES.
+	`CREATE OR REPLACE FUNCTION parapply.ddl_published(rel oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $f$
+WITH t AS (
+	SELECT coalesce(i.indrelid, c.oid) AS relid
+	FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+	WHERE c.oid = rel AND c.relkind IN ('r', 'p', 'i', 'I') AND c.relpersistence = 'p'
+), tab AS (
+	SELECT c.oid, c.relnamespace FROM t JOIN pg_class c ON c.oid = t.relid
+	WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
+	  AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace, 'parapply'::regnamespace)
+), anc AS ( -- the table and, for a partition, the tables above it
+	SELECT oid AS relid FROM tab
+	UNION SELECT a.relid FROM tab, pg_partition_ancestors(tab.oid) a(relid)
+)
+SELECT EXISTS (
+	SELECT 1 FROM parapply.ddl_publications f JOIN pg_publication p ON p.pubname = f.pubname
+	WHERE (p.puballtables AND EXISTS (SELECT 1 FROM tab))
+	   OR EXISTS (SELECT 1 FROM anc JOIN pg_publication_rel pr ON pr.prrelid = anc.relid WHERE pr.prpubid = p.oid)
+	   OR EXISTS (SELECT 1 FROM anc JOIN pg_class ac ON ac.oid = anc.relid
+	              JOIN pg_publication_namespace pn ON pn.pnnspid = ac.relnamespace WHERE pn.pnpubid = p.oid))
+$f$`,
+	// ddl_capture: the event triggers' function. A statement string
+	// fires it once per DDL statement it holds; it is sent once per
+	// transaction (the target runs all of its DDL statements then).
+	`CREATE OR REPLACE FUNCTION parapply.ddl_capture() RETURNS event_trigger
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $f$
+DECLARE
+	r record;
+	objs jsonb := '[]';
+	q text;
+	k text;
+BEGIN
+	IF coalesce(current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
+		RETURN; -- parapply.replicate_ddl sends its own message
+	END IF;
+	IF TG_EVENT = 'ddl_command_end' THEN
+		FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_event_trigger_ddl_commands() c
+		         WHERE NOT c.in_extension AND c.classid = 'pg_class'::regclass LOOP
+			IF parapply.ddl_published(r.objid) THEN
+				objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+			END IF;
+		END LOOP;
+	ELSIF TG_TAG IN ('DROP TABLE', 'DROP INDEX') THEN
+		FOR r IN SELECT d.object_type, d.object_identity, d.schema_name, d.original FROM pg_event_trigger_dropped_objects() d
+		         WHERE NOT d.is_temporary LOOP
+			IF (r.object_type = 'publication relation' AND EXISTS (
+			        SELECT 1 FROM parapply.ddl_publications f
+			        WHERE r.object_identity LIKE '% in publication ' || quote_ident(f.pubname)))
+			   OR (r.object_type = 'table' AND EXISTS (
+			        SELECT 1 FROM parapply.ddl_publications f JOIN pg_publication p ON p.pubname = f.pubname
+			        WHERE (p.puballtables AND r.schema_name NOT IN ('pg_catalog', 'information_schema', 'parapply'))
+			           OR EXISTS (SELECT 1 FROM pg_publication_namespace pn JOIN pg_namespace n ON n.oid = pn.pnnspid
+			                      WHERE pn.pnpubid = p.oid AND n.nspname = r.schema_name)))
+			   OR (r.object_type = 'index' AND r.original AND TG_TAG = 'DROP INDEX') THEN
+				objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+			END IF;
+		END LOOP;
+	END IF;
+	IF jsonb_array_length(objs) = 0 THEN
+		RETURN;
+	END IF;
+	q := current_query();
+	k := txid_current()::text || ':' || md5(q);
+	IF coalesce(current_setting('parapply.ddl_sent', true), '') = k THEN
+		RETURN; -- the string's first DDL statement sent it
+	END IF;
+	PERFORM set_config('parapply.ddl_sent', k, true);
+	PERFORM pg_logical_emit_message(true, 'parapply.ddl', jsonb_build_object(
+		'sql', q, 'search_path', to_jsonb(current_schemas(false)), 'role', current_user::text,
+		'tag', TG_TAG, 'objects', objs)::text);
+EXCEPTION WHEN OTHERS THEN
+	RAISE WARNING 'parapply: this DDL was not sent to parapply''s subscribers: %', SQLERRM
+		USING HINT = 'run it on the target by hand; parapply stops at the first change the target cannot take';
+END
+$f$`,
+	`CREATE OR REPLACE FUNCTION parapply.replicate_ddl(command text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $f$
+BEGIN
+	PERFORM pg_catalog.set_config('parapply.ddl_replicating', 'on', true);
+	EXECUTE command;
+	PERFORM pg_catalog.set_config('parapply.ddl_replicating', '', true);
+	PERFORM pg_catalog.pg_logical_emit_message(true, 'parapply.ddl', pg_catalog.jsonb_build_object(
+		'sql', command, 'search_path', pg_catalog.to_jsonb(pg_catalog.current_schemas(false)),
+		'role', current_user::text, 'tag', 'replicate_ddl')::text);
+END
+$f$`,
+	`COMMENT ON FUNCTION parapply.replicate_ddl(text) IS 'parapply: runs a DDL command and sends it to parapply''s subscribers (with ddl = apply), for DDL run inside functions or without the event triggers'`,
+}
+
+// triggerSQL (re)creates the event triggers; kept apart so that a failure
+// for want of privilege is told from the rest.
+var triggerSQL = []string{
+	`DROP EVENT TRIGGER IF EXISTS ` + TriggerEnd,
+	`DROP EVENT TRIGGER IF EXISTS ` + TriggerDrop,
+	`CREATE EVENT TRIGGER ` + TriggerEnd + ` ON ddl_command_end EXECUTE FUNCTION parapply.ddl_capture()`,
+	`CREATE EVENT TRIGGER ` + TriggerDrop + ` ON sql_drop EXECUTE FUNCTION parapply.ddl_capture()`,
+}
+
+// Install makes (or remakes) the capture on the publisher conn is
+// connected to, following pubs, in one transaction: it is all there or
+// not at all. Publications that do not exist are refused by name.
+func Install(ctx context.Context, conn *pgx.Conn, pubs []string) error {
+	if len(pubs) == 0 {
+		return errors.New("ddl install needs the publications whose tables' DDL is to be sent (--publication, or publication in the config file)")
+	}
+	var missing []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(p), '{}') FROM unnest($1::text[]) p WHERE p NOT IN (SELECT pubname FROM pg_catalog.pg_publication)`, pubs).Scan(&missing); err != nil {
+		return fmt.Errorf("reading the publisher's publications: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("publication %s does not exist on the publisher: create it first, or name the ones parapply follows", strings.Join(missing, ", "))
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	for _, s := range installSQL {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("installing the DDL capture on the publisher: %w (the statement: %.60s...)", err, s)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM parapply.ddl_publications`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO parapply.ddl_publications SELECT unnest($1::text[])`, pubs); err != nil {
+		return fmt.Errorf("recording the followed publications: %w", err)
+	}
+	for _, s := range triggerSQL {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
+				return fmt.Errorf("creating the event triggers on the publisher: %w; event triggers need a superuser on PostgreSQL 15 to 18: run parapply ddl install as one (the triggers then capture every role's DDL), or send DDL with parapply.replicate_ddl only", err)
+			}
+			return fmt.Errorf("creating the event triggers on the publisher: %w", err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// Uninstall removes the capture: the event triggers first (DDL is no longer
+// sent from then on), then the functions and the table; the schema only if
+// nothing else of parapply's is in it (a publisher that is also a target
+// keeps parapply's target objects there).
+func Uninstall(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	for _, s := range []string{
+		`DROP EVENT TRIGGER IF EXISTS ` + TriggerEnd,
+		`DROP EVENT TRIGGER IF EXISTS ` + TriggerDrop,
+		`DROP FUNCTION IF EXISTS parapply.ddl_capture()`,
+		`DROP FUNCTION IF EXISTS parapply.replicate_ddl(text)`,
+		`DROP FUNCTION IF EXISTS parapply.ddl_published(oid)`,
+		`DROP TABLE IF EXISTS parapply.ddl_publications`,
+	} {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("removing the DDL capture from the publisher: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_namespace n ON d.refobjid = n.oid
+		               WHERE d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND n.nspname = 'parapply') THEN
+			DROP SCHEMA IF EXISTS parapply;
+		END IF;
+	END $$`); err != nil {
+		return fmt.Errorf("removing schema parapply from the publisher: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// Installed reports whether the publisher conn is connected to has the
+// capture's event triggers, enabled, and which publications they follow.
+func Installed(ctx context.Context, conn *pgx.Conn) (bool, []string, error) {
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2) AND evtenabled <> 'D'`, TriggerEnd, TriggerDrop).Scan(&n); err != nil {
+		return false, nil, fmt.Errorf("reading the publisher's event triggers: %w", err)
+	}
+	if n < 2 {
+		return false, nil, nil
+	}
+	var pubs []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pubname::text ORDER BY pubname), '{}') FROM parapply.ddl_publications`).Scan(&pubs)
+	return true, pubs, err
+}
