@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/parapply/parapply"
 )
 
 // Prefix is the logical message prefix of a captured DDL statement.
@@ -20,15 +22,14 @@ const (
 	TriggerDrop = "parapply_ddl_drop"
 )
 
-// installSQL makes the publisher's side: the followed publications, the
-// test of whether a relation is published by one of them, the capture
-// function the event triggers run, and parapply.replicate_ddl. Each
-// function sets its own search_path, so that a user's path cannot redirect
-// the catalog reads.
+// installSQL makes the publisher's side (with parapply.ddl_followed(),
+// the followed publications, made by Install): the test of whether a
+// relation is published by one of them, the capture function the event
+// triggers run, and parapply.replicate_ddl. The capture keeps the user's
+// search_path (it sends it) and names every object with its schema, so
+// that the path cannot redirect it.
 var installSQL = []string{
 	`CREATE SCHEMA IF NOT EXISTS parapply`,
-	`CREATE TABLE IF NOT EXISTS parapply.ddl_publications (pubname name PRIMARY KEY)`,
-	`COMMENT ON TABLE parapply.ddl_publications IS 'parapply: the publications whose tables'' DDL parapply_ddl_end and parapply_ddl_drop send to parapply (parapply ddl install)'`,
 	// ddl_published: rel (a table, or an index's table) is published by
 	// a followed publication, itself, through an ancestor partitioned
 	// table, its schema, or FOR ALL TABLES.
@@ -47,64 +48,74 @@ WITH t AS (
 	UNION SELECT a.relid FROM tab, pg_partition_ancestors(tab.oid) a(relid)
 )
 SELECT EXISTS (
-	SELECT 1 FROM parapply.ddl_publications f JOIN pg_publication p ON p.pubname = f.pubname
-	WHERE (p.puballtables AND EXISTS (SELECT 1 FROM tab))
+	SELECT 1 FROM pg_publication p WHERE p.pubname = ANY (parapply.ddl_followed())
+	  AND ((p.puballtables AND EXISTS (SELECT 1 FROM tab))
 	   OR EXISTS (SELECT 1 FROM anc JOIN pg_publication_rel pr ON pr.prrelid = anc.relid WHERE pr.prpubid = p.oid)
 	   OR EXISTS (SELECT 1 FROM anc JOIN pg_class ac ON ac.oid = anc.relid
-	              JOIN pg_publication_namespace pn ON pn.pnnspid = ac.relnamespace WHERE pn.pnpubid = p.oid))
+	              JOIN pg_publication_namespace pn ON pn.pnnspid = ac.relnamespace WHERE pn.pnpubid = p.oid)))
 $f$`,
 	// ddl_capture: the event triggers' function. A statement string
 	// fires it once per DDL statement it holds; it is sent once per
 	// transaction (the target runs all of its DDL statements then).
 	`CREATE OR REPLACE FUNCTION parapply.ddl_capture() RETURNS event_trigger
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $f$
+LANGUAGE plpgsql VOLATILE AS $f$
 DECLARE
 	r record;
 	objs jsonb := '[]';
 	q text;
 	k text;
 BEGIN
-	IF coalesce(current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
+	-- Everything that could fail runs in this block, whose errors are
+	-- warnings; the message is sent after it, from the transaction
+	-- itself: one sent from a subtransaction (the block's) is decoded
+	-- after row changes that followed it.
+	BEGIN
+	IF coalesce(pg_catalog.current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
 		RETURN; -- parapply.replicate_ddl sends its own message
 	END IF;
 	IF TG_EVENT = 'ddl_command_end' THEN
-		FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_event_trigger_ddl_commands() c
-		         WHERE NOT c.in_extension AND c.classid = 'pg_class'::regclass LOOP
+		FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() c
+		         WHERE NOT c.in_extension AND c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass LOOP
 			IF parapply.ddl_published(r.objid) THEN
-				objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+				objs := objs || pg_catalog.jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
 			END IF;
 		END LOOP;
 	ELSIF TG_TAG IN ('DROP TABLE', 'DROP INDEX') THEN
-		FOR r IN SELECT d.object_type, d.object_identity, d.schema_name, d.original FROM pg_event_trigger_dropped_objects() d
+		FOR r IN SELECT d.object_type, d.object_identity, d.schema_name, d.original FROM pg_catalog.pg_event_trigger_dropped_objects() d
 		         WHERE NOT d.is_temporary LOOP
 			IF (r.object_type = 'publication relation' AND EXISTS (
-			        SELECT 1 FROM parapply.ddl_publications f
-			        WHERE r.object_identity LIKE '% in publication ' || quote_ident(f.pubname)))
+			        SELECT 1 FROM pg_catalog.unnest(parapply.ddl_followed()) f(pubname)
+			        WHERE r.object_identity LIKE '% in publication ' || pg_catalog.quote_ident(f.pubname)))
 			   OR (r.object_type = 'table' AND EXISTS (
-			        SELECT 1 FROM parapply.ddl_publications f JOIN pg_publication p ON p.pubname = f.pubname
-			        WHERE (p.puballtables AND r.schema_name NOT IN ('pg_catalog', 'information_schema', 'parapply'))
-			           OR EXISTS (SELECT 1 FROM pg_publication_namespace pn JOIN pg_namespace n ON n.oid = pn.pnnspid
-			                      WHERE pn.pnpubid = p.oid AND n.nspname = r.schema_name)))
+			        SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = ANY (parapply.ddl_followed())
+			        AND ((p.puballtables AND r.schema_name NOT IN ('pg_catalog', 'information_schema', 'parapply'))
+			           OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid
+			                      WHERE pn.pnpubid = p.oid AND n.nspname = r.schema_name))))
 			   OR (r.object_type = 'index' AND r.original AND TG_TAG = 'DROP INDEX') THEN
-				objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+				objs := objs || pg_catalog.jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
 			END IF;
 		END LOOP;
 	END IF;
-	IF jsonb_array_length(objs) = 0 THEN
+	IF pg_catalog.jsonb_array_length(objs) = 0 THEN
 		RETURN;
 	END IF;
-	q := current_query();
-	k := txid_current()::text || ':' || md5(q);
-	IF coalesce(current_setting('parapply.ddl_sent', true), '') = k THEN
+	IF pg_catalog.current_setting('wal_level') <> 'logical' THEN
+		RAISE EXCEPTION 'wal_level is %, not logical', pg_catalog.current_setting('wal_level');
+	END IF;
+	q := pg_catalog.current_query();
+	k := pg_catalog.txid_current()::text || ':' || pg_catalog.md5(q);
+	IF coalesce(pg_catalog.current_setting('parapply.ddl_sent', true), '') = k THEN
 		RETURN; -- the string's first DDL statement sent it
 	END IF;
-	PERFORM set_config('parapply.ddl_sent', k, true);
-	PERFORM pg_logical_emit_message(true, 'parapply.ddl', jsonb_build_object(
-		'sql', q, 'search_path', to_jsonb(current_schemas(false)), 'role', current_user::text,
-		'tag', TG_TAG, 'objects', objs)::text);
-EXCEPTION WHEN OTHERS THEN
-	RAISE WARNING 'parapply: this DDL was not sent to parapply''s subscribers: %', SQLERRM
-		USING HINT = 'run it on the target by hand; parapply stops at the first change the target cannot take';
+	PERFORM pg_catalog.set_config('parapply.ddl_sent', k, true);
+	q := pg_catalog.jsonb_build_object('sql', q, 'search_path', pg_catalog.to_jsonb(pg_catalog.current_schemas(false)),
+		'role', current_user::text, 'tag', TG_TAG, 'objects', objs)::text;
+	EXCEPTION WHEN OTHERS THEN
+		RAISE WARNING 'parapply: this DDL was not sent to parapply''s subscribers: %', SQLERRM
+			USING HINT = 'run it on the target by hand; parapply stops at the first change the target cannot take';
+		RETURN;
+	END;
+	PERFORM pg_catalog.pg_logical_emit_message(true, 'parapply.ddl', q);
 END
 $f$`,
 	`CREATE OR REPLACE FUNCTION parapply.replicate_ddl(command text) RETURNS void
@@ -149,16 +160,17 @@ func Install(ctx context.Context, conn *pgx.Conn, pubs []string) error {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	for _, s := range installSQL {
+	// The followed publications are a function's result, not a table's
+	// rows: a FOR ALL TABLES publication would publish a table.
+	quoted := make([]string, len(pubs))
+	for i, p := range pubs {
+		quoted[i] = parapply.QuoteLiteral(p)
+	}
+	followed := `CREATE OR REPLACE FUNCTION parapply.ddl_followed() RETURNS name[] LANGUAGE sql IMMUTABLE AS $f$ SELECT ARRAY[` + strings.Join(quoted, ", ") + `]::name[] $f$`
+	for _, s := range append([]string{installSQL[0], followed}, installSQL[1:]...) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fmt.Errorf("installing the DDL capture on the publisher: %w (the statement: %.60s...)", err, s)
 		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM parapply.ddl_publications`); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO parapply.ddl_publications SELECT unnest($1::text[])`, pubs); err != nil {
-		return fmt.Errorf("recording the followed publications: %w", err)
 	}
 	for _, s := range triggerSQL {
 		if _, err := tx.Exec(ctx, s); err != nil {
@@ -188,7 +200,7 @@ func Uninstall(ctx context.Context, conn *pgx.Conn) error {
 		`DROP FUNCTION IF EXISTS parapply.ddl_capture()`,
 		`DROP FUNCTION IF EXISTS parapply.replicate_ddl(text)`,
 		`DROP FUNCTION IF EXISTS parapply.ddl_published(oid)`,
-		`DROP TABLE IF EXISTS parapply.ddl_publications`,
+		`DROP FUNCTION IF EXISTS parapply.ddl_followed()`,
 	} {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fmt.Errorf("removing the DDL capture from the publisher: %w", err)
@@ -216,6 +228,6 @@ func Installed(ctx context.Context, conn *pgx.Conn) (bool, []string, error) {
 		return false, nil, nil
 	}
 	var pubs []string
-	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pubname::text ORDER BY pubname), '{}') FROM parapply.ddl_publications`).Scan(&pubs)
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(p::text ORDER BY p), '{}') FROM unnest(parapply.ddl_followed()) p`).Scan(&pubs)
 	return true, pubs, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -75,7 +76,7 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 	}
 	conn := l.app.Conn().PgConn()
 	run := func(sql string) error { _, err := conn.Exec(ctx, sql).ReadAll(); return err }
-	if err := run(msg.SetSearchPath()[len("SET LOCAL "):]); err != nil {
+	if err := run("SET " + strings.TrimPrefix(msg.SetSearchPath(), "SET LOCAL ")); err != nil {
 		return false, fmt.Errorf("setting the search_path of a DDL on the target: %w", err)
 	}
 	err = run(stmts[0])

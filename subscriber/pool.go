@@ -119,12 +119,17 @@ type pool struct {
 	// tables again, and takes synced, when set, as its synced tables.
 	ddlSeq int
 	synced map[string]parapply.LSN
-	folded  map[uint32]*parapply.Relation
-	workers []*worker
-	tracker *progress.Tracker
-	cfg     apply.Config
-	log     *slog.Logger
-	wg      sync.WaitGroup
+	// beforeDDL holds the relation descriptions logged before the last
+	// DDL: one the target no longer matches is passed over (a change to
+	// its table comes after a newer description: the publisher sends one
+	// after every change of a table's definition).
+	beforeDDL map[*parapply.Relation]bool
+	folded    map[uint32]*parapply.Relation
+	workers   []*worker
+	tracker   *progress.Tracker
+	cfg       apply.Config
+	log       *slog.Logger
+	wg        sync.WaitGroup
 
 	// Commits reach the tracker in source order: those made ahead of
 	// earlier units (commit_order = dependency) wait in reports until
@@ -156,7 +161,7 @@ type worker struct {
 	// ddlSeen is the pool's ddlSeq when the worker last loaded its
 	// tables' descriptions afresh.
 	ddlSeen int
-	stats WorkerStats
+	stats   WorkerStats
 	// first is the first unit of the batch being applied (for
 	// MayResolve, read from the applier's goroutines).
 	first atomic.Uint64
@@ -325,6 +330,13 @@ func (p *pool) targetChanged(synced map[string]parapply.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ddlSeq++
+	p.beforeDDL = map[*parapply.Relation]bool{}
+	for _, r := range p.rels {
+		p.beforeDDL[r] = true
+	}
+	for _, r := range p.folded {
+		p.beforeDDL[r] = true
+	}
 	if synced != nil {
 		p.synced = synced
 	}
@@ -624,7 +636,7 @@ func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
 func (p *pool) catchUp(ctx context.Context, w *worker, u *unit) error {
 	p.mu.Lock()
 	catchUp := p.relationsUpTo(w.seen, u.relSeq)
-	ddlSeq, synced := p.ddlSeq, p.synced
+	ddlSeq, synced, beforeDDL := p.ddlSeq, p.synced, p.beforeDDL
 	p.mu.Unlock()
 	if w.ddlSeen != ddlSeq {
 		w.ddlSeen = ddlSeq
@@ -641,7 +653,7 @@ func (p *pool) catchUp(ctx context.Context, w *worker, u *unit) error {
 	}
 	for i, rel := range catchUp {
 		if latest[rel.ID] == i {
-			if err := w.app.Relation(ctx, rel); err != nil {
+			if err := w.app.Relation(ctx, rel); err != nil && !(beforeDDL[rel] && errors.Is(err, apply.ErrSchema)) {
 				return err
 			}
 		}
