@@ -143,8 +143,10 @@ var triggerSQL = []string{
 
 // Install makes (or remakes) the capture on the publisher conn is
 // connected to, following pubs, in one transaction: it is all there or
-// not at all. Publications that do not exist are refused by name.
-func Install(ctx context.Context, conn *pgx.Conn, pubs []string) error {
+// not at all. Publications that do not exist are refused by name. Without
+// triggers only parapply.replicate_ddl sends DDL (no superuser needed;
+// event triggers already there are removed).
+func Install(ctx context.Context, conn *pgx.Conn, pubs []string, triggers bool) error {
 	if len(pubs) == 0 {
 		return errors.New("ddl install needs the publications whose tables' DDL is to be sent (--publication, or publication in the config file)")
 	}
@@ -172,11 +174,15 @@ func Install(ctx context.Context, conn *pgx.Conn, pubs []string) error {
 			return fmt.Errorf("installing the DDL capture on the publisher: %w (the statement: %.60s...)", err, s)
 		}
 	}
-	for _, s := range triggerSQL {
+	steps := triggerSQL
+	if !triggers {
+		steps = steps[:2] // the drops
+	}
+	for _, s := range steps {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
-				return fmt.Errorf("creating the event triggers on the publisher: %w; event triggers need a superuser on PostgreSQL 15 to 18: run parapply ddl install as one (the triggers then capture every role's DDL), or send DDL with parapply.replicate_ddl only", err)
+				return fmt.Errorf("creating the event triggers on the publisher: %w; event triggers need a superuser on PostgreSQL 15 to 18: run parapply ddl install as one (the triggers then capture every role's DDL), or install with --event-triggers=false and send DDL through parapply.replicate_ddl", err)
 			}
 			return fmt.Errorf("creating the event triggers on the publisher: %w", err)
 		}

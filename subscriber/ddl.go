@@ -80,10 +80,28 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 		return false, fmt.Errorf("setting the search_path of a DDL on the target: %w", err)
 	}
 	err = run(stmts[0])
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerrcode.DuplicateTable {
+		// Left by an earlier run: built (then taken as done below), or
+		// left invalid by a build that stopped (then built again).
+		for _, o := range msg.Objects {
+			var invalid bool
+			if o.Type != "index" {
+				continue
+			}
+			qerr := l.app.Conn().QueryRow(ctx, `SELECT NOT indisvalid FROM pg_catalog.pg_index WHERE indexrelid = pg_catalog.to_regclass($1)`, o.Identity).Scan(&invalid)
+			if qerr == nil && invalid {
+				l.s.log.Warn("an index an earlier run began to build is invalid; building it again", "index", o.Identity)
+				if err = run("DROP INDEX CONCURRENTLY " + o.Identity); err == nil {
+					err = run(stmts[0])
+				}
+				break
+			}
+		}
+	}
 	if rerr := run("SET search_path TO pg_catalog"); err == nil && rerr != nil {
 		err = rerr
 	}
-	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == pgerrcode.DuplicateTable || pe.Code == pgerrcode.UndefinedObject) {
 		l.s.log.Warn("a DDL statement run outside a transaction was found done on the target already (an earlier run ran it before it stopped); taken as done", "statement", stmts[0], "commit_lsn", txn.CommitLSN.String(), "error", err)
 		err = nil

@@ -19,7 +19,8 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 	}
 	what := args[0]
 	fs := flag.NewFlagSet("ddl "+what, flag.ContinueOnError)
-	usageFor(fs, "parapply ddl "+what+" --source DSN [--publication NAME] [--config FILE]")
+	triggers := fs.Bool("event-triggers", true, "install: capture DDL with event triggers (needs a superuser); false installs only parapply.replicate_ddl(text), which any role that may run the DDL can call")
+	usageFor(fs, "parapply ddl "+what+" --source DSN [--publication NAME] [--event-triggers=false] [--config FILE]")
 	c, err := loadConfig(fs, args[1:], "source", "publication", "application_name")
 	if err != nil {
 		return err
@@ -35,8 +36,12 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 	switch what {
 	case "install":
 		pubs := splitList(c["publication"])
-		if err := ddl.Install(ctx, conn, pubs); err != nil {
+		if err := ddl.Install(ctx, conn, pubs, *triggers); err != nil {
 			return err
+		}
+		if !*triggers {
+			fmt.Fprintln(out, "publisher: parapply.replicate_ddl(text) is installed (no event triggers): DDL sent through it reaches parapply; set ddl = apply for parapply to run it on the target")
+			return nil
 		}
 		fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply from now on (event triggers %s and %s; parapply.replicate_ddl(text) for DDL run inside functions); set ddl = apply for parapply to run it on the target\n", strings.Join(pubs, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
 	case "uninstall":

@@ -79,7 +79,7 @@ func TestDDLMigration(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			e := newEnv(t, ddlSchema)
 			ctx := context.Background()
-			if err := ddl.Install(ctx, e.pub, []string{"pub"}); err != nil {
+			if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
 				t.Fatal(err)
 			}
 			cfg := e.config(fmt.Sprintf("ddl%d", workers))
@@ -230,7 +230,8 @@ func ddlCompareDumps(t *testing.T, e *env) {
 }
 
 // TestDDLInTransactions: DDL inside a streamed transaction and inside a
-// prepared one, a DDL the target refuses (it stops, naming the statement
+// prepared one, CREATE and DROP INDEX CONCURRENTLY (one an earlier build
+// left invalid on the target built again), a DDL the target refuses (it stops, naming the statement
 // and the skip command; parapply skip --ddl passes over the DDL alone and
 // the transaction's rows are applied), and ddl = off leaving the messages
 // alone.
@@ -241,7 +242,7 @@ func TestDDLInTransactions(t *testing.T) {
 	}
 	e := newEnvSettings(t, `CREATE TABLE big (id int PRIMARY KEY, v text)`, settings, settings)
 	ctx := context.Background()
-	if err := ddl.Install(ctx, e.pub, []string{"pub"}); err != nil {
+	if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
 		t.Fatal(err)
 	}
 	cfg := e.config("ddltx")
@@ -266,6 +267,25 @@ func TestDDLInTransactions(t *testing.T) {
 	st := r.s.Status()
 	if st.StreamedAtCommit == 0 {
 		t.Errorf("the streamed transaction holding DDL was not applied at its commit (status %+v)", st)
+	}
+
+	// CREATE INDEX CONCURRENTLY where an earlier build left the index
+	// invalid: built again; then DROP INDEX CONCURRENTLY.
+	if _, err := e.sub.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY big_v_u ON big ((1))`); err == nil {
+		t.Fatal("a unique index on a constant over many rows was built")
+	}
+	e.exec(e.pub, `CREATE UNIQUE INDEX CONCURRENTLY big_v_u ON big (id, v)`)
+	e.waitCaughtUp(r)
+	var valid bool
+	var def string
+	if err := e.sub.QueryRow(ctx, `SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index WHERE indexrelid = 'big_v_u'::regclass`).Scan(&valid, &def); err != nil || !valid || !strings.Contains(def, "(id, v)") {
+		t.Fatalf("the index built concurrently on the target: valid %v, %q, %v", valid, def, err)
+	}
+	e.exec(e.pub, `DROP INDEX CONCURRENTLY big_v_u`)
+	e.waitCaughtUp(r)
+	var left *string
+	if err := e.sub.QueryRow(ctx, `SELECT to_regclass('big_v_u')::text`).Scan(&left); err != nil || left != nil {
+		t.Fatalf("DROP INDEX CONCURRENTLY left %v on the target (%v)", left, err)
 	}
 
 	// Refused on the target: an index of that name is there already.
@@ -304,7 +324,6 @@ func TestDDLInTransactions(t *testing.T) {
 	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM big WHERE id = 7001`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the row of the transaction whose DDL was skipped: %d, %v", n, err)
 	}
-	var def string
 	if err := e.sub.QueryRow(ctx, `SELECT pg_get_indexdef('big_extra_idx'::regclass)`).Scan(&def); err != nil || !strings.Contains(def, "(v)") {
 		t.Fatalf("the target's own index was changed: %q, %v", def, err)
 	}
@@ -339,10 +358,10 @@ func TestDDLCapture(t *testing.T) {
 	}
 	run(`CREATE SCHEMA app; CREATE TABLE pubd (id int PRIMARY KEY); CREATE TABLE other (id int PRIMARY KEY);
 		CREATE PUBLICATION p1 FOR TABLE pubd; CREATE PUBLICATION p2 FOR TABLES IN SCHEMA app; CREATE PUBLICATION unfollowed FOR TABLE other`)
-	if err := ddl.Install(ctx, c, []string{"p1", "p2", "missing"}); err == nil || !strings.Contains(err.Error(), "missing") {
+	if err := ddl.Install(ctx, c, []string{"p1", "p2", "missing"}, true); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("a publication that does not exist: %v", err)
 	}
-	if err := ddl.Install(ctx, c, []string{"p1", "p2"}); err != nil {
+	if err := ddl.Install(ctx, c, []string{"p1", "p2"}, true); err != nil {
 		t.Fatal(err)
 	}
 	run(`SELECT pg_create_logical_replication_slot('cap', 'pgoutput')`)
@@ -393,10 +412,21 @@ func TestDDLCapture(t *testing.T) {
 	if on, pubs, err := ddl.Installed(ctx, c); err != nil || !on || strings.Join(pubs, ",") != "p1,p2" {
 		t.Fatalf("Installed() = %v, %v, %v", on, pubs, err)
 	}
-	if err := ddl.Uninstall(ctx, c); err != nil {
+	// Without event triggers: replicate_ddl only.
+	if err := ddl.Install(ctx, c, []string{"p1"}, false); err != nil {
 		t.Fatal(err)
 	}
 	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("event triggers left by an install without them: %d, %v", n, err)
+	}
+	if on, _, err := ddl.Installed(ctx, c); err != nil || on {
+		t.Fatalf("Installed() without event triggers = %v, %v", on, err)
+	}
+	run(`SELECT parapply.replicate_ddl('ALTER TABLE app.fresh ADD COLUMN z int')`)
+	if err := ddl.Uninstall(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("event triggers left after uninstall: %d, %v", n, err)
 	}
