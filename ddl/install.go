@@ -18,6 +18,13 @@ const Prefix = "parapply.ddl"
 
 // Trigger names, for status and uninstall.
 const (
+	// RevokeMessages takes from PUBLIC the right to write logical
+	// messages (every form of pg_logical_emit_message, which differ
+	// between versions).
+	RevokeMessages = `DO $$ DECLARE f regprocedure; BEGIN
+	FOR f IN SELECT oid::regprocedure FROM pg_catalog.pg_proc WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace LOOP
+		EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+	END LOOP; END $$`
 	TriggerEnd  = "parapply_ddl_end"
 	TriggerDrop = "parapply_ddl_drop"
 )
@@ -25,9 +32,7 @@ const (
 // installSQL makes the publisher's side (with parapply.ddl_followed(),
 // the followed publications, made by Install): the test of whether a
 // relation is published by one of them, the capture function the event
-// triggers run, and parapply.replicate_ddl. The capture keeps the user's
-// search_path (it sends it) and names every object with its schema, so
-// that the path cannot redirect it.
+// triggers run, and parapply.replicate_ddl.
 var installSQL = []string{
 	`CREATE SCHEMA IF NOT EXISTS parapply`,
 	// ddl_published: rel (a table, or an index's table) is published by
@@ -56,66 +61,78 @@ SELECT EXISTS (
 $f$`,
 	// ddl_capture: the event triggers' function. A statement string
 	// fires it once per DDL statement it holds; it is sent once per
-	// transaction (the target runs all of its DDL statements then).
+	// transaction (the target runs all of its DDL statements then). It
+	// runs as its owner (SECURITY DEFINER: pg_logical_emit_message may
+	// then be revoked from PUBLIC, see docs/ddl.md), so it reads the
+	// user's search_path first, then works under pg_catalog's alone (no
+	// user's object can stand in for one of its own) and gives the user's
+	// back before it returns.
 	`CREATE OR REPLACE FUNCTION parapply.ddl_capture() RETURNS event_trigger
-LANGUAGE plpgsql VOLATILE AS $f$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $f$
 DECLARE
+	user_path text := pg_catalog.current_setting('search_path');
+	schemas jsonb := pg_catalog.to_jsonb(pg_catalog.current_schemas(false));
 	r record;
 	objs jsonb := '[]';
 	q text;
 	k text;
 BEGIN
+	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 	-- Everything that could fail runs in this block, whose errors are
 	-- warnings; the message is sent after it, from the transaction
 	-- itself: one sent from a subtransaction (the block's) is decoded
 	-- after row changes that followed it.
+	<<capture>>
 	BEGIN
-	IF coalesce(pg_catalog.current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
-		RETURN; -- parapply.replicate_ddl sends its own message
-	END IF;
-	IF TG_EVENT = 'ddl_command_end' THEN
-		FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() c
-		         WHERE NOT c.in_extension AND c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass LOOP
-			IF parapply.ddl_published(r.objid) THEN
-				objs := objs || pg_catalog.jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
-			END IF;
-		END LOOP;
-	ELSIF TG_TAG IN ('DROP TABLE', 'DROP INDEX') THEN
-		FOR r IN SELECT d.object_type, d.object_identity, d.schema_name, d.original FROM pg_catalog.pg_event_trigger_dropped_objects() d
-		         WHERE NOT d.is_temporary LOOP
-			IF (r.object_type = 'publication relation' AND EXISTS (
-			        SELECT 1 FROM pg_catalog.unnest(parapply.ddl_followed()) f(pubname)
-			        WHERE r.object_identity LIKE '% in publication ' || pg_catalog.quote_ident(f.pubname)))
-			   OR (r.object_type = 'table' AND EXISTS (
-			        SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = ANY (parapply.ddl_followed())
-			        AND ((p.puballtables AND r.schema_name NOT IN ('pg_catalog', 'information_schema', 'parapply'))
-			           OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid
-			                      WHERE pn.pnpubid = p.oid AND n.nspname = r.schema_name))))
-			   OR (r.object_type = 'index' AND r.original AND TG_TAG = 'DROP INDEX') THEN
-				objs := objs || pg_catalog.jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
-			END IF;
-		END LOOP;
-	END IF;
-	IF pg_catalog.jsonb_array_length(objs) = 0 THEN
-		RETURN;
-	END IF;
-	IF pg_catalog.current_setting('wal_level') <> 'logical' THEN
-		RAISE EXCEPTION 'wal_level is %, not logical', pg_catalog.current_setting('wal_level');
-	END IF;
-	q := pg_catalog.current_query();
-	k := pg_catalog.txid_current()::text || ':' || pg_catalog.md5(q);
-	IF coalesce(pg_catalog.current_setting('parapply.ddl_sent', true), '') = k THEN
-		RETURN; -- the string's first DDL statement sent it
-	END IF;
-	PERFORM pg_catalog.set_config('parapply.ddl_sent', k, true);
-	q := pg_catalog.jsonb_build_object('sql', q, 'search_path', pg_catalog.to_jsonb(pg_catalog.current_schemas(false)),
-		'role', current_user::text, 'tag', TG_TAG, 'objects', objs)::text;
+		IF coalesce(current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
+			EXIT capture; -- parapply.replicate_ddl sends its own message
+		END IF;
+		IF TG_EVENT = 'ddl_command_end' THEN
+			FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_event_trigger_ddl_commands() c
+			         WHERE NOT c.in_extension AND c.classid = 'pg_class'::regclass LOOP
+				IF parapply.ddl_published(r.objid) THEN
+					objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+				END IF;
+			END LOOP;
+		ELSIF TG_TAG IN ('DROP TABLE', 'DROP INDEX') THEN
+			FOR r IN SELECT d.object_type, d.object_identity, d.schema_name, d.original FROM pg_event_trigger_dropped_objects() d
+			         WHERE NOT d.is_temporary LOOP
+				IF (r.object_type = 'publication relation' AND EXISTS (
+				        SELECT 1 FROM unnest(parapply.ddl_followed()) f(pubname)
+				        WHERE r.object_identity LIKE '% in publication ' || quote_ident(f.pubname)))
+				   OR (r.object_type = 'table' AND EXISTS (
+				        SELECT 1 FROM pg_publication p WHERE p.pubname = ANY (parapply.ddl_followed())
+				        AND ((p.puballtables AND r.schema_name NOT IN ('pg_catalog', 'information_schema', 'parapply'))
+				           OR EXISTS (SELECT 1 FROM pg_publication_namespace pn JOIN pg_namespace n ON n.oid = pn.pnnspid
+				                      WHERE pn.pnpubid = p.oid AND n.nspname = r.schema_name))))
+				   OR (r.object_type = 'index' AND r.original AND TG_TAG = 'DROP INDEX') THEN
+					objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
+				END IF;
+			END LOOP;
+		END IF;
+		IF jsonb_array_length(objs) = 0 THEN
+			EXIT capture;
+		END IF;
+		IF current_setting('wal_level') <> 'logical' THEN
+			RAISE EXCEPTION 'wal_level is %, not logical', current_setting('wal_level');
+		END IF;
+		k := txid_current()::text || ':' || md5(current_query());
+		IF coalesce(current_setting('parapply.ddl_sent', true), '') = k THEN
+			EXIT capture; -- the string's first DDL statement sent it
+		END IF;
+		PERFORM set_config('parapply.ddl_sent', k, true);
+		q := jsonb_build_object('sql', current_query(), 'search_path', schemas,
+			'role', session_user::text, 'tag', TG_TAG, 'objects', objs)::text;
 	EXCEPTION WHEN OTHERS THEN
+		PERFORM pg_catalog.set_config('search_path', user_path, true);
 		RAISE WARNING 'parapply: this DDL was not sent to parapply''s subscribers: %', SQLERRM
 			USING HINT = 'run it on the target by hand; parapply stops at the first change the target cannot take';
 		RETURN;
 	END;
-	PERFORM pg_catalog.pg_logical_emit_message(true, 'parapply.ddl', q);
+	PERFORM pg_catalog.set_config('search_path', user_path, true);
+	IF q IS NOT NULL THEN
+		PERFORM pg_catalog.pg_logical_emit_message(true, 'parapply.ddl', q);
+	END IF;
 END
 $f$`,
 	`CREATE OR REPLACE FUNCTION parapply.replicate_ddl(command text) RETURNS void
@@ -223,17 +240,41 @@ func Uninstall(ctx context.Context, conn *pgx.Conn) error {
 	return tx.Commit(ctx)
 }
 
-// Installed reports whether the publisher conn is connected to has the
-// capture's event triggers, enabled, and which publications they follow.
-func Installed(ctx context.Context, conn *pgx.Conn) (bool, []string, error) {
+// State is what a publisher has of the capture, for parapply check and
+// parapply ddl status.
+type State struct {
+	// Triggers: both event triggers are there and enabled.
+	Triggers bool
+	// Function: parapply.replicate_ddl is there.
+	Function bool
+	// Publications are those the capture follows.
+	Publications []string
+	// PublicMessages: every role may call pg_logical_emit_message, and so
+	// write a message parapply would take for the capture's.
+	PublicMessages bool
+	// EventTriggersOff: the event_triggers setting (PostgreSQL 17) is
+	// off, which silences every event trigger.
+	EventTriggersOff bool
+}
+
+// Inspect reads the capture's state on the publisher conn is connected to.
+func Inspect(ctx context.Context, conn *pgx.Conn) (State, error) {
+	var st State
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2) AND evtenabled <> 'D'`, TriggerEnd, TriggerDrop).Scan(&n); err != nil {
-		return false, nil, fmt.Errorf("reading the publisher's event triggers: %w", err)
+	err := conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2) AND evtenabled <> 'D')::int,
+		pg_catalog.to_regprocedure('parapply.replicate_ddl(text)') IS NOT NULL,
+		(SELECT coalesce(bool_or(pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')), false) FROM pg_catalog.pg_proc p
+		 WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace),
+		coalesce(pg_catalog.current_setting('event_triggers', true), 'on') = 'off'`, TriggerEnd, TriggerDrop).Scan(&n, &st.Function, &st.PublicMessages, &st.EventTriggersOff)
+	if err != nil {
+		return st, fmt.Errorf("reading the publisher's DDL capture: %w", err)
 	}
-	if n < 2 {
-		return false, nil, nil
+	st.Triggers = n == 2
+	var followed bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('parapply.ddl_followed()') IS NOT NULL`).Scan(&followed); err != nil || !followed {
+		return st, err
 	}
-	var pubs []string
-	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(p::text ORDER BY p), '{}') FROM unnest(parapply.ddl_followed()) p`).Scan(&pubs)
-	return true, pubs, err
+	err = conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(p::text ORDER BY p), '{}') FROM pg_catalog.unnest(parapply.ddl_followed()) p`).Scan(&st.Publications)
+	return st, err
 }

@@ -40,6 +40,9 @@ type Config struct {
 	Workers             int // the most workers a run opens (max_workers with auto)
 	StreamWorkers       int
 	CopyWorkers         int
+	// DDL is the ddl setting: "apply" runs the publisher's schema
+	// changes on the target.
+	DDL string
 }
 
 // Status is a check's outcome.

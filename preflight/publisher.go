@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -90,7 +91,53 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	p.slotExists = checkSlot(ctx, conn, cfg.Slot, maxSlots, slots, maxSenders, senders, rep)
 	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
+	checkDDL(ctx, conn, cfg, rep)
 	return p
+}
+
+// checkDDL: with ddl = apply, the publisher's capture is there and follows
+// the run's publications; with ddl = off, no capture sends what the run
+// would pass over.
+func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, rep *Report) {
+	const check = "DDL capture"
+	st, err := ddl.Inspect(ctx, conn)
+	if err != nil {
+		rep.add(sidePub, check, "", broken("", "reading the publisher's event triggers", err))
+		return
+	}
+	install := "parapply ddl install --source DSN --publication " + strings.Join(cfg.Publications, ",")
+	if cfg.DDL != "apply" {
+		if st.Triggers {
+			rep.add(sidePub, check, "", warn("", "the publisher sends its DDL (parapply ddl install was run) and ddl = off passes over it: the target's schema is to be changed by hand", "set ddl = apply, or parapply ddl uninstall --source DSN"))
+			return
+		}
+		rep.add(sidePub, check, "none (ddl = off)")
+		return
+	}
+	var probs []Problem
+	switch {
+	case !st.Triggers && !st.Function:
+		probs = append(probs, warn("", "ddl = apply, and the publisher sends no DDL: no capture is installed", install))
+	case !st.Triggers:
+		probs = append(probs, warn("", "no event triggers: only DDL run through parapply.replicate_ddl(text) is sent", install+" (as a superuser)"))
+	default:
+		for _, p := range cfg.Publications {
+			if !slices.Contains(st.Publications, p) {
+				probs = append(probs, warn(p, "DDL on this publication's tables is not captured (the capture follows "+strings.Join(st.Publications, ", ")+")", install))
+			}
+		}
+	}
+	if st.EventTriggersOff && st.Triggers {
+		probs = append(probs, warn("", "event_triggers is off: no DDL is captured", "ALTER SYSTEM SET event_triggers = on; SELECT pg_reload_conf();"))
+	}
+	if st.PublicMessages {
+		probs = append(probs, warn("", "every role may call pg_logical_emit_message, and so send a statement parapply runs on the target", "where publisher roles are trusted less than the target role, revoke it from PUBLIC (docs/ddl.md shows how; the capture keeps working)"))
+	}
+	detail := "event triggers follow " + strings.Join(st.Publications, ", ")
+	if !st.Triggers {
+		detail = ""
+	}
+	rep.add(sidePub, check, detail, probs...)
 }
 
 // versionProblems: the versions some settings need.

@@ -50,15 +50,33 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintln(out, "publisher: the DDL capture is removed; DDL is no longer sent to parapply (what was sent before is still applied with ddl = apply)")
 	case "status":
-		on, pubs, err := ddl.Installed(ctx, conn)
+		st, err := ddl.Inspect(ctx, conn)
 		if err != nil {
 			return err
 		}
-		if !on {
-			fmt.Fprintln(out, "publisher: no DDL capture (or its event triggers are disabled): DDL is sent only through parapply.replicate_ddl, if installed")
-			return nil
+		switch {
+		case st.Triggers:
+			fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply (event triggers %s and %s)\n", strings.Join(st.Publications, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
+		case st.Function:
+			fmt.Fprintln(out, "publisher: no event triggers (or they are disabled): only DDL run through parapply.replicate_ddl(text) is sent to parapply")
+		default:
+			fmt.Fprintln(out, "publisher: no DDL capture installed (parapply ddl install --source DSN --publication NAME)")
 		}
-		fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply\n", strings.Join(pubs, ", "))
+		for _, w := range ddlWarnings(st) {
+			fmt.Fprintln(out, "WARNING: "+w)
+		}
 	}
 	return nil
+}
+
+// ddlWarnings are what an operator should know of a capture's state.
+func ddlWarnings(st ddl.State) []string {
+	var out []string
+	if st.EventTriggersOff && st.Triggers {
+		out = append(out, "event_triggers is off on the publisher: no DDL is captured until it is on again")
+	}
+	if st.PublicMessages && (st.Triggers || st.Function) {
+		out = append(out, "every role may call pg_logical_emit_message on the publisher, and so send a statement parapply would run on the target (with ddl = apply); where publisher roles are trusted less than parapply's target role: revoke EXECUTE on each form of pg_catalog.pg_logical_emit_message from PUBLIC, as docs/ddl.md shows (the capture runs as its owner and keeps working)")
+	}
+	return out
 }

@@ -17,6 +17,7 @@ type checkReport struct {
 	Results []struct {
 		Side     string `json:"side"`
 		Check    string `json:"check"`
+		Detail   string `json:"detail"`
 		Status   string `json:"status"`
 		Problems []struct {
 			Object string `json:"object"`

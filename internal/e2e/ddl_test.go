@@ -242,9 +242,29 @@ func TestDDLInTransactions(t *testing.T) {
 	}
 	e := newEnvSettings(t, `CREATE TABLE big (id int PRIMARY KEY, v text)`, settings, settings)
 	ctx := context.Background()
+	ddlCheck := func(want string) {
+		t.Helper()
+		rep, _, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"),
+			"--publication", "pub", "--slot", "ddlcheck", "--ddl", "apply")
+		for _, r := range rep.Results {
+			if r.Check == "DDL capture" {
+				text := r.Detail
+				for _, p := range r.Problems {
+					text += "\n" + p.What + " (fix: " + p.Fix + ")"
+				}
+				if !strings.Contains(text, want) {
+					t.Fatalf("parapply check's DDL capture line lacks %q:\n%s", want, text)
+				}
+				return
+			}
+		}
+		t.Fatalf("parapply check has no DDL capture line:\n%s", out)
+	}
+	ddlCheck("parapply ddl install --source DSN --publication pub")
 	if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
 		t.Fatal(err)
 	}
+	ddlCheck("event triggers follow pub")
 	cfg := e.config("ddltx")
 	cfg.DDL = subscriber.DDLApply
 	cfg.Source.TwoPhase, cfg.Source.Streaming, cfg.Source.DecodingWorkMem = true, true, "64kB"
@@ -366,7 +386,15 @@ func TestDDLCapture(t *testing.T) {
 	}
 	run(`SELECT pg_create_logical_replication_slot('cap', 'pgoutput')`)
 	run(`ALTER TABLE pubd ADD COLUMN a int`)
+	// The capture runs under its own search_path and gives the user's
+	// back; the message carries the user's.
+	run(`SET search_path = app, public`)
 	run(`CREATE INDEX pubd_a ON pubd (a)`)
+	var path string
+	if err := c.QueryRow(ctx, `SHOW search_path`).Scan(&path); err != nil || path != "app, public" {
+		t.Fatalf("search_path after a captured DDL: %q, %v", path, err)
+	}
+	run(`RESET search_path`)
 	run(`ALTER TABLE other ADD COLUMN a int`)
 	run(`CREATE TABLE app.fresh (id int PRIMARY KEY)`)
 	run(`CREATE TEMP TABLE scratch (id int)`)
@@ -399,6 +427,9 @@ func TestDDLCapture(t *testing.T) {
 				t.Fatalf("%q: %v", lm.Content, err)
 			}
 			got = append(got, msg.SQL)
+			if msg.SQL == `CREATE INDEX pubd_a ON pubd (a)` && strings.Join(msg.SearchPath, ",") != "app,public" {
+				t.Errorf("the message of %q carries search_path %q, want app, public", msg.SQL, msg.SearchPath)
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -409,9 +440,29 @@ func TestDDLCapture(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("messages sent:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if on, pubs, err := ddl.Installed(ctx, c); err != nil || !on || strings.Join(pubs, ",") != "p1,p2" {
-		t.Fatalf("Installed() = %v, %v, %v", on, pubs, err)
+	if st, err := ddl.Inspect(ctx, c); err != nil || !st.Triggers || !st.Function || strings.Join(st.Publications, ",") != "p1,p2" || !st.PublicMessages {
+		t.Fatalf("Inspect() = %+v, %v", st, err)
 	}
+	// With pg_logical_emit_message revoked from PUBLIC, a role that may
+	// run DDL but not write messages still has it sent (the capture runs
+	// as its owner), and cannot write one of its own.
+	run(ddl.RevokeMessages)
+	run(`CREATE ROLE migrator; GRANT ALL ON SCHEMA app TO migrator; ALTER TABLE app.fresh OWNER TO migrator`)
+	run(`SET ROLE migrator`)
+	run(`ALTER TABLE app.fresh ADD COLUMN m int`)
+	if _, err := c.Exec(ctx, `SELECT pg_logical_emit_message(true, 'parapply.ddl', '{"sql": "DROP TABLE x"}')`); err == nil {
+		t.Error("a role without EXECUTE on pg_logical_emit_message wrote a message")
+	}
+	run(`RESET ROLE`)
+	if st, err := ddl.Inspect(ctx, c); err != nil || st.PublicMessages {
+		t.Fatalf("Inspect() after the revoke = %+v, %v", st, err)
+	}
+	var sent int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes('cap', NULL, NULL,
+			'proto_version', '1', 'publication_names', 'p1', 'messages', 'true') WHERE position('ADD COLUMN m int' in encode(data, 'escape')) > 0`).Scan(&sent); err != nil || sent != 1 {
+		t.Fatalf("the DDL of a role that may not write messages: %d sent, %v", sent, err)
+	}
+
 	// Without event triggers: replicate_ddl only.
 	if err := ddl.Install(ctx, c, []string{"p1"}, false); err != nil {
 		t.Fatal(err)
@@ -420,8 +471,8 @@ func TestDDLCapture(t *testing.T) {
 	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("event triggers left by an install without them: %d, %v", n, err)
 	}
-	if on, _, err := ddl.Installed(ctx, c); err != nil || on {
-		t.Fatalf("Installed() without event triggers = %v, %v", on, err)
+	if st, err := ddl.Inspect(ctx, c); err != nil || st.Triggers || !st.Function {
+		t.Fatalf("Inspect() without event triggers = %+v, %v", st, err)
 	}
 	run(`SELECT parapply.replicate_ddl('ALTER TABLE app.fresh ADD COLUMN z int')`)
 	if err := ddl.Uninstall(ctx, c); err != nil {
