@@ -64,13 +64,7 @@ func (m Message) DroppedIndexes() []string {
 	if m.Tag != "DROP INDEX" {
 		return nil
 	}
-	var out []string
-	for _, o := range m.Objects {
-		if o.Type == "index" {
-			out = append(out, o.Identity)
-		}
-	}
-	return out
+	return m.objects("index")
 }
 
 // CreatedTables returns the tables a CREATE TABLE made: their rows follow
@@ -79,9 +73,14 @@ func (m Message) CreatedTables() []string {
 	if m.Tag != "CREATE TABLE" && m.Tag != "replicate_ddl" {
 		return nil
 	}
+	return m.objects("table")
+}
+
+// objects returns the identities of the objects of one type.
+func (m Message) objects(typ string) []string {
 	var out []string
 	for _, o := range m.Objects {
-		if o.Type == "table" {
+		if o.Type == typ {
 			out = append(out, o.Identity)
 		}
 	}

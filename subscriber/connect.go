@@ -2,6 +2,7 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -84,6 +85,13 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 		}
 	}
 	tables, err := target.CheckTables(ctx, c.app.Conn(), rels)
+	if err != nil && s.cfg.DDL == DDLApply && !c.src.Missing && errors.Is(err, target.ErrSchema) {
+		// The publisher's schema may be ahead by DDL still in the stream,
+		// which brings the target level at its place; if it does not, the
+		// first change the target cannot take stops the run.
+		s.log.Warn("the target's schema is behind the publication's; with ddl = apply the DDL still to come in the stream is to bring it level (values travel in text this run)", "difference", err)
+		tables, err = nil, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -117,6 +125,8 @@ func (s *Subscriber) chooseBinary(published []source.PublishedTable, tables []*t
 	switch {
 	case !s.cfg.Binary:
 		return false, "binary = off"
+	case tables == nil && len(published) > 0:
+		return false, "the target's schema is behind the publication's (ddl = apply)"
 	case s.runs.textOnly.Load():
 		return false, "a column met by an earlier run cannot take binary values"
 	}
