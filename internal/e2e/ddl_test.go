@@ -199,17 +199,21 @@ SELECT coalesce(string_agg(d, E'\n' ORDER BY d), '') FROM (
 }
 
 // ddlCompareDumps compares pg_dump --schema-only of schema public on both
-// servers, when a pg_dump of the servers' major version is installed (the
-// embedded servers come without one; Debian's postgresql-15 has one).
+// servers, with PARAPPLY_PG_DUMP (a pg_dump as new as the servers, which
+// .ci/run fetches) or the pg_dump installed for the servers' major version
+// (Debian's postgresql-15 has one; the embedded servers come without).
 func ddlCompareDumps(t *testing.T, e *env) {
 	t.Helper()
 	major, err := pgtest.Major()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join("/usr/lib/postgresql", fmt.Sprint(major), "bin", "pg_dump")
+	bin := os.Getenv("PARAPPLY_PG_DUMP")
+	if bin == "" {
+		bin = filepath.Join("/usr/lib/postgresql", fmt.Sprint(major), "bin", "pg_dump")
+	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Logf("no pg_dump for PostgreSQL %d here (%s): the catalogs' descriptions above are what was compared", major, bin)
+		t.Logf("no pg_dump for PostgreSQL %d here (%s; set PARAPPLY_PG_DUMP): the catalogs' descriptions above are what was compared", major, bin)
 		return
 	}
 	dump := func(dsn string) string {
