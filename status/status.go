@@ -58,6 +58,9 @@ type Record struct {
 	// Apply says who applies: the stream reader or workers, and with
 	// workers = auto why.
 	Apply *Apply `json:"apply,omitempty"`
+	// DDL counts the schema changes from the publisher run on the target
+	// since the start (ddl = apply).
+	DDL int64 `json:"ddl_statements,omitempty"`
 }
 
 // Apply is who applies in a Record: with workers = auto (Auto), the
@@ -169,6 +172,7 @@ type health struct {
 	Faults    map[string]int64 `json:"faults,omitempty"`
 	Sequences *Sequences       `json:"sequences,omitempty"`
 	Apply     *Apply           `json:"apply,omitempty"`
+	DDL       int64            `json:"ddl_statements,omitempty"`
 }
 
 // Worker is one worker's figures in a Record.
@@ -223,7 +227,7 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		State: st.State, StartedAt: st.Started,
 		Received: st.Received, Applied: st.Applied, Flushed: st.Durable, SourceWALEnd: st.SourceWALEnd,
 		LagSeconds: st.Lag.Seconds(), SourceTxns: st.Txns, TargetTxns: st.Groups, Rows: st.Rows, Missing: st.Missing,
-		QueueBytes: st.QueueBytes + st.StreamBytes, Workers: []Worker{},
+		QueueBytes: st.QueueBytes + st.StreamBytes, Workers: []Worker{}, DDL: st.DDL,
 	}
 	r.LagBytes = st.LagBytes()
 	if !st.LastCommit.IsZero() {
@@ -296,7 +300,7 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	if r.LastError != "" {
 		lastErr = &r.LastError
 	}
-	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply})
+	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply, r.DDL})
 	if err != nil {
 		return err
 	}
@@ -370,7 +374,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		if err := json.Unmarshal([]byte(hl), &h); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
 		}
-		r.Faults, r.Sequences, r.Apply = h.Faults, h.Sequences, h.Apply
+		r.Faults, r.Sequences, r.Apply, r.DDL = h.Faults, h.Sequences, h.Apply, h.DDL
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}

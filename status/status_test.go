@@ -16,7 +16,11 @@ func TestSample(t *testing.T) {
 	st := subscriber.Status{State: subscriber.StateStreaming, Txns: 300, Rows: 5000, Applied: 0x1000, SourceWALEnd: 0x1800,
 		QueueBytes: 10, StreamBytes: 5, Lag: 2 * time.Second,
 		Workers: []subscriber.WorkerStatus{{Worker: 1, Txns: 300, Busy: 1500 * time.Millisecond}}}
+	st.DDL = 3
 	r := Sample(st, prev, 2*time.Second)
+	if r.DDL != 3 {
+		t.Errorf("DDL statements %d, want 3", r.DDL)
+	}
 	if r.TxnsPerSecond != 100 || r.RowsPerSecond != 2000 {
 		t.Errorf("rates %v txn/s %v rows/s, want 100 and 2000", r.TxnsPerSecond, r.RowsPerSecond)
 	}

@@ -326,6 +326,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		if a := s.Apply; a != nil {
 			fmt.Fprintf(tw, "  applied by\t%s\n", applyText(*a))
 		}
+		if s.DDL > 0 {
+			fmt.Fprintf(tw, "  schema changes\t%d DDL statements from the publisher run on the target (ddl = apply)\n", s.DDL)
+		}
 		if len(s.Faults) > 0 {
 			var parts []string
 			for _, c := range subscriber.FaultCauses {

@@ -519,3 +519,59 @@ func TestDDLCapture(t *testing.T) {
 		t.Fatalf("schema parapply left after uninstall: %d, %v", n, err)
 	}
 }
+
+// TestDDLCommands runs the commands as a DBA would: parapply ddl install
+// and status on the publisher, parapply run --ddl apply as a process, a
+// schema change that reaches the target, parapply status naming the DDL
+// applied, and parapply ddl uninstall.
+func TestDDLCommands(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE shop (id int PRIMARY KEY, name text)`)
+	ctx := context.Background()
+	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	mustRun := func(want string, args ...string) string {
+		t.Helper()
+		err, out := runOnce(t, args...)
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("parapply %s: %v, output lacks %q:\n%s", strings.Join(args[:2], " "), err, want, out)
+		}
+		return out
+	}
+	if err, out := runOnce(t, "ddl", "--source", src); err == nil || !strings.Contains(out, "install, uninstall or status") {
+		t.Fatalf("parapply ddl without a subcommand: %v\n%s", err, out)
+	}
+	mustRun("no DDL capture installed", "ddl", "status", "--source", src)
+	mustRun("DDL on the tables of publication pub is sent to parapply from now on", "ddl", "install", "--source", src, "--publication", "pub")
+	out := mustRun("DDL on the tables of publication pub is sent to parapply (event triggers", "ddl", "status", "--source", src)
+	if !strings.Contains(out, "WARNING: every role may call pg_logical_emit_message") {
+		t.Errorf("parapply ddl status does not warn that every role may write messages:\n%s", out)
+	}
+
+	p := e.runProcess(t, "--publication", "pub", "--slot", "ddlcmd", "--ddl", "apply", "--status-interval", "1s")
+	e.waitSlotExists(t, "ddlcmd", p)
+	e.exec(e.pub, `ALTER TABLE shop ADD COLUMN price numeric(10,2) DEFAULT 0`)
+	e.exec(e.pub, `INSERT INTO shop VALUES (1, 'one', 9.50)`)
+	e.waitSlotConfirmed("ddlcmd", 2*time.Minute, p.alive)
+	e.verify("public.shop")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The running parapply records its status every second.
+		_, text := runOnce(t, "status", "--target", dst, "--slot", "ddlcmd")
+		if strings.Contains(text, "schema changes") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("parapply status does not show the DDL applied:\n%s", text)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st, _ := statusJSON(t, "--target", dst, "--slot", "ddlcmd")
+	if st["ddl_statements"] != float64(1) {
+		t.Errorf("parapply status --json: ddl_statements = %v, want 1", st["ddl_statements"])
+	}
+
+	mustRun("the DDL capture is removed", "ddl", "uninstall", "--source", src)
+	var n int
+	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("event triggers left after parapply ddl uninstall: %d, %v", n, err)
+	}
+}
