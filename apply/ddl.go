@@ -27,6 +27,10 @@ type DDL struct {
 	AllCreated bool
 }
 
+// ResetSearchPath gives the session back parapply's own search_path after
+// a DDL ran with the publisher's.
+const ResetSearchPath = "SET LOCAL search_path TO pg_catalog"
+
 // createdSQL lists the tables the open target transaction created, by
 // parapply's name (always quoted) and PostgreSQL's object identity.
 const createdSQL = `SELECT '"' || replace(n.nspname, '"', '""') || '"."' || replace(c.relname, '"', '""') || '"',
@@ -60,14 +64,14 @@ func (a *Applier) DDL(ctx context.Context, d DDL) (map[string]parapply.LSN, erro
 			return nil, failed(a, fmt.Errorf("looking for the dropped indexes %s on the target: %w", strings.Join(d.OnlyIfPresent, ", "), err))
 		}
 		if !present {
-			a.queue("SET LOCAL search_path TO pg_catalog", "resetting search_path after a DDL", -1)
+			a.queue(ResetSearchPath, "resetting search_path after a DDL", -1)
 			return nil, nil
 		}
 	}
 	for _, s := range d.Statements {
 		a.queue(s, fmt.Sprintf("DDL statement %.200q", s), -1)
 	}
-	a.queue("SET LOCAL search_path TO pg_catalog", "resetting search_path after a DDL", -1)
+	a.queue(ResetSearchPath, "resetting search_path after a DDL", -1)
 	if err := a.sendQueued(ctx); err != nil {
 		return nil, fmt.Errorf("%w; fix the target so that the DDL runs there, or run it (or what stands for it) by hand and have parapply pass over it with: parapply skip --lsn %s --ddl", err, a.txn.CommitLSN)
 	}

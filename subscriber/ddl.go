@@ -99,7 +99,7 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 			}
 		}
 	}
-	if rerr := run("SET search_path TO pg_catalog"); err == nil && rerr != nil {
+	if rerr := run(strings.Replace(apply.ResetSearchPath, " LOCAL", "", 1)); err == nil && rerr != nil {
 		err = rerr
 	}
 	if errors.As(err, &pe) && (pe.Code == pgerrcode.DuplicateTable || pe.Code == pgerrcode.UndefinedObject) {
@@ -110,6 +110,7 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 		return false, fmt.Errorf("DDL statement %.200q of source transaction %d (commit %s) failed on the target: %w; fix the target so that it can run, or run it (or what stands for it) by hand and have parapply pass over it with parapply skip --lsn %s --ddl", stmts[0], txn.XID, txn.CommitLSN, err, txn.CommitLSN)
 	}
 	l.s.stats.ddl.Add(1)
+	l.app.Reload()
 	l.afterDDL(nil)
 	l.s.log.Info("applied a DDL statement outside a transaction", "tag", msg.Tag, "statement", stmts[0], "commit_lsn", txn.CommitLSN.String())
 	return true, l.beginHeld(ctx, nil)
@@ -202,12 +203,12 @@ func (l *loop) ddlBack(ctx context.Context) error {
 	return nil
 }
 
-// afterDDL tells whoever holds table descriptions that the target's
-// catalog changed: the workers (now or when the tuner opens them), and the
-// kept connections of streamed transactions, which are closed. synced,
-// when set, is the applier's new list of synced tables.
+// afterDDL tells the other holders of table descriptions that the target's
+// catalog changed (the reader's applier knows: it ran the DDL): the
+// workers (now or when the tuner opens them), and the kept connections of
+// streamed transactions, which are closed. synced, when set, is the
+// applier's new list of synced tables.
 func (l *loop) afterDDL(synced map[string]parapply.LSN) {
-	l.app.Reload()
 	l.streamConns.close()
 	for _, s := range []sink{l.sink, l.held} {
 		if ps, ok := s.(*poolSink); ok {
