@@ -69,6 +69,11 @@ type Config struct {
 	// prefetch connection; the single applier's long runs are offered in
 	// chunks that spread by themselves.
 	PrefetchPieces bool
+	// HoldMissing keeps the changes of a table the target lacks until the
+	// source transaction ends, in case a DDL later in it creates the table
+	// (ddl = apply: CREATE TABLE AS sends its rows before its definition);
+	// see hold.
+	HoldMissing bool
 	// Tracer, if set, is told every statement the session runs (pgx's
 	// tracer): how a caller follows what parapply does on the target (the
 	// test that a run's setup enters each package once, in order, does).
@@ -192,6 +197,11 @@ type Applier struct {
 	// copy is done, by qualified name; tables absent from it are skipped.
 	synced map[string]parapply.LSN
 	warned map[string]bool
+	// joined names the tables met that are not synced (see Joined);
+	// held, the open source transaction's changes of tables the target
+	// lacks (see HoldMissing).
+	joined map[string]bool
+	held   heldChanges
 	// Skipped counts changes skipped because the table's copy holds them
 	// or the table is not copied yet.
 	Skipped atomic.Int64
@@ -322,7 +332,8 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 			// through its root's; or a table that joined a publication
 			// since the start), and not on the target: its changes are
 			// skipped, as those of any table not copied yet.
-			t, err = &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}, nil
+			t, err = &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull,
+				binaryValues: a.cfg.BinaryValues, missing: true}, nil
 		}
 	}
 	if err != nil {
@@ -331,6 +342,9 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	if a.synced != nil {
 		lsn, ok := a.synced[t.Name]
 		t.SyncLSN, t.Unsynced = lsn, !ok
+		if !ok {
+			a.noteJoined(t.Name)
+		}
 	}
 	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
 	a.tables[rel.ID] = t
@@ -376,13 +390,6 @@ func (a *Applier) Synced() map[string]parapply.LSN { return a.synced }
 // has not been copied yet.
 func (a *Applier) skip(t *Table) bool {
 	if t.Unsynced {
-		if a.warned == nil {
-			a.warned = map[string]bool{}
-		}
-		if !a.warned[t.Name] {
-			a.warned[t.Name] = true
-			a.Warn(fmt.Sprintf("changes to table %s are skipped: it is not among the published tables parapply copied at its start (if it joined a publication since, restart parapply to sync it; a partition whose root is published through the root is reached through its root)", t.Name))
-		}
 		a.Skipped.Add(1)
 		return true
 	}
@@ -478,6 +485,7 @@ func (a *Applier) HasRelation(id uint32) bool {
 // End finishes the source transaction being applied; it stays in the open
 // group until Commit.
 func (a *Applier) End(endLSN parapply.LSN) {
+	a.dropHeld()
 	a.inTxn = false
 	a.grp.last, a.grp.end = a.txn, endLSN
 }

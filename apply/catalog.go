@@ -66,6 +66,9 @@ type Table struct {
 	// joined the publication while parapply ran): its changes are skipped
 	// until the next start copies it.
 	Unsynced bool
+	// missing marks a published table the target does not have: its
+	// description is the publisher's alone (see HoldMissing).
+	missing bool
 	// reload marks a description loaded before a DDL changed the
 	// target's catalog: the next relation message loads it again, alike
 	// or not.

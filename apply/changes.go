@@ -22,6 +22,11 @@ func (a *Applier) change(rel uint32, what string, kind int, tups ...parapply.Tup
 	if err != nil {
 		return nil, err
 	}
+	if t.missing {
+		if held, err := a.hold(t, kind, tups); held || err != nil {
+			return nil, err
+		}
+	}
 	for _, tup := range tups {
 		if err := checkTuple(t, tup, what); err != nil {
 			return nil, err

@@ -48,9 +48,19 @@ const markSyncedSQL = `INSERT INTO parapply.sync_state (slot_name, table_name, s
 // search_path, and the tables it created are recorded as synced in the
 // same target transaction. Every table loaded so far is loaded again at
 // its next relation message (a change of an index, a default or a
-// constraint leaves the publisher's description as it was). It returns
-// the tables taken as synced, for the appliers of workers.
+// constraint leaves the publisher's description as it was); changes held
+// for tables the target lacked (see HoldMissing) are applied to those it
+// now has. It returns the tables taken as synced, for the appliers of
+// workers.
 func (a *Applier) DDL(ctx context.Context, d DDL) (map[string]parapply.LSN, error) {
+	synced, err := a.ddl(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return synced, a.replayHeld(ctx)
+}
+
+func (a *Applier) ddl(ctx context.Context, d DDL) (map[string]parapply.LSN, error) {
 	if err := a.flushRuns(ctx); err != nil {
 		return nil, err
 	}

@@ -59,6 +59,41 @@ SELECT EXISTS (
 	   OR EXISTS (SELECT 1 FROM anc JOIN pg_class ac ON ac.oid = anc.relid
 	              JOIN pg_publication_namespace pn ON pn.pnnspid = ac.relnamespace WHERE pn.pnpubid = p.oid)))
 $f$`,
+	// ddl_type_published: a type (an enum whose labels change, say) that
+	// a column of a published table uses, itself, as an array or under a
+	// domain, or that lives where every new table is published (a
+	// followed FOR TABLES IN SCHEMA schema, or FOR ALL TABLES): the
+	// target needs it before the columns that use it.
+	`CREATE OR REPLACE FUNCTION parapply.ddl_type_published(typ oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $f$
+SELECT EXISTS (
+	SELECT 1 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+	WHERE a.attnum > 0 AND NOT a.attisdropped
+	  AND (t.oid = typ OR (t.typelem = typ AND t.typcategory = 'A') OR t.typbasetype = typ)
+	  AND parapply.ddl_published(a.attrelid)
+) OR EXISTS (
+	SELECT 1 FROM pg_type t, pg_publication p WHERE t.oid = typ AND p.pubname = ANY (parapply.ddl_followed())
+	  AND ((p.puballtables AND t.typnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace, 'parapply'::regnamespace))
+	   OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = t.typnamespace))
+)
+$f$`,
+	// ddl_table_definition: CREATE TABLE for a table CREATE TABLE AS
+	// made (its columns, their types and collations, its access method
+	// and storage parameters), run in pg_catalog's search_path so that
+	// every other name comes qualified.
+	`CREATE OR REPLACE FUNCTION parapply.ddl_table_definition(rel oid, identity text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $f$
+SELECT 'CREATE TABLE ' || identity || ' (' || coalesce((
+	SELECT string_agg(quote_ident(a.attname) || ' ' || format_type(a.atttypid, a.atttypmod)
+		|| CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation THEN ' COLLATE ' || a.attcollation::regcollation::text ELSE '' END,
+		', ' ORDER BY a.attnum)
+	FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+	WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped), '') || ')'
+	|| coalesce((SELECT ' USING ' || quote_ident(am.amname) FROM pg_class c JOIN pg_am am ON am.oid = c.relam
+	             WHERE c.oid = rel AND am.amname <> 'heap'), '')
+	|| coalesce((SELECT ' WITH (' || array_to_string(c.reloptions, ', ') || ')' FROM pg_class c WHERE c.oid = rel AND c.reloptions IS NOT NULL), '')
+FROM (SELECT 1) one
+$f$`,
 	// ddl_capture: the event triggers' function. A statement string
 	// fires it once per DDL statement it holds; it is sent once per
 	// transaction (the target runs all of its DDL statements then). It
@@ -76,6 +111,7 @@ DECLARE
 	objs jsonb := '[]';
 	q text;
 	k text;
+	sql text;
 BEGIN
 	PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 	-- Everything that could fail runs in this block, whose errors are
@@ -84,13 +120,24 @@ BEGIN
 	-- after row changes that followed it.
 	<<capture>>
 	BEGIN
-		IF coalesce(current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
-			EXIT capture; -- parapply.replicate_ddl sends its own message
-		END IF;
-		IF TG_EVENT = 'ddl_command_end' THEN
-			FOR r IN SELECT c.object_type, c.object_identity, c.objid FROM pg_event_trigger_ddl_commands() c
-			         WHERE NOT c.in_extension AND c.classid = 'pg_class'::regclass LOOP
+		IF TG_TAG IN ('CREATE TABLE AS', 'SELECT INTO') THEN
+			-- The table's definition is sent, never the query (the
+			-- target would run it on its own rows): the rows follow
+			-- as changes. Also under parapply.replicate_ddl, whose
+			-- message the target passes over such a statement in.
+			FOR r IN SELECT c.object_identity, c.objid FROM pg_event_trigger_ddl_commands() c
+			         WHERE NOT c.in_extension AND c.classid = 'pg_class'::regclass AND c.object_type = 'table' LOOP
 				IF parapply.ddl_published(r.objid) THEN
+					objs := objs || jsonb_build_object('type', 'table', 'identity', r.object_identity);
+					sql := coalesce(sql || '; ', '') || parapply.ddl_table_definition(r.objid, r.object_identity);
+				END IF;
+			END LOOP;
+		ELSIF coalesce(current_setting('parapply.ddl_replicating', true), '') = 'on' THEN
+			EXIT capture; -- parapply.replicate_ddl sends its own message
+		ELSIF TG_EVENT = 'ddl_command_end' THEN
+			FOR r IN SELECT c.object_type, c.object_identity, c.objid, c.classid FROM pg_event_trigger_ddl_commands() c
+			         WHERE NOT c.in_extension AND c.classid IN ('pg_class'::regclass, 'pg_type'::regclass) LOOP
+				IF CASE WHEN r.classid = 'pg_type'::regclass THEN parapply.ddl_type_published(r.objid) ELSE parapply.ddl_published(r.objid) END THEN
 					objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
 				END IF;
 			END LOOP;
@@ -116,12 +163,15 @@ BEGIN
 		IF current_setting('wal_level') <> 'logical' THEN
 			RAISE EXCEPTION 'wal_level is %, not logical', current_setting('wal_level');
 		END IF;
-		k := txid_current()::text || ':' || md5(current_query());
-		IF coalesce(current_setting('parapply.ddl_sent', true), '') = k THEN
-			EXIT capture; -- the string's first DDL statement sent it
+		IF sql IS NULL THEN
+			sql := current_query();
+			k := txid_current()::text || ':' || md5(sql);
+			IF coalesce(current_setting('parapply.ddl_sent', true), '') = k THEN
+				EXIT capture; -- the string's first DDL statement sent it
+			END IF;
+			PERFORM set_config('parapply.ddl_sent', k, true);
 		END IF;
-		PERFORM set_config('parapply.ddl_sent', k, true);
-		q := jsonb_build_object('sql', current_query(), 'search_path', schemas,
+		q := jsonb_build_object('sql', sql, 'search_path', schemas,
 			'role', session_user::text, 'tag', TG_TAG, 'objects', objs)::text;
 	EXCEPTION WHEN OTHERS THEN
 		PERFORM pg_catalog.set_config('search_path', user_path, true);
@@ -222,6 +272,8 @@ func Uninstall(ctx context.Context, conn *pgx.Conn) error {
 		`DROP EVENT TRIGGER IF EXISTS ` + TriggerDrop,
 		`DROP FUNCTION IF EXISTS parapply.ddl_capture()`,
 		`DROP FUNCTION IF EXISTS parapply.replicate_ddl(text)`,
+		`DROP FUNCTION IF EXISTS parapply.ddl_type_published(oid)`,
+		`DROP FUNCTION IF EXISTS parapply.ddl_table_definition(oid, text)`,
 		`DROP FUNCTION IF EXISTS parapply.ddl_published(oid)`,
 		`DROP FUNCTION IF EXISTS parapply.ddl_followed()`,
 	} {

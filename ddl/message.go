@@ -70,7 +70,9 @@ func (m Message) DroppedIndexes() []string {
 // CreatedTables returns the tables a CREATE TABLE made: their rows follow
 // in the stream, so the target takes them as synced from the start.
 func (m Message) CreatedTables() []string {
-	if m.Tag != "CREATE TABLE" && m.Tag != "replicate_ddl" {
+	switch m.Tag {
+	case "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO", "replicate_ddl":
+	default:
 		return nil
 	}
 	return m.objects("table")

@@ -150,16 +150,67 @@ var (
 // procedure, whose text the publisher did not send).
 func (m Message) Statements() ([]string, error) {
 	var out []string
+	tableAs := false
 	for _, s := range Split(m.SQL) {
 		body := leading.ReplaceAllString(s, "")
+		if CreatesTableAs(body) {
+			// Its table's definition comes in a message of its own
+			// (the target never runs the query: its rows arrive as
+			// changes).
+			tableAs = true
+			continue
+		}
 		if ddlStart.MatchString(body) && !notForward.MatchString(body) {
 			out = append(out, s)
 		}
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && !tableAs {
 		return nil, fmt.Errorf("the publisher sent %s (%s) with no DDL statement parapply can run: %.200q; DDL run inside a function or procedure is sent as the call: run it through parapply.replicate_ddl('...') instead", Prefix, m.Tag, m.SQL)
 	}
 	return out, nil
+}
+
+var createTable = regexp.MustCompile(`(?is)^CREATE\s+((GLOBAL|LOCAL)\s+)?((TEMP|TEMPORARY|UNLOGGED)\s+)?TABLE\b`)
+
+// CreatesTableAs reports whether s is a CREATE TABLE ... AS (or ... AS
+// EXECUTE): a word AS outside parentheses, quotes and comments after
+// CREATE TABLE, where a plain CREATE TABLE has none.
+func CreatesTableAs(s string) bool {
+	s = leading.ReplaceAllString(s, "")
+	loc := createTable.FindStringIndex(s)
+	if loc == nil {
+		return false
+	}
+	depth := 0
+	for i := loc[1]; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\'' || c == '"':
+			i = skipQuoted(s, i, c, false)
+		case c == '-' && strings.HasPrefix(s[i:], "--"):
+			i = skipTo(s, i, "\n")
+		case c == '/' && strings.HasPrefix(s[i:], "/*"):
+			i = skipBlockComment(s, i)
+		case c == '(':
+			depth++
+			i++
+		case c == ')':
+			depth--
+			i++
+		case isIdent(c) && !isIdent(s[i-1]):
+			j := i
+			for j < len(s) && isIdent(s[j]) {
+				j++
+			}
+			if depth == 0 && strings.EqualFold(s[i:j], "AS") {
+				return true
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return false
 }
 
 // Concurrently reports whether s must run outside a transaction block

@@ -150,6 +150,7 @@ func (l *loop) ddl(ctx context.Context, m *pgoutput.LogicalMessage) error {
 		return err
 	}
 	l.s.stats.ddl.Add(1)
+	l.ddlRan = true
 	l.afterDDL(synced)
 	l.s.log.Info("applied a DDL statement", "tag", msg.Tag, "role", msg.Role, "statement", msg.SQL, "commit_lsn", l.txn.CommitLSN.String())
 	return nil

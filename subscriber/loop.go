@@ -71,6 +71,16 @@ type loop struct {
 	// were taking is the reader's (see ddlToReader); held is then the
 	// pool's sink.
 	ddlMoved bool
+	// ddlRan is set while the open source transaction ran DDL on the
+	// target: its group commits with it, since what the DDL made (an
+	// enum's new label, above all) may not be used in the transaction
+	// that made it.
+	ddlRan bool
+	// refreshAt is when the publication's tables are next read for ones
+	// that joined it (see joined.go); joinWarned, the tables that joined
+	// that the target cannot take yet, warned about once.
+	refreshAt  time.Time
+	joinWarned map[string]bool
 	// lastBegin is the commit time of the transaction whose changes the
 	// loop takes (see noteTime).
 	lastBegin time.Time
@@ -378,7 +388,12 @@ func (l *loop) commitTxn(ctx context.Context, end parapply.LSN) error {
 	}
 	l.sink.end(l.txn, end)
 	if l.ddlMoved {
+		l.ddlRan = false
 		return l.ddlBack(ctx)
+	}
+	if l.ddlRan {
+		l.ddlRan = false
+		return l.commitGroup(ctx)
 	}
 	_, _, changes, bytes, age := l.group()
 	maxChanges := l.sink.maxChanges(l.limits.MaxChanges)

@@ -37,6 +37,7 @@ func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream b
 		cfg.Detection = s.runs.det.Load()
 	}
 	cfg.BinaryValues = s.runs.binary.Load()
+	cfg.HoldMissing = s.cfg.DDL == DDLApply
 	app, err := apply.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -169,8 +169,11 @@ func (l *loop) follow(ctx context.Context, tick <-chan time.Time, frames chan []
 				return nil
 			}
 			return l.sink.err()
-		case <-tick:
-			err := l.checkFlush(ctx)
+		case now := <-tick:
+			err := l.refresh(ctx, now)
+			if err == nil {
+				err = l.checkFlush(ctx)
+			}
 			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
 				err = l.commitGroup(ctx)
 			}
@@ -210,6 +213,11 @@ func (l *loop) batch(ctx context.Context, batch []source.Frame, frames chan []so
 	for _, f := range batch {
 		if err := l.frame(ctx, f); err != nil {
 			return err
+		}
+		if l.app.HasJoined() {
+			if err := l.refresh(ctx, time.Now()); err != nil {
+				return err
+			}
 		}
 		// A batch may hold thousands of transactions, seconds
 		// of applying: the tuner's move is taken between any two.

@@ -26,15 +26,7 @@ func (s *Subscriber) copyProgress(p tablesync.Progress) {
 // of the tables not synced yet; then it tells the applier each table's
 // sync position.
 func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Applier, published []source.PublishedTable) error {
-	res, err := tablesync.Sync(ctx, app.Conn(), tablesync.Request{
-		Config: tablesync.Config{
-			SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN, Slot: s.cfg.Source.Slot, Origins: true,
-			Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
-			Log: s.log, Progress: s.copyProgress,
-		},
-		Tables: syncTables(published), CopyData: s.cfg.CopyData, SlotMissing: src.Missing,
-		Publisher: publisher{s, src}, Copying: s.copying,
-	})
+	res, err := tablesync.Sync(ctx, app.Conn(), s.syncRequest(src, published))
 	if src.Missing && s.cfg.ExistingData == tablesync.ExistingKeep {
 		s.runs.keptRows = res.Held
 	}
@@ -44,6 +36,21 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 	app.SetSynced(res.Tables)
 	app.Warn = func(msg string) { s.log.Warn(msg) }
 	return nil
+}
+
+// syncRequest is what tablesync.Sync is asked for the published tables: at
+// a start (src the run's source, whose slot may be missing) or for tables
+// that joined the publication since (src nil: the slot exists).
+func (s *Subscriber) syncRequest(src *source.Source, published []source.PublishedTable) tablesync.Request {
+	return tablesync.Request{
+		Config: tablesync.Config{
+			SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN, Slot: s.cfg.Source.Slot, Origins: true,
+			Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
+			Log: s.log, Progress: s.copyProgress,
+		},
+		Tables: syncTables(published), CopyData: s.cfg.CopyData, SlotMissing: src != nil && src.Missing,
+		Publisher: publisher{s, src}, Copying: s.copying,
+	}
 }
 
 // copying shows the copy in Status while it runs, with the WAL the slot

@@ -1,0 +1,159 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/tablesync"
+	"github.com/parapply/parapply/target"
+)
+
+// Tables that join the publication while parapply runs (ALTER PUBLICATION
+// ... ADD TABLE, a table created in a FOR TABLES IN SCHEMA schema, a
+// partition attached to a published table) are copied online, as the
+// built-in's REFRESH PUBLICATION copies new tables, without a restart:
+//
+//   - the loop reads the publication's tables again when a relation
+//     message names a table that is not synced (apply.Applier.Joined),
+//     and every publicationRefreshEvery for tables that joined with rows
+//     but see no change;
+//   - between two source transactions, with everything taken before
+//     committed, the tables the target has are copied under a temporary
+//     slot's snapshot (tablesync.Sync, as at a start) and recorded as
+//     synced at its consistent point, in the target transaction of the
+//     copy;
+//   - the stream is behind that point: its transactions that committed
+//     before it are in the copy and skipped for those tables (as for the
+//     initial copy); those after it are applied.
+//
+// A published table the target lacks is skipped, with a warning naming the
+// fix, until the target has it; with ddl = apply a table the publisher
+// creates is created on the target by its DDL and synced from the start
+// of the stream.
+
+// publicationRefreshEvery is how often the run reads the publication's
+// tables when no relation message asks it to.
+const publicationRefreshEvery = 30 * time.Second
+
+// publicationRefreshTimeout bounds one read of the publication's tables.
+const publicationRefreshTimeout = 30 * time.Second
+
+// refresh copies the tables that joined the publication, if the applier
+// met one or the interval has passed; it runs only between source
+// transactions.
+func (l *loop) refresh(ctx context.Context, now time.Time) error {
+	if l.inTxn || l.inStream || l.holding != 0 || len(l.streams) > 0 {
+		return nil
+	}
+	met := l.app.Joined()
+	if len(met) == 0 && now.Before(l.refreshAt) {
+		return nil
+	}
+	l.refreshAt = now.Add(publicationRefreshEvery)
+	if err := l.commitTaken(ctx); err != nil {
+		return err
+	}
+	pending, err := l.joinedTables(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		l.s.log.Warn("cannot read the publication's tables to find ones that joined it; trying again later", "error", err)
+		return nil
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	return l.copyJoined(ctx, pending)
+}
+
+// joinedTables lists the published tables that are not synced and that
+// the target has (with every published column); it warns, once a table,
+// about those it lacks or cannot take.
+func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error) {
+	ctx, cancel := context.WithTimeout(ctx, publicationRefreshTimeout)
+	defer cancel()
+	cc, err := pgx.ParseConfig(l.s.cfg.Source.DSN)
+	if err != nil {
+		return nil, err
+	}
+	cc.RuntimeParams["application_name"] = l.s.targetName() + " publication"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	published, err := source.ListPublished(ctx, conn.PgConn(), l.s.cfg.Source.Publications)
+	if err != nil {
+		return nil, err
+	}
+	synced := l.app.Synced()
+	var out []source.PublishedTable
+	for _, pt := range published {
+		name := parapply.QuoteIdent(pt.Schema) + "." + parapply.QuoteIdent(pt.Name)
+		if _, ok := synced[name]; ok {
+			continue
+		}
+		rel := &parapply.Relation{Namespace: pt.Schema, Name: pt.Name}
+		for _, c := range pt.Columns {
+			rel.Columns = append(rel.Columns, parapply.Column{Name: c})
+		}
+		if _, err := target.ReadTable(ctx, l.app.Conn(), rel); err != nil {
+			if !errors.Is(err, target.ErrSchema) && !errors.Is(err, target.ErrNoTable) {
+				return nil, err
+			}
+			l.warnJoined(name, err)
+			continue
+		}
+		out = append(out, pt)
+	}
+	return out, nil
+}
+
+// warnJoined warns, once a table, that a table that joined the
+// publication cannot be copied yet.
+func (l *loop) warnJoined(name string, err error) {
+	if l.joinWarned == nil {
+		l.joinWarned = map[string]bool{}
+	}
+	if l.joinWarned[name] {
+		return
+	}
+	l.joinWarned[name] = true
+	fix := "make the target's table hold every published column"
+	if errors.Is(err, target.ErrNoTable) {
+		fix = fmt.Sprintf("create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target)", parapply.QuoteLiteral(name))
+	}
+	l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target cannot take it: %v; its changes are skipped until then: %s, and parapply copies it without a restart", name, err, fix))
+}
+
+// copyJoined copies the tables that joined the publication, with
+// everything before committed, and has every applier take them as synced.
+func (l *loop) copyJoined(ctx context.Context, pending []source.PublishedTable) error {
+	names := make([]string, len(pending))
+	for i, pt := range pending {
+		names[i] = pt.Schema + "." + pt.Name
+	}
+	l.s.log.Info("copying tables that joined the publication while parapply runs", "tables", names)
+	started := time.Now()
+	res, err := tablesync.Sync(ctx, l.app.Conn(), l.s.syncRequest(nil, pending))
+	l.s.runs.state.Store(StateStreaming)
+	if err != nil {
+		return fmt.Errorf("copying tables that joined the publication (%v): %w", names, err)
+	}
+	l.app.SetSynced(res.Tables)
+	l.afterDDL(res.Tables)
+	for name := range l.joinWarned {
+		if _, ok := res.Tables[name]; ok {
+			delete(l.joinWarned, name)
+		}
+	}
+	l.s.log.Info("copied tables that joined the publication; their changes are applied from their copy's snapshot on", "tables", names, "took", time.Since(started).Round(time.Millisecond))
+	return nil
+}
