@@ -137,7 +137,8 @@ BEGIN
 		ELSIF TG_EVENT = 'ddl_command_end' THEN
 			FOR r IN SELECT c.object_type, c.object_identity, c.objid, c.classid FROM pg_event_trigger_ddl_commands() c
 			         WHERE NOT c.in_extension AND c.classid IN ('pg_class'::regclass, 'pg_type'::regclass) LOOP
-				IF CASE WHEN r.classid = 'pg_type'::regclass THEN parapply.ddl_type_published(r.objid) ELSE parapply.ddl_published(r.objid) END THEN
+				IF (r.classid = 'pg_type'::regclass AND parapply.ddl_type_published(r.objid))
+				   OR (r.classid = 'pg_class'::regclass AND parapply.ddl_published(r.objid)) THEN
 					objs := objs || jsonb_build_object('type', r.object_type, 'identity', r.object_identity);
 				END IF;
 			END LOOP;

@@ -55,7 +55,11 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 	if len(met) == 0 && now.Before(l.refreshAt) {
 		return nil
 	}
-	l.refreshAt = now.Add(publicationRefreshEvery)
+	every := l.s.cfg.PublicationRefresh
+	if every <= 0 {
+		every = publicationRefreshEvery
+	}
+	l.refreshAt = now.Add(every)
 	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
@@ -117,7 +121,9 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 }
 
 // warnJoined warns, once a table, that a table that joined the
-// publication cannot be copied yet.
+// publication cannot be copied yet. With ddl = apply a table the target
+// lacks may be made by DDL still in the stream: the applier warns if its
+// changes arrive with none.
 func (l *loop) warnJoined(name string, err error) {
 	if l.joinWarned == nil {
 		l.joinWarned = map[string]bool{}
@@ -126,11 +132,14 @@ func (l *loop) warnJoined(name string, err error) {
 		return
 	}
 	l.joinWarned[name] = true
-	fix := "make the target's table hold every published column"
-	if errors.Is(err, target.ErrNoTable) {
-		fix = fmt.Sprintf("create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target)", parapply.QuoteLiteral(name))
+	switch {
+	case errors.Is(err, target.ErrNoTable) && l.s.cfg.DDL == DDLApply:
+		l.s.log.Debug("a table that joined the publication is not on the target yet; its DDL may be still in the stream", "table", name)
+	case errors.Is(err, target.ErrNoTable):
+		l.s.log.Warn(fmt.Sprintf("table %s joined the publication but does not exist on the target: its changes are skipped until it does; create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target), and parapply copies it without a restart", name, parapply.QuoteLiteral(name)))
+	default:
+		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target's table cannot take it: %v; its changes are skipped until it can, and parapply then copies it without a restart", name, err))
 	}
-	l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target cannot take it: %v; its changes are skipped until then: %s, and parapply copies it without a restart", name, err, fix))
 }
 
 // copyJoined copies the tables that joined the publication, with

@@ -68,6 +68,10 @@ type Config struct {
 	// SequenceSyncInterval while streaming (0: only after the copy).
 	Sequences            sequences.Mode
 	SequenceSyncInterval time.Duration
+	// PublicationRefresh is how often the publication's tables are read
+	// for ones that joined it with no change to show it (0:
+	// publicationRefreshEvery); a table's first change reads them at once.
+	PublicationRefresh time.Duration
 	// Binary asks for values in binary where every published column can
 	// take them (see chooseBinary); off, they travel in text.
 	Binary bool
