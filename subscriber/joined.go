@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,8 +66,8 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 	}
 	pending, err := l.joinedTables(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if ctx.Err() != nil || errors.Is(err, ErrPermanent) {
+			return err
 		}
 		l.s.log.Warn("cannot read the publication's tables to find ones that joined it; trying again later", "error", err)
 		return nil
@@ -93,6 +94,17 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 		return nil, err
 	}
 	defer conn.Close(context.Background())
+	var gone []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(p ORDER BY p), '{}') FROM pg_catalog.unnest($1::text[]) p
+		WHERE p NOT IN (SELECT pubname FROM pg_catalog.pg_publication)`, l.s.cfg.Source.Publications).Scan(&gone); err != nil {
+		return nil, err
+	}
+	if len(gone) > 0 {
+		// PostgreSQL 18 decodes on without it, sending nothing of its
+		// tables (earlier versions fail the stream).
+		return nil, Permanent(fmt.Errorf("publication %s was dropped on the publisher while parapply ran: nothing of its tables is sent any more; create it again as it was (CREATE PUBLICATION %s FOR ...) and start parapply again; changes made while it was missing are not replicated: find them with parapply verify",
+			strings.Join(gone, ", "), parapply.QuoteIdent(gone[0])))
+	}
 	published, err := source.ListPublished(ctx, conn.PgConn(), l.s.cfg.Source.Publications)
 	if err != nil {
 		return nil, err
