@@ -711,7 +711,13 @@ func (st *streamReader) receive() ([]byte, error) {
 
 // publisherError is the error the publisher ended replication with.
 func publisherError(slot string, m *pgproto3.ErrorResponse) error {
-	return fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(m))
+	err := fmt.Errorf("publisher ended replication on slot %s: %w", slot, pgconn.ErrorResponseToPgError(m))
+	if m.Code == pgerrcode.UndefinedObject && strings.HasPrefix(m.Message, "publication ") {
+		// Dropped while the slot had changes to decode after it
+		// (PostgreSQL 17 and earlier; 18 decodes on, sending nothing).
+		err = fmt.Errorf("%w; the publication was dropped while parapply ran: the slot cannot decode past the drop, even once it is created again; create it again as it was, then either move the slot past its creation (SELECT pg_replication_slot_advance('%s', pg_current_wal_lsn()) on the publisher: the changes since the drop are not replicated, find them with parapply verify) or start over with a new slot", err, slot)
+	}
+	return err
 }
 
 // copyDone is the publisher ending the copy without an error.
