@@ -32,7 +32,7 @@ func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg Config, pub publish
 	}
 	rows, err := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text, r.rolsuper,
 			pg_catalog.pg_has_role(c.relowner, 'USAGE'), pg_catalog.has_schema_privilege(n.oid, 'CREATE')
-		FROM pg_catalog.unnest($1::text[], $2::text[]) t(s, r)
+		FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) t(s, r)
 		JOIN pg_catalog.pg_namespace n ON n.nspname = t.s
 		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.r AND c.relkind IN ('r', 'p')
 		JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
