@@ -19,8 +19,9 @@ const (
 )
 
 // checkDDLTarget: with ddl = apply, the role owns every published table
-// on the target (pg_has_role ... USAGE: a member of the owning role
-// counts) and may create in each of their schemas. Tables missing on the
+// on the target, and the partitions and partitioned tables of its tree
+// (pg_has_role ... USAGE: a member of the owning role counts), and may
+// create in each of their schemas. Tables missing on the
 // target are the published tables check's.
 func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, role string, rep *Report) {
 	if cfg.DDL != "apply" || len(pub.tables) == 0 {
@@ -30,11 +31,22 @@ func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg Config, pub publish
 	for i, t := range pub.tables {
 		schemas[i], names[i] = t.Schema, t.Name
 	}
-	rows, err := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text, r.rolsuper,
+	// A partitioned table's ALTER TABLE recurses to its partitions, each
+	// of which needs its owner too: the partition trees of the published
+	// tables, up and down, are checked.
+	rows, err := conn.Query(ctx, `WITH pub AS (
+			SELECT c.oid FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) t(s, r)
+			JOIN pg_catalog.pg_namespace n ON n.nspname = t.s
+			JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.r
+		), rel AS (
+			SELECT pub.oid AS relid FROM pub
+			UNION SELECT pt.relid FROM pub, pg_catalog.pg_partition_tree(pub.oid) pt
+			UNION SELECT pa.relid FROM pub, pg_catalog.pg_partition_ancestors(pub.oid) pa
+		)
+		SELECT n.nspname::text, c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text, r.rolsuper,
 			pg_catalog.pg_has_role(c.relowner, 'USAGE'), pg_catalog.has_schema_privilege(n.oid, 'CREATE')
-		FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) t(s, r)
-		JOIN pg_catalog.pg_namespace n ON n.nspname = t.s
-		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.r AND c.relkind IN ('r', 'p')
+		FROM rel JOIN pg_catalog.pg_class c ON c.oid = rel.relid AND c.relkind IN ('r', 'p')
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
 		ORDER BY 1, 2`, schemas, names)
 	if err != nil {

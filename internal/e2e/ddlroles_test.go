@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -31,6 +32,13 @@ func TestDDLRoles(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := context.Background()
 	pub, sub := operationsDatabases(t, e)
+	// A partitioned table too: its partition is published (not its root),
+	// and an ALTER TABLE of the root needs the owner of both.
+	for _, c := range []*pgx.Conn{pub, sub} {
+		e.exec(c, `CREATE TABLE shop.readings (id int, at date, v int, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+			CREATE TABLE shop.readings_2026 PARTITION OF shop.readings FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')`)
+	}
+	e.exec(pub, `INSERT INTO shop.readings SELECT g, date '2026-01-01' + g, g FROM generate_series(1, 100) g`)
 	e.exec(pub, operationsSQL(t, "publisher"))
 	e.exec(sub, operationsSQL(t, "target"))
 	// shop.notes belongs to a role that is not a superuser on the target:
@@ -70,6 +78,8 @@ func TestDDLRoles(t *testing.T) {
 		"target owner of published tables (ddl = apply)": {
 			"shop.notes: ALTER TABLE shop.notes OWNER TO apply; (or make apply a member of its owner: GRANT app_owner TO apply;)",
 			"shop.orders: ALTER TABLE shop.orders OWNER TO apply;",
+			"shop.readings: ALTER TABLE shop.readings OWNER TO apply;",
+			"shop.readings_2026: ALTER TABLE shop.readings_2026 OWNER TO apply;",
 		},
 		"target CREATE on published schemas (ddl = apply)": {"shop: GRANT CREATE ON SCHEMA shop TO apply;"},
 	}
@@ -112,6 +122,13 @@ func TestDDLRoles(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	// parapply run refuses the same roles before it creates anything,
+	// naming the fixes.
+	err, runOut := runOnce(t, append([]string{"run"}, args...)...)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 ||
+		!strings.Contains(runOut, "ALTER TABLE shop.orders OWNER TO apply;") || !strings.Contains(runOut, "GRANT CREATE ON SCHEMA shop TO apply;") {
+		t.Fatalf("parapply run as the roles without the ddl = apply fixes: %v, want exit status 3 naming the fixes:\n%s", err, runOut)
+	}
 
 	// The fixes as printed, as the superuser: for shop.notes the GRANT of
 	// its owning role, for the rest the change of owner.
@@ -137,7 +154,8 @@ func TestDDLRoles(t *testing.T) {
 
 	// Undone, then the documented blocks with ddl install --grant-to.
 	e.exec(pub, `REVOKE USAGE ON SCHEMA parapply FROM repl; REVOKE EXECUTE ON FUNCTION parapply.ddl_followed() FROM repl`)
-	e.exec(sub, `REVOKE app_owner FROM apply; REVOKE CREATE ON SCHEMA shop FROM apply; ALTER TABLE shop.orders OWNER TO postgres`)
+	e.exec(sub, `REVOKE app_owner FROM apply; REVOKE CREATE ON SCHEMA shop FROM apply; ALTER TABLE shop.orders OWNER TO postgres;
+		ALTER TABLE shop.readings OWNER TO postgres; ALTER TABLE shop.readings_2026 OWNER TO postgres`)
 	e.exec(sub, `GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA shop TO apply; GRANT SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA shop TO apply`)
 	if _, code, out := runCheck(t, args...); code != 3 || !strings.Contains(out, "ALTER TABLE shop.orders OWNER TO apply;") {
 		t.Fatalf("parapply check after the fixes were undone: exit status %d, want 3 and the fix again:\n%s", code, out)
@@ -178,6 +196,8 @@ func TestDDLRoles(t *testing.T) {
 		`CREATE INDEX orders_customer_idx ON shop.orders (customer)`,
 		`UPDATE shop.orders SET status = 'paid' WHERE id % 3 = 0`,
 		`INSERT INTO shop.refunds (order_id, amount) VALUES (21, 1.5), (22, 2.5)`,
+		`ALTER TABLE shop.readings ADD COLUMN note text`,
+		`INSERT INTO shop.readings SELECT g, date '2026-01-01' + g, -g, 'n' || g FROM generate_series(101, 120) g`,
 	} {
 		if _, err := pub.Exec(ctx, step); err != nil {
 			close(stop)
@@ -202,7 +222,7 @@ func TestDDLRoles(t *testing.T) {
 		t.Fatalf("the target's schema differs from the publisher's:\npublisher:\n%s\ntarget:\n%s", a, b)
 	}
 	ev := &env{t: t, pub: pub, sub: sub}
-	ev.verify("shop.orders", "shop.notes", "shop.refunds")
+	ev.verify("shop.orders", "shop.notes", "shop.refunds", "shop.readings_2026")
 	// The table the run created is the apply role's and readable by the
 	// replication role: a check (as before a restart) still passes.
 	ddlRolesCheckPasses(t, "after the run", args)
