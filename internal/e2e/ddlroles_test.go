@@ -24,10 +24,12 @@ import (
 // grants; parapply check as the roles fails on the target's ownership and
 // CREATE with the exact fixes, which as printed (the ALTER TABLE ... OWNER
 // for one table, the GRANT of its owning role for the other) make it
-// pass; so do the documented ddl = apply blocks with ddl install
-// --grant-to. Then a run as those roles under a write load while the
-// publisher adds a column, creates a table and an index: the target ends
-// with the publisher's schema and rows.
+// pass, and parapply run refuses them as check does; so do the
+// documented ddl = apply blocks with ddl install --grant-to. Then a run as
+// those roles under a write load while the publisher adds a column (to a
+// plain and to a partitioned table), creates a table and an index: the
+// target ends with the publisher's schema and rows, and a check after it
+// still passes.
 func TestDDLRoles(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := context.Background()
