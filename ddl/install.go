@@ -308,25 +308,39 @@ type State struct {
 	// EventTriggersOff: the event_triggers setting (PostgreSQL 17) is
 	// off, which silences every event trigger.
 	EventTriggersOff bool
+	// Unreadable: the capture is there, and the role may not read which
+	// publications it follows (Publications is nil): it lacks Grants.
+	Unreadable bool
 }
 
 // Inspect reads the capture's state on the publisher conn is connected to.
+// It reads the catalogs, which every role may, and calls into schema
+// parapply only where the role may (Grants): a replication role without
+// them gets Unreadable, never a permission error.
 func Inspect(ctx context.Context, conn *pgx.Conn) (State, error) {
 	var st State
 	var n int
+	var followed *bool
 	err := conn.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2) AND evtenabled <> 'D')::int,
-		pg_catalog.to_regprocedure('parapply.replicate_ddl(text)') IS NOT NULL,
+		EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		        WHERE n.nspname = 'parapply' AND p.proname = 'replicate_ddl' AND p.proargtypes::text = '25'),
 		(SELECT coalesce(bool_or(pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')), false) FROM pg_catalog.pg_proc p
 		 WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace),
-		coalesce(pg_catalog.current_setting('event_triggers', true), 'on') = 'off'`, TriggerEnd, TriggerDrop).Scan(&n, &st.Function, &st.PublicMessages, &st.EventTriggersOff)
+		coalesce(pg_catalog.current_setting('event_triggers', true), 'on') = 'off',
+		(SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
+		 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		 WHERE n.nspname = 'parapply' AND p.proname = 'ddl_followed' AND p.pronargs = 0)`, TriggerEnd, TriggerDrop).Scan(&n, &st.Function, &st.PublicMessages, &st.EventTriggersOff, &followed)
 	if err != nil {
 		return st, fmt.Errorf("reading the publisher's DDL capture: %w", err)
 	}
 	st.Triggers = n == 2
-	var followed bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('parapply.ddl_followed()') IS NOT NULL`).Scan(&followed); err != nil || !followed {
-		return st, err
+	if followed == nil {
+		return st, nil
+	}
+	if !*followed {
+		st.Unreadable = true
+		return st, nil
 	}
 	err = conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(p::text ORDER BY p), '{}') FROM pg_catalog.unnest(parapply.ddl_followed()) p`).Scan(&st.Publications)
 	return st, err

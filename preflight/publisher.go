@@ -91,14 +91,14 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	p.slotExists = checkSlot(ctx, conn, cfg.Slot, maxSlots, slots, maxSenders, senders, rep)
 	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
-	checkDDL(ctx, conn, cfg, rep)
+	checkDDL(ctx, conn, cfg, p.role, rep)
 	return p
 }
 
 // checkDDL: with ddl = apply, the publisher's capture is there and follows
 // the run's publications; with ddl = off, no capture sends what the run
 // would pass over.
-func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, rep *Report) {
+func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep *Report) {
 	const check = "DDL capture"
 	st, err := ddl.Inspect(ctx, conn)
 	if err != nil {
@@ -120,6 +120,9 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, rep *Report) {
 		probs = append(probs, warn("", "ddl = apply, and the publisher sends no DDL: no capture is installed", install))
 	case !st.Triggers:
 		probs = append(probs, warn("", "no event triggers: only DDL run through parapply.replicate_ddl(text) is sent", install+" (as a superuser)"))
+	case st.Unreadable:
+		probs = append(probs, warn("", "role "+role+" may not read which publications the capture follows (schema parapply): this check cannot tell whether it follows "+strings.Join(cfg.Publications, ", ")+"; the capture itself works",
+			strings.Join(ddl.Grants(ident(role)), " ")+" (as the capture's installer; or "+install+" --grant-to "+ident(role)+")"))
 	default:
 		for _, p := range cfg.Publications {
 			if !slices.Contains(st.Publications, p) {
@@ -134,7 +137,7 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, rep *Report) {
 		probs = append(probs, warn("", "every role may call pg_logical_emit_message, and so send a statement parapply runs on the target", "where publisher roles are trusted less than the target role, revoke it from PUBLIC (docs/ddl.md shows how; the capture keeps working)"))
 	}
 	detail := "event triggers follow " + strings.Join(st.Publications, ", ")
-	if !st.Triggers {
+	if !st.Triggers || st.Unreadable {
 		detail = ""
 	}
 	rep.add(sidePub, check, detail, probs...)

@@ -55,6 +55,7 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 		return
 	}
 	checkTables(ctx, conn, cfg, pub, role, rep)
+	checkDDLTarget(ctx, conn, cfg, pub, role, rep)
 	checkCitus(ctx, conn, cfg, pub, rep)
 	if cfg.Sequences != sequences.None {
 		checkTargetSequences(ctx, conn, pub, role, rep)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/ddl"
 )
 
@@ -20,7 +22,13 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 	what := args[0]
 	fs := flag.NewFlagSet("ddl "+what, flag.ContinueOnError)
 	triggers := fs.Bool("event-triggers", true, "install: capture DDL with event triggers (needs a superuser); false installs only parapply.replicate_ddl(text), which any role that may run the DDL can call")
-	usageFor(fs, "parapply ddl "+what+" --source DSN [--publication NAME] [--event-triggers=false] [--config FILE]")
+	var grantTo roleList
+	synopsis := "parapply ddl " + what + " --source DSN [--config FILE]"
+	if what == "install" {
+		fs.Var(&grantTo, "grant-to", "install: a `role` (repeatable, or a comma-separated list) to grant the reading of the capture: parapply's replication role, for parapply check, run and ddl status (without it, the GRANT statements are printed)")
+		synopsis = "parapply ddl install --source DSN --publication NAME [--event-triggers=false] [--grant-to ROLE] [--config FILE]"
+	}
+	usageFor(fs, synopsis)
 	c, err := loadConfig(fs, args[1:], "source", "publication", "application_name")
 	if err != nil {
 		return err
@@ -41,9 +49,10 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 		}
 		if !*triggers {
 			fmt.Fprintln(out, "publisher: parapply.replicate_ddl(text) is installed (no event triggers): DDL sent through it reaches parapply; set ddl = apply for parapply to run it on the target")
-			return nil
+		} else {
+			fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply from now on (event triggers %s and %s; parapply.replicate_ddl(text) for DDL run inside functions); set ddl = apply for parapply to run it on the target\n", strings.Join(pubs, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
 		}
-		fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply from now on (event triggers %s and %s; parapply.replicate_ddl(text) for DDL run inside functions); set ddl = apply for parapply to run it on the target\n", strings.Join(pubs, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
+		return grantReaders(ctx, conn, grantTo, out)
 	case "uninstall":
 		if err := ddl.Uninstall(ctx, conn); err != nil {
 			return err
@@ -54,9 +63,13 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		followed := "publication " + strings.Join(st.Publications, ", ")
+		if st.Unreadable {
+			followed = "the publications it follows (which this role may not read)"
+		}
 		switch {
 		case st.Triggers:
-			fmt.Fprintf(out, "publisher: DDL on the tables of publication %s is sent to parapply (event triggers %s and %s)\n", strings.Join(st.Publications, ", "), ddl.TriggerEnd, ddl.TriggerDrop)
+			fmt.Fprintf(out, "publisher: DDL on the tables of %s is sent to parapply (event triggers %s and %s)\n", followed, ddl.TriggerEnd, ddl.TriggerDrop)
 		case st.Function:
 			fmt.Fprintln(out, "publisher: no event triggers (or they are disabled): only DDL run through parapply.replicate_ddl(text) is sent to parapply")
 		default:
@@ -64,6 +77,13 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 		}
 		for _, w := range ddlWarnings(st) {
 			fmt.Fprintln(out, "WARNING: "+w)
+		}
+		if st.Unreadable {
+			var role string
+			if err := conn.QueryRow(ctx, "SELECT pg_catalog.quote_ident(current_user)").Scan(&role); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "WARNING: role %s may not read which publications the capture follows (parapply check cannot tell them either): as the capture's installer, run %s or parapply ddl install ... --grant-to %s\n", role, strings.Join(ddl.Grants(role), " "), role)
 		}
 	}
 	return nil
@@ -79,4 +99,44 @@ func ddlWarnings(st ddl.State) []string {
 		out = append(out, "every role may call pg_logical_emit_message on the publisher, and so send a statement parapply would run on the target (with ddl = apply); where publisher roles are trusted less than parapply's target role: revoke EXECUTE on each form of pg_catalog.pg_logical_emit_message from PUBLIC, as docs/ddl.md shows (the capture runs as its owner and keeps working)")
 	}
 	return out
+}
+
+// roleList is --grant-to: repeatable, each a role or a comma-separated
+// list of them.
+type roleList []string
+
+func (l *roleList) String() string { return strings.Join(*l, ",") }
+
+func (l *roleList) Set(v string) error {
+	*l = append(*l, splitList(v)...)
+	return nil
+}
+
+// grantReaders grants the roles of --grant-to the reading of the capture,
+// or, without it, prints the statements for the replication roles that
+// lack them (parapply check and ddl status as that role need them).
+func grantReaders(ctx context.Context, conn *pgx.Conn, roles roleList, out io.Writer) error {
+	if len(roles) > 0 {
+		if err := ddl.Grant(ctx, conn, roles); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "publisher: role %s may read the capture (schema parapply, parapply.ddl_followed()), as parapply check, run and ddl status do\n", strings.Join(roles, ", "))
+		return nil
+	}
+	need, err := ddl.Ungranted(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if len(need) == 0 {
+		fmt.Fprintln(out, "parapply's replication role, if it is not a superuser, reads the capture once granted (as this command does with --grant-to ROLE):")
+		need = []string{"ROLE"}
+	} else {
+		fmt.Fprintf(out, "replication role %s may not read the capture, as parapply check, run and ddl status do: grant it with --grant-to, or run on the publisher:\n", strings.Join(need, ", "))
+	}
+	for _, r := range need {
+		for _, s := range ddl.Grants(r) {
+			fmt.Fprintln(out, "  "+s)
+		}
+	}
+	return nil
 }

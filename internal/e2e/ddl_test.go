@@ -172,6 +172,12 @@ func ddlLoad(dsn string, rng *rand.Rand, stop <-chan struct{}) error {
 // constraints, indexes, partition bound and comment.
 func ddlSchemaOf(t *testing.T, c *pgx.Conn) string {
 	t.Helper()
+	return ddlSchemaIn(t, c, "public")
+}
+
+// ddlSchemaIn is ddlSchemaOf for the tables of schema.
+func ddlSchemaIn(t *testing.T, c *pgx.Conn, schema string) string {
+	t.Helper()
 	var out string
 	err := c.QueryRow(context.Background(), `
 SELECT coalesce(string_agg(d, E'\n' ORDER BY d), '') FROM (
@@ -191,7 +197,7 @@ SELECT coalesce(string_agg(d, E'\n' ORDER BY d), '') FROM (
                FROM pg_constraint WHERE conrelid = c.oid), '')
   || coalesce((SELECT string_agg(E'\n  ' || pg_get_indexdef(indexrelid), '' ORDER BY pg_get_indexdef(indexrelid))
                FROM pg_index WHERE indrelid = c.oid), '') AS d
-  FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')) s`).Scan(&out)
+  FROM pg_class c WHERE c.relnamespace = $1::text::regnamespace AND c.relkind IN ('r', 'p')) s`, schema).Scan(&out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,12 +39,11 @@ func operationsSQL(t *testing.T, side string) string {
 	return ""
 }
 
-// TestOperationsRoles: the least-privilege roles of docs/operations.md,
-// made by its SQL as written, pass parapply check and run parapply: the
-// copy, then inserts, updates, deletes, a truncate and sequences, the
-// target equal to the publisher at the end.
-func TestOperationsRoles(t *testing.T) {
-	e := newEnv(t, "")
+// operationsDatabases makes, on both servers, the database app of
+// docs/operations.md with schema shop and two tables, rows in them on the
+// publisher, and returns superuser connections to them.
+func operationsDatabases(t *testing.T, e *env) (pub, sub *pgx.Conn) {
+	t.Helper()
 	ctx := context.Background()
 	const schema = `CREATE SCHEMA shop;
 		CREATE TABLE shop.orders (id bigserial PRIMARY KEY, customer int NOT NULL, total numeric(12,2));
@@ -61,9 +60,20 @@ func TestOperationsRoles(t *testing.T) {
 		e.exec(c, schema)
 		conns[side] = c
 	}
-	pub, sub := conns["publisher"], conns["target"]
+	pub, sub = conns["publisher"], conns["target"]
 	e.exec(pub, `INSERT INTO shop.orders (customer, total) SELECT g % 7, g * 1.25 FROM generate_series(1, 500) g;
 		INSERT INTO shop.notes SELECT g, 'note ' || g FROM generate_series(1, 50) g`)
+	return pub, sub
+}
+
+// TestOperationsRoles: the least-privilege roles of docs/operations.md,
+// made by its SQL as written, pass parapply check and run parapply: the
+// copy, then inserts, updates, deletes, a truncate and sequences, the
+// target equal to the publisher at the end.
+func TestOperationsRoles(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	pub, sub := operationsDatabases(t, e)
 	e.exec(pub, operationsSQL(t, "publisher"))
 	e.exec(sub, operationsSQL(t, "target"))
 
