@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,17 +85,8 @@ func TestDDLMigration(t *testing.T) {
 			cfg.Workers, cfg.AutoWorkers, cfg.DDL = workers, false, subscriber.DDLApply
 			r := e.start(cfg)
 
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			s := seed(t)
-			for c := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs <- ddlLoad(e.pair.Publisher.DSN("postgres"), rand.New(rand.NewPCG(s, uint64(c))), stop)
-				}()
-			}
+			stop := clientLoad(t, e.pair.Publisher.DSN("postgres"), 4, seed(t), ddlLoad)
+			defer stop()
 			for i, step := range ddlMigration {
 				_, err := e.pub.Exec(ctx, step)
 				for try := 1; err != nil && strings.Contains(err.Error(), "SQLSTATE 40P01") && try < 5; try++ {
@@ -105,21 +95,13 @@ func TestDDLMigration(t *testing.T) {
 					_, err = e.pub.Exec(ctx, step)
 				}
 				if err != nil {
-					close(stop)
-					wg.Wait()
+					stop()
 					t.Fatalf("migration step %d: %v", i+1, err)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
 			time.Sleep(300 * time.Millisecond)
-			close(stop)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatalf("a client of the load: %v", err)
-				}
-			}
+			stop()
 			e.waitCaughtUp(r)
 
 			pubSchema, subSchema := ddlSchemaOf(t, e.pub), ddlSchemaOf(t, e.sub)
@@ -136,35 +118,21 @@ func TestDDLMigration(t *testing.T) {
 	}
 }
 
-// ddlLoad writes to accounts and events until stop, in small transactions
-// of the columns no step of the migration renames or drops.
-func ddlLoad(dsn string, rng *rand.Rand, stop <-chan struct{}) error {
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
+// ddlLoad is one step of a client of TestDDLMigration's load: a small
+// transaction on accounts or events, of the columns no step of the
+// migration renames or drops.
+func ddlLoad(ctx context.Context, c *pgx.Conn, rng *rand.Rand) error {
+	id := rng.Int64N(500) + 1
+	var err error
+	switch rng.IntN(3) {
+	case 0:
+		_, err = c.Exec(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, rng.Int64N(100)-50, id)
+	case 1:
+		_, err = c.Exec(ctx, `INSERT INTO events (account_id, payload) VALUES ($1, $2)`, id, fmt.Sprintf("p%d", rng.IntN(1000)))
+	case 2:
+		_, err = c.Exec(ctx, `DELETE FROM events WHERE id = (SELECT min(id) FROM events WHERE account_id = $1)`, id)
 	}
-	defer c.Close(ctx)
-	for {
-		select {
-		case <-stop:
-			return nil
-		default:
-		}
-		id := rng.Int64N(500) + 1
-		var err error
-		switch rng.IntN(3) {
-		case 0:
-			_, err = c.Exec(ctx, `UPDATE accounts SET balance = balance + $1 WHERE id = $2`, rng.Int64N(100)-50, id)
-		case 1:
-			_, err = c.Exec(ctx, `INSERT INTO events (account_id, payload) VALUES ($1, $2)`, id, fmt.Sprintf("p%d", rng.IntN(1000)))
-		case 2:
-			_, err = c.Exec(ctx, `DELETE FROM events WHERE id = (SELECT min(id) FROM events WHERE account_id = $1)`, id)
-		}
-		if err != nil && !strings.Contains(err.Error(), "SQLSTATE 40P01") {
-			return err // (a deadlock with a migration step is the client's to retry)
-		}
-	}
+	return err
 }
 
 // ddlSchemaOf describes every table of schema public as its catalog holds

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -180,17 +179,8 @@ func TestDDLRoles(t *testing.T) {
 	// schema changes.
 	p := startProcess(t, append([]string{"run", "--workers", strconv.Itoa(testWorkers())}, args...)...)
 	waitSlotActive(t, e.pub, "ddlroles", p)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	s := seed(t)
-	for c := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- ddlRolesLoad(superSrc, rand.New(rand.NewPCG(s, uint64(c))), stop)
-		}()
-	}
+	stop := clientLoad(t, superSrc, 2, seed(t), ddlRolesLoad)
+	defer stop()
 	for i, step := range []string{
 		`ALTER TABLE shop.orders ADD COLUMN status text DEFAULT 'new'`,
 		`BEGIN; CREATE TABLE shop.refunds (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id bigint NOT NULL, amount numeric(12,2));
@@ -202,21 +192,13 @@ func TestDDLRoles(t *testing.T) {
 		`INSERT INTO shop.readings SELECT g, date '2026-01-01' + g, -g, 'n' || g FROM generate_series(101, 120) g`,
 	} {
 		if _, err := pub.Exec(ctx, step); err != nil {
-			close(stop)
-			wg.Wait()
+			stop()
 			t.Fatalf("schema change %d: %v", i+1, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("a client of the load: %v", err)
-		}
-	}
+	stop()
 	e.waitSlotConfirmed("ddlroles", waitCaughtUpFor, p.alive)
 	p.signal(syscall.SIGTERM)
 
@@ -251,29 +233,14 @@ func ddlRolesCheckPasses(t *testing.T, when string, args []string) {
 	}
 }
 
-// ddlRolesLoad inserts and updates orders until stop, in small
-// transactions of the columns no schema change touches.
-func ddlRolesLoad(dsn string, rng *rand.Rand, stop <-chan struct{}) error {
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
+// ddlRolesLoad is one step of a client of TestDDLRoles' load: an insert
+// or an update of orders, of the columns no schema change touches.
+func ddlRolesLoad(ctx context.Context, c *pgx.Conn, rng *rand.Rand) error {
+	var err error
+	if rng.IntN(2) == 0 {
+		_, err = c.Exec(ctx, `INSERT INTO shop.orders (customer, total) VALUES ($1, $2)`, rng.IntN(50), fmt.Sprintf("%d.%02d", rng.IntN(1000), rng.IntN(100)))
+	} else {
+		_, err = c.Exec(ctx, `UPDATE shop.orders SET total = total + 1 WHERE id = $1`, rng.Int64N(500)+1)
 	}
-	defer c.Close(ctx)
-	for {
-		select {
-		case <-stop:
-			return nil
-		default:
-		}
-		if rng.IntN(2) == 0 {
-			_, err = c.Exec(ctx, `INSERT INTO shop.orders (customer, total) VALUES ($1, $2)`, rng.IntN(50), fmt.Sprintf("%d.%02d", rng.IntN(1000), rng.IntN(100)))
-		} else {
-			_, err = c.Exec(ctx, `UPDATE shop.orders SET total = total + 1 WHERE id = $1`, rng.Int64N(500)+1)
-		}
-		if err != nil && !strings.Contains(err.Error(), "SQLSTATE 40P01") {
-			return err
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	return err
 }

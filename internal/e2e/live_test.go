@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,22 +59,12 @@ func TestLiveChanges(t *testing.T) {
 			}
 			r := e.start(cfg)
 
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			s := seed(t)
-			for n := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs <- liveLoad(e.pair.Publisher.DSN("postgres"), rand.New(rand.NewPCG(s, uint64(n))), stop)
-				}()
-			}
+			stop := clientLoad(t, e.pair.Publisher.DSN("postgres"), 4, seed(t), liveLoad)
+			defer stop()
 			step := func(sql string) {
 				t.Helper()
 				if _, err := e.pub.Exec(ctx, sql); err != nil {
-					close(stop)
-					wg.Wait()
+					stop()
 					t.Fatalf("%s: %v", sql, err)
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -114,14 +102,7 @@ func TestLiveChanges(t *testing.T) {
 				step(`BEGIN; CREATE TABLE shop.snap3 (LIKE orders); INSERT INTO shop.snap3 SELECT * FROM orders WHERE id <= 20; COMMIT`)
 			}
 			time.Sleep(300 * time.Millisecond)
-			close(stop)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatalf("a client of the load: %v", err)
-				}
-			}
+			stop()
 			e.waitCaughtUp(r)
 			tables := []string{"public.orders", "public.extra", "shop.made"}
 			if c.ddl {
@@ -144,30 +125,14 @@ func TestLiveChanges(t *testing.T) {
 	}
 }
 
-// liveLoad writes to orders until stop: new orders, and updates of
-// existing ones, in small transactions.
-func liveLoad(dsn string, rng *rand.Rand, stop <-chan struct{}) error {
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
+// liveLoad is one step of a client of TestLiveChanges' load: a new order,
+// or an update of an existing one.
+func liveLoad(ctx context.Context, c *pgx.Conn, rng *rand.Rand) error {
+	var err error
+	if rng.IntN(3) == 0 {
+		_, err = c.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET amount = orders.amount + 1`, 2000+rng.Int64N(100000), rng.IntN(1000))
+	} else {
+		_, err = c.Exec(ctx, `UPDATE orders SET amount = amount + $1, status = CASE WHEN status = 'new' THEN 'paid'::order_status ELSE status END WHERE id = $2`, rng.IntN(10), rng.Int64N(500)+1)
 	}
-	defer c.Close(ctx)
-	for {
-		select {
-		case <-stop:
-			return nil
-		default:
-		}
-		id := rng.Int64N(500) + 1
-		switch rng.IntN(3) {
-		case 0:
-			_, err = c.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET amount = orders.amount + 1`, 2000+rng.Int64N(100000), rng.IntN(1000))
-		default:
-			_, err = c.Exec(ctx, `UPDATE orders SET amount = amount + $1, status = CASE WHEN status = 'new' THEN 'paid'::order_status ELSE status END WHERE id = $2`, rng.IntN(10), id)
-		}
-		if err != nil && !strings.Contains(err.Error(), "SQLSTATE 40P01") {
-			return err
-		}
-	}
+	return err
 }
