@@ -23,8 +23,11 @@ const (
 	StateStreaming = "streaming" // applying the stream
 	// StateReconnecting: a fault ended a run; the next starts soon.
 	StateReconnecting = "reconnecting"
-	StateStopped      = "stopped" // Run returned without an error
-	StateFailed       = "failed"  // Run returned an error
+	// StateWaiting: the target lacks a resource or takes no writes for
+	// now (Status.Waiting says which); the next run starts soon.
+	StateWaiting = "waiting"
+	StateStopped = "stopped" // Run returned without an error
+	StateFailed  = "failed"  // Run returned an error
 )
 
 // Status is a snapshot of the subscriber's progress.
@@ -113,6 +116,12 @@ type Status struct {
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
+	// Waiting is what parapply waits for on the target (one of
+	// WaitReasons), "" while it waits for nothing; WaitingSince is when the
+	// wait began, WaitError the text of its last error.
+	Waiting      string
+	WaitingSince time.Time
+	WaitError    string
 	// Sequences is the last sequence sync (zero At: none yet), and
 	// SequenceResults what it did to each sequence; SequenceError the
 	// error of the last one that failed ("" if it succeeded).
@@ -244,6 +253,9 @@ func (s *Subscriber) Status() Status {
 	}
 	for i := range st.Reconnects {
 		st.Reconnects[i] = s.runs.reconnects[i].Load()
+	}
+	if w := s.runs.wait.Load(); w != nil {
+		st.Waiting, st.WaitingSince, st.WaitError = w.reason, w.since, w.err
 	}
 	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.tuner.activeWorkers.Load())
 	st.WorkerSwitches, st.ReadWaitShare = s.tuner.workerSwitches.Load(), math.Float64frombits(s.tuner.readShare.Load())

@@ -188,6 +188,9 @@ type runState struct {
 	everStreamed  atomic.Bool
 	reconnects    [len(FaultCauses)]atomic.Int64
 	atCommitOnly  atomic.Bool
+	// wait is the wait for the target in progress (nil: none; see
+	// wait.go): set by Run, ended by Run, a target commit or a steady run.
+	wait atomic.Pointer[waiting]
 	// oneByOne, when not zero, is the commit LSN up to which runs apply one
 	// source transaction per target transaction, on the reader (see
 	// errOneByOneDone).
@@ -314,6 +317,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.started = time.Now()
 	s.mu.Unlock()
 	defer func() {
+		s.runs.wait.Store(nil)
 		if err != nil {
 			s.runs.state.Store(StateFailed)
 		} else {
@@ -362,6 +366,27 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
 		}
+		if cause == FaultTargetWait {
+			// A wait is no fault's time: reconnect_timeout counts from
+			// the next fault on.
+			faultSince, try = time.Time{}, 0
+			w := s.noteWait(targetWait(err), err)
+			r := retryAfter(err, s.cfg.Source.Slot, fault{cause: cause, timeout: s.cfg.ReconnectTimeout, try: w.tries})
+			if r.err != nil {
+				return r.err
+			}
+			s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+			s.runs.state.Store(StateWaiting)
+			s.logWait(w, r.delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(r.delay):
+			}
+			continue
+		}
+		// Any other outcome ends a wait in progress.
+		s.endWait("the run ended with another error")
 		if faultSince.IsZero() {
 			faultSince = began
 		}
