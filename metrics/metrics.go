@@ -146,12 +146,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(stateDesc, v, s)
 	}
-	for _, r := range subscriber.WaitReasons {
-		gauge(waitingDesc, b2f(r == st.Waiting), r)
+	waitStart, reason := 0.0, ""
+	if w := st.Waiting; w != nil {
+		waitStart, reason = float64(w.Since.UnixNano())/1e9, w.Reason
 	}
-	waitStart := 0.0
-	if st.Waiting != "" {
-		waitStart = float64(st.WaitingSince.UnixNano()) / 1e9
+	for _, r := range subscriber.WaitReasons {
+		gauge(waitingDesc, b2f(r == reason), r)
 	}
 	gauge(waitStartDesc, waitStart)
 	if !st.Started.IsZero() {

@@ -29,8 +29,8 @@ func TestCollector(t *testing.T) {
 			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [5]int64{1, 0, 2, 0, 0}},
 			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [5]int64{0, 1, 0, 3, 1}},
 		},
-		Waiting: subscriber.WaitDiskFull, WaitingSince: time.Unix(1700000000, 0),
-		Copy: &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
+		Waiting: &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: time.Unix(1700000000, 0)},
+		Copy:    &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
 	}
 	c := NewCollector(func() subscriber.Status { return st }, Info{Version: "v1", Slot: "s", ApplicationName: "parapply"})
 	tests := []struct {

@@ -266,9 +266,8 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 			r.Faults[subscriber.FaultCauses[i]] = n
 		}
 	}
-	if st.Waiting != "" {
-		what, fix := subscriber.WaitAdvice(st.Waiting)
-		r.Waiting = &Wait{Reason: st.Waiting, Since: st.WaitingSince, Error: st.WaitError, What: what, Fix: fix}
+	if w := st.Waiting; w != nil {
+		r.Waiting = &Wait{Reason: w.Reason, Since: w.Since, Error: w.Error, What: w.What, Fix: w.Fix}
 	}
 	if sq := st.Sequences; !sq.At.IsZero() || st.SequenceError != "" {
 		r.Sequences = SequenceSync(sq, st.SequenceResults, SyncedByRun, st.SequenceError)

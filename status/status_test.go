@@ -34,9 +34,9 @@ func TestSample(t *testing.T) {
 		t.Errorf("waiting %+v while the subscriber waits for nothing", r.Waiting)
 	}
 	since := time.Now().Add(-time.Minute)
-	st.Waiting, st.WaitingSince, st.WaitError = subscriber.WaitDiskFull, since, "could not extend file (SQLSTATE 53100)"
-	if w := Sample(st, prev, 0).Waiting; w == nil || w.Reason != subscriber.WaitDiskFull || !w.Since.Equal(since) || w.Error != st.WaitError ||
-		!strings.Contains(w.What, "disk is full") || !strings.Contains(w.Fix, "free space") {
+	st.Waiting = &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: since, Error: "could not extend file (SQLSTATE 53100)", What: "the target's disk is full", Fix: "free space"}
+	if w := Sample(st, prev, 0).Waiting; w == nil || w.Reason != subscriber.WaitDiskFull || !w.Since.Equal(since) || w.Error != st.Waiting.Error ||
+		w.What != st.Waiting.What || w.Fix != st.Waiting.Fix {
 		t.Errorf("waiting %+v, want disk_full since %s with its error, what and fix", w, since)
 	}
 	// Applied past the last WAL end heard of: no negative lag.

@@ -203,7 +203,7 @@ func TestTargetWait(t *testing.T) {
 	}
 	seen := map[waitAdvice]string{}
 	for _, r := range WaitReasons {
-		a := adviceFor(r)
+		a := adviceFor(r, "db")
 		if a.what == "" || a.until == "" || a.fix == "" {
 			t.Errorf("reason %s: incomplete advice %+v", r, a)
 		}
@@ -212,7 +212,7 @@ func TestTargetWait(t *testing.T) {
 		}
 		seen[a] = r
 	}
-	if a := adviceFor("unknown"); a.fix == "" {
+	if a := adviceFor("unknown", ""); a.fix == "" {
 		t.Errorf("an unknown reason gets no fix: %+v", a)
 	}
 }

@@ -116,12 +116,9 @@ type Status struct {
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
-	// Waiting is what parapply waits for on the target (one of
-	// WaitReasons), "" while it waits for nothing; WaitingSince is when the
-	// wait began, WaitError the text of its last error.
-	Waiting      string
-	WaitingSince time.Time
-	WaitError    string
+	// Waiting is what parapply waits for on the target while it lacks a
+	// resource or takes no writes; nil while it waits for nothing.
+	Waiting *Wait
 	// Sequences is the last sequence sync (zero At: none yet), and
 	// SequenceResults what it did to each sequence; SequenceError the
 	// error of the last one that failed ("" if it succeeded).
@@ -255,7 +252,7 @@ func (s *Subscriber) Status() Status {
 		st.Reconnects[i] = s.runs.reconnects[i].Load()
 	}
 	if w := s.runs.wait.Load(); w != nil {
-		st.Waiting, st.WaitingSince, st.WaitError = w.reason, w.since, w.err
+		st.Waiting = w.status(s.targetDB)
 	}
 	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.tuner.activeWorkers.Load())
 	st.WorkerSwitches, st.ReadWaitShare = s.tuner.workerSwitches.Load(), math.Float64frombits(s.tuner.readShare.Load())

@@ -149,6 +149,9 @@ type Subscriber struct {
 	origins originState
 	// kept is what Status reports between runs and during the copy.
 	kept kept
+	// targetDB is the target database's name, quoted, for the fixes of
+	// waits ("" if not known).
+	targetDB string
 }
 
 // runState is written by Run and the phases of its runs.
@@ -282,7 +285,7 @@ func New(cfg Config) *Subscriber {
 		l.Info("each source transaction is applied as a target transaction of its own (no grouping): conflict_resolution compares commit times", "entry", e)
 		cfg.Group.MaxChanges = 1
 	}
-	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), targetDB: targetDatabase(cfg.Target.DSN)}
 	sub.seq.warned = map[string]bool{}
 	sub.stats.tallies, sub.stats.delays = apply.NewTallies(), NewHistogram(DelayBuckets)
 	sub.cfg.Target.Tallies = sub.stats.tallies

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgerr"
 )
 
@@ -89,8 +90,12 @@ func targetWait(err error) string {
 // lacks, what parapply waits for, and what fixes it.
 type waitAdvice struct{ what, until, fix string }
 
-// adviceFor returns the advice for reason (one of WaitReasons).
-func adviceFor(reason string) waitAdvice {
+// adviceFor returns the advice for reason (one of WaitReasons) on the
+// target database db ("" if not known).
+func adviceFor(reason, db string) waitAdvice {
+	if db == "" {
+		db = "<database>"
+	}
 	const writes = "waiting for it to take writes again"
 	switch reason {
 	case WaitDiskFull:
@@ -105,7 +110,7 @@ func adviceFor(reason string) waitAdvice {
 		return waitAdvice{"the target reached a configured limit", writes, "raise the setting the error names on the target"}
 	case WaitReadOnly:
 		return waitAdvice{"the target takes no writes (read-only)", writes,
-			"a standby: promote it (SELECT pg_promote()); else turn default_transaction_read_only off where it was set (ALTER DATABASE <db> RESET default_transaction_read_only, or ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf())"}
+			"a standby: promote it (SELECT pg_promote()); else turn default_transaction_read_only off where it was set (ALTER DATABASE " + db + " RESET default_transaction_read_only, or ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf())"}
 	case WaitRecovery:
 		return waitAdvice{"the target is starting up or in recovery", "waiting for it to accept connections",
 			"none while it replays WAL; if it stays so, read the target's log (a standby with hot_standby = off takes connections only once promoted)"}
@@ -113,11 +118,13 @@ func adviceFor(reason string) waitAdvice {
 	return waitAdvice{"the target lacks a resource", writes, "give the target what the error names"}
 }
 
-// WaitAdvice says, for a reason of WaitReasons, what the target lacks and
-// what fixes it: for the status row and parapply status.
-func WaitAdvice(reason string) (what, fix string) {
-	a := adviceFor(reason)
-	return a.what + ": " + a.until, a.fix
+// Wait is what a run waits for on the target, as Status reports it: the
+// reason (one of WaitReasons), since when, the text of the last error, what
+// the target lacks and what parapply waits for, and the fix.
+type Wait struct {
+	Reason           string
+	Since            time.Time
+	Error, What, Fix string
 }
 
 // waitMaxDelay caps the delay between the runs of a wait: a target fixed
@@ -150,7 +157,7 @@ func (s *Subscriber) noteWait(reason string, err error) *waiting {
 // a warning when it begins and each time the delay grows, then one line per
 // attempt at the longest delay.
 func (s *Subscriber) logWait(w *waiting, delay time.Duration) {
-	a := adviceFor(w.reason)
+	a := adviceFor(w.reason, s.targetDB)
 	msg := fmt.Sprintf("%s (%s): %s; %s", a.what, w.err, a.until, a.fix)
 	attrs := []any{"reason", w.reason, "waiting_for", time.Since(w.since).Round(time.Second).String(), "attempt", w.tries, "retry_in", delay.String()}
 	if delay > w.delay {
@@ -180,4 +187,20 @@ func (s *Subscriber) steadyNow() {
 	if since := s.runs.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
 		s.endWait(fmt.Sprintf("a run streamed for %s without meeting it again", steadyRun))
 	}
+}
+
+// targetDatabase is the target database's name, quoted for SQL ("" if the
+// target's connection string does not parse), for the fix of a wait.
+func targetDatabase(dsn string) string {
+	cc, err := pgconn.ParseConfig(dsn)
+	if err != nil || cc.Database == "" {
+		return ""
+	}
+	return parapply.QuoteIdent(cc.Database)
+}
+
+// status is the wait as Status reports it.
+func (w *waiting) status(db string) *Wait {
+	a := adviceFor(w.reason, db)
+	return &Wait{Reason: w.reason, Since: w.since, Error: w.err, What: a.what + ": " + a.until, Fix: a.fix}
 }
