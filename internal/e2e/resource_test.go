@@ -44,10 +44,10 @@ ALTER TABLE items ENABLE ALWAYS TRIGGER fault_switch;
 `
 
 // TestTargetResourceWait: the target's disk "fills" (53100 on every write
-// of items, for 4 s), then the target is made read-only for every session
-// (ALTER SYSTEM SET default_transaction_read_only = on and a reload: 25006,
-// for 4 s), each longer than the reconnect_timeout of 2 s parapply runs
-// with, at workers 0 and 2.
+// of items), then the target is made read-only for every session (ALTER
+// SYSTEM SET default_transaction_read_only = on and a reload: 25006), each
+// held for 2.5 s after parapply shows the wait, longer than the
+// reconnect_timeout of 1 s it runs with, at workers 0 and 2.
 func TestTargetResourceWait(t *testing.T) {
 	for _, workers := range []int{0, 2} {
 		t.Run("workers"+strconv.Itoa(workers), func(t *testing.T) { testTargetResourceWait(t, workers) })
@@ -63,7 +63,7 @@ func testTargetResourceWait(t *testing.T, workers int) {
 	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
 	addr := freeAddr(t)
 	p := startProcess(t, "run", "--source", src, "--target", dst, "--publication", "pub", "--slot", "waits",
-		"--workers", strconv.Itoa(workers), "--reconnect-timeout", "2s", "--status-interval", "1s", "--metrics-addr", addr)
+		"--workers", strconv.Itoa(workers), "--reconnect-timeout", "1s", "--status-interval", "1s", "--metrics-addr", addr)
 	e.waitSlotExists(t, "waits", p)
 
 	// A small load: one insert and one update per transaction, every 10 ms.
@@ -126,7 +126,7 @@ func testTargetResourceWait(t *testing.T, workers int) {
 	// nothing reaches items.
 	hold := func(reason string, start float64, items int64) {
 		t.Helper()
-		for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 			if err := p.alive(); err != nil {
 				t.Fatalf("parapply exited during the %s wait: %v", reason, err)
 			}
