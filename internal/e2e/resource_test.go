@@ -46,7 +46,8 @@ ALTER TABLE items ENABLE ALWAYS TRIGGER fault_switch;
 // TestTargetResourceWait: the target's disk "fills" (53100 on every write
 // of items), then the target is made read-only for every session (ALTER
 // SYSTEM SET default_transaction_read_only = on and a reload: 25006), each
-// held for 2.5 s after parapply shows the wait, longer than the
+// then every connection slot of the target is taken (53300 at connect),
+// each held for 2.5 s after parapply shows the wait, longer than the
 // reconnect_timeout of 1 s it runs with, at workers 0 and 2.
 func TestTargetResourceWait(t *testing.T) {
 	for _, workers := range []int{0, 2} {
@@ -55,7 +56,8 @@ func TestTargetResourceWait(t *testing.T) {
 }
 
 func testTargetResourceWait(t *testing.T, workers int) {
-	e := newEnv(t, resourceSchema)
+	// Few connection slots on the target, for the test to take them all.
+	e := newEnvSettings(t, resourceSchema, fast, map[string]string{"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off", "max_connections": "20"})
 	ctx := context.Background()
 	e.exec(e.sub, resourceSwitch)
 	// The test's own target session writes whatever the server's default.
@@ -199,13 +201,46 @@ func testTargetResourceWait(t *testing.T, workers int) {
 	e.exec(e.sub, `SELECT pg_reload_conf()`)
 	waitResumed("read_only", items)
 
+	// No connection slot free: parapply's sessions ended, and every slot
+	// taken by the test's own sessions as it frees (superusers may take
+	// the reserved ones too), until parapply waits at connect (53300).
+	fctx, stopFilling := context.WithCancel(ctx)
+	var fillers []*pgx.Conn
+	var fwg sync.WaitGroup
+	fwg.Add(1)
+	go func() {
+		defer fwg.Done()
+		for fctx.Err() == nil {
+			if c, err := pgx.Connect(fctx, dst); err == nil {
+				fillers = append(fillers, c)
+				continue
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	unfill := func() {
+		stopFilling()
+		fwg.Wait()
+		for _, c := range fillers {
+			c.Close(ctx)
+		}
+		fillers = nil
+	}
+	defer unfill()
+	e.exec(e.sub, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'parapply%'`)
+	start = waitMetric("too_many_connections", 1)
+	items = targetItems()
+	hold("too_many_connections", start, items)
+	unfill()
+	waitResumed("too_many_connections", items)
+
 	time.Sleep(500 * time.Millisecond)
 	stopWriting()
 	wg.Wait()
 	e.waitSlotConfirmed("waits", 2*time.Minute, p.alive)
 	fams := scrape(t, addr)
-	if n := value(t, fams, "parapply_reconnects_total", "cause", "target_wait"); n < 2 {
-		t.Errorf("parapply_reconnects_total{cause=\"target_wait\"} = %v, want at least 2 (one run per wait at least)", n)
+	if n := value(t, fams, "parapply_reconnects_total", "cause", "target_wait"); n < 3 {
+		t.Errorf("parapply_reconnects_total{cause=\"target_wait\"} = %v, want at least 3 (one run per wait at least)", n)
 	}
 	p.signal(syscall.SIGTERM)
 	if p.err != nil {
@@ -213,7 +248,8 @@ func testTargetResourceWait(t *testing.T, workers int) {
 	}
 	out := p.out.String()
 	for _, want := range []string{"the target's disk is full", "waiting for it to take writes again; free space on the target",
-		"the target takes no writes (read-only)", `ALTER DATABASE \"postgres\" RESET default_transaction_read_only`, "the target's wait is over"} {
+		"the target takes no writes (read-only)", `ALTER DATABASE \"postgres\" RESET default_transaction_read_only`,
+		"the target has no connection slot free", "the target's wait is over"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("parapply's log does not say %q", want)
 		}
