@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/target"
 )
@@ -187,7 +188,8 @@ func TestTargetWait(t *testing.T) {
 		{"wrapped by a statement", fmt.Errorf("applying insert into public.items: %w", pg("53100")), WaitDiskFull},
 		{"a transaction's error", fmt.Errorf("source transaction 7: %w", fmt.Errorf("x: %w", pg("25006"))), WaitReadOnly},
 		{"on a lost connection", lostConnection(pg("53100")), WaitDiskFull},
-		{"at connect", &pgconn.ConnectError{}, ""},
+		{"at connect", fmt.Errorf("connecting to the target (host h port 5432 database d user u): %w", pgerr.Short(pg("53300"))), WaitConnections},
+		{"a connect error with no server error", &pgconn.ConnectError{}, ""},
 		{"from the publisher", onPublisher(pg("53100")), ""},
 		{"from the publisher, wrapped again", fmt.Errorf("stream: %w", onPublisher(pg("57P03"))), ""},
 		{"admin shutdown", pg("57P01"), ""},
