@@ -60,7 +60,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	infoDesc       = desc("info", "Always 1; labels name the version, the slot and the application_name.", "version", "slot", "application_name")
-	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, reconnecting, stopped, failed), 0 for the others.", "state")
+	stateDesc      = desc("state", "1 for the state parapply is in (starting, copying, streaming, reconnecting, waiting, stopped, failed), 0 for the others.", "state")
+	waitingDesc    = desc("target_waiting", "1 for what parapply waits for on the target while it lacks a resource or takes no writes (disk_full, out_of_memory, too_many_connections, configuration_limit, insufficient_resources, read_only, recovery), 0 for the other reasons; all 0 while it waits for nothing.", "reason")
+	waitStartDesc  = desc("target_wait_start_time_seconds", "When the current wait for the target began, in seconds since the Unix epoch; 0 while parapply waits for nothing.")
 	startDesc      = desc("start_time_seconds", "When the run started, in seconds since the Unix epoch.")
 	lsnDesc        = desc("lsn_bytes", "Publisher WAL positions as byte offsets: received (end of the last change received), applied (committed on the target), flushed (durable on the target, reported to the publisher), source_wal_end (the publisher's WAL end as of its last message).", "position")
 	lagBytesDesc   = desc("lag_bytes", "Publisher WAL not yet applied on the target: source_wal_end minus applied; during the initial copy (and before anything is applied), the WAL the slot retains on the publisher.")
@@ -90,7 +92,7 @@ var (
 	seqAtDesc      = desc("sequence_sync_timestamp_seconds", "When the publisher's sequences were last synced to the target (Unix time; 0: not yet).")
 	seqDesc        = desc("sequences", "Sequences of the last sync, by result: synced (total), moved (set forward), missing (not on the target), unreadable (the source role may not read them), unchanged (already at the publisher's), ahead (beyond the publisher's on the target, left alone), refused (the target role may not read or set them: left untouched), unused (never used on the publisher).", "result")
 	seqFailDesc    = desc("sequence_sync_failing", "1 while the last sequence sync failed (the log says why).")
-	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait.", "cause")
+	reconnectsDesc = desc("reconnects_total", "Faults ridden out by starting a new run from what the target recorded, by cause: connection, server, slot_busy, lock_wait, target_wait (the runs of waits for the target).", "cause")
 	activeDesc     = desc("workers_active", "Workers applying now (0: the stream reader applies); with workers = auto, it changes with the load.")
 	switchesDesc   = desc("worker_switches_total", "Switches made by workers = auto between the stream reader and the workers.")
 	readShareDesc  = desc("read_wait_share", "With workers = auto: of the samples in which an applying session was active on the target, the share waiting on data reads (last judged window).")
@@ -115,11 +117,11 @@ var (
 	binaryDesc     = desc("binary_transfer", "1 while values travel in binary from the publisher to the target (binary = on, and every published column can take them), 0 while they travel in text.")
 )
 
-var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateReconnecting, subscriber.StateStopped, subscriber.StateFailed}
+var states = []string{subscriber.StateStarting, subscriber.StateCopying, subscriber.StateStreaming, subscriber.StateReconnecting, subscriber.StateWaiting, subscriber.StateStopped, subscriber.StateFailed}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
+	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, waitingDesc, waitStartDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
 		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, ddlDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
@@ -144,6 +146,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(stateDesc, v, s)
 	}
+	waitStart, reason := 0.0, ""
+	if w := st.Waiting; w != nil {
+		waitStart, reason = float64(w.Since.UnixNano())/1e9, w.Reason
+	}
+	for _, r := range subscriber.WaitReasons {
+		gauge(waitingDesc, b2f(r == reason), r)
+	}
+	gauge(waitStartDesc, waitStart)
 	if !st.Started.IsZero() {
 		gauge(startDesc, float64(st.Started.UnixNano())/1e9)
 	}

@@ -29,7 +29,8 @@ func TestCollector(t *testing.T) {
 			{Worker: 1, Txns: 4, Busy: 2 * time.Second, CommitWait: time.Second, RetriesBy: [5]int64{1, 0, 2, 0, 0}},
 			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [5]int64{0, 1, 0, 3, 1}},
 		},
-		Copy: &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
+		Waiting: &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: time.Unix(1700000000, 0)},
+		Copy:    &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
 	}
 	c := NewCollector(func() subscriber.Status { return st }, Info{Version: "v1", Slot: "s", ApplicationName: "parapply"})
 	tests := []struct {
@@ -79,7 +80,7 @@ parapply_commit_delay_seconds_sum 3.55
 parapply_commit_delay_seconds_count 3
 `},
 		{"parapply_state", `
-# HELP parapply_state 1 for the state parapply is in (starting, copying, streaming, reconnecting, stopped, failed), 0 for the others.
+# HELP parapply_state 1 for the state parapply is in (starting, copying, streaming, reconnecting, waiting, stopped, failed), 0 for the others.
 # TYPE parapply_state gauge
 parapply_state{state="copying"} 0
 parapply_state{state="failed"} 0
@@ -87,6 +88,23 @@ parapply_state{state="reconnecting"} 0
 parapply_state{state="starting"} 0
 parapply_state{state="stopped"} 0
 parapply_state{state="streaming"} 1
+parapply_state{state="waiting"} 0
+`},
+		{"parapply_target_waiting", `
+# HELP parapply_target_waiting 1 for what parapply waits for on the target while it lacks a resource or takes no writes (disk_full, out_of_memory, too_many_connections, configuration_limit, insufficient_resources, read_only, recovery), 0 for the other reasons; all 0 while it waits for nothing.
+# TYPE parapply_target_waiting gauge
+parapply_target_waiting{reason="configuration_limit"} 0
+parapply_target_waiting{reason="disk_full"} 1
+parapply_target_waiting{reason="insufficient_resources"} 0
+parapply_target_waiting{reason="out_of_memory"} 0
+parapply_target_waiting{reason="read_only"} 0
+parapply_target_waiting{reason="recovery"} 0
+parapply_target_waiting{reason="too_many_connections"} 0
+`},
+		{"parapply_target_wait_start_time_seconds", `
+# HELP parapply_target_wait_start_time_seconds When the current wait for the target began, in seconds since the Unix epoch; 0 while parapply waits for nothing.
+# TYPE parapply_target_wait_start_time_seconds gauge
+parapply_target_wait_start_time_seconds 1.7e+09
 `},
 		{"parapply_worker_commit_order_wait_seconds_total", `
 # HELP parapply_worker_commit_order_wait_seconds_total Time each worker waited for earlier transactions to commit first.

@@ -61,6 +61,20 @@ type Record struct {
 	// DDL counts the schema changes from the publisher run on the target
 	// since the start (ddl = apply).
 	DDL int64 `json:"ddl_statements,omitempty"`
+	// Waiting is what parapply waits for on the target while it lacks a
+	// resource or takes no writes (nil: nothing).
+	Waiting *Wait `json:"waiting,omitempty"`
+}
+
+// Wait is what parapply waits for on the target in a Record: the reason
+// (one of subscriber.WaitReasons), since when, the last error, and the
+// fix.
+type Wait struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	Error  string    `json:"error"`
+	What   string    `json:"what"`
+	Fix    string    `json:"fix"`
 }
 
 // Apply is who applies in a Record: with workers = auto (Auto), the
@@ -173,6 +187,7 @@ type health struct {
 	Sequences *Sequences       `json:"sequences,omitempty"`
 	Apply     *Apply           `json:"apply,omitempty"`
 	DDL       int64            `json:"ddl_statements,omitempty"`
+	Waiting   *Wait            `json:"waiting,omitempty"`
 }
 
 // Worker is one worker's figures in a Record.
@@ -251,6 +266,9 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 			r.Faults[subscriber.FaultCauses[i]] = n
 		}
 	}
+	if w := st.Waiting; w != nil {
+		r.Waiting = &Wait{Reason: w.Reason, Since: w.Since, Error: w.Error, What: w.What, Fix: w.Fix}
+	}
 	if sq := st.Sequences; !sq.At.IsZero() || st.SequenceError != "" {
 		r.Sequences = SequenceSync(sq, st.SequenceResults, SyncedByRun, st.SequenceError)
 	}
@@ -300,7 +318,7 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	if r.LastError != "" {
 		lastErr = &r.LastError
 	}
-	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply, r.DDL})
+	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting})
 	if err != nil {
 		return err
 	}
@@ -374,7 +392,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		if err := json.Unmarshal([]byte(hl), &h); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
 		}
-		r.Faults, r.Sequences, r.Apply, r.DDL = h.Faults, h.Sequences, h.Apply, h.DDL
+		r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting = h.Faults, h.Sequences, h.Apply, h.DDL, h.Waiting
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}

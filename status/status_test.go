@@ -30,6 +30,15 @@ func TestSample(t *testing.T) {
 	if len(r.Workers) != 1 || r.Workers[0].BusySeconds != 1.5 {
 		t.Errorf("workers %+v", r.Workers)
 	}
+	if r.Waiting != nil {
+		t.Errorf("waiting %+v while the subscriber waits for nothing", r.Waiting)
+	}
+	since := time.Now().Add(-time.Minute)
+	st.Waiting = &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: since, Error: "could not extend file (SQLSTATE 53100)", What: "the target's disk is full", Fix: "free space"}
+	if w := Sample(st, prev, 0).Waiting; w == nil || w.Reason != subscriber.WaitDiskFull || !w.Since.Equal(since) || w.Error != st.Waiting.Error ||
+		w.What != st.Waiting.What || w.Fix != st.Waiting.Fix {
+		t.Errorf("waiting %+v, want disk_full since %s with its error, what and fix", w, since)
+	}
 	// Applied past the last WAL end heard of: no negative lag.
 	st.Applied = 0x2000
 	if r := Sample(st, prev, 0); r.LagBytes != 0 || r.TxnsPerSecond != 0 {

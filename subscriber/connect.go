@@ -58,7 +58,7 @@ func (s *Subscriber) connect(ctx context.Context) (*connected, error) {
 	scfg.ExportSnapshot = s.cfg.CopyData
 	src, err := source.Connect(ctx, scfg)
 	if err != nil {
-		return nil, err
+		return nil, onPublisher(err)
 	}
 	s.runs.src.Store(src)
 	app, err := s.openTarget(ctx, s.cfg.Target, false)

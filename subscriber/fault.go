@@ -73,10 +73,13 @@ const (
 	FaultServer     = "server"     // a server shut down, crashed or is starting up, or ended the session
 	FaultSlotBusy   = "slot_busy"  // the slot was still held by an earlier walsender
 	FaultLockWait   = "lock_wait"  // a lock wait on the target passed lock_timeout
+	// FaultTargetWait: the target lacks a resource or takes no writes for
+	// now (see targetWait), waited out whatever reconnect_timeout says.
+	FaultTargetWait = "target_wait"
 )
 
 // FaultCauses lists the fault causes in the order of Status.ReconnectsBy.
-var FaultCauses = [4]string{FaultConnection, FaultServer, FaultSlotBusy, FaultLockWait}
+var FaultCauses = [5]string{FaultConnection, FaultServer, FaultSlotBusy, FaultLockWait, FaultTargetWait}
 
 // faultCause names a fault that a new run may ride out, or returns "" for
 // an error that another try would only repeat (a setting, a permission, the
@@ -87,6 +90,9 @@ func faultCause(err error) string {
 	}
 	if errors.As(err, new(errLockStall)) {
 		return FaultLockWait
+	}
+	if targetWait(err) != "" {
+		return FaultTargetWait
 	}
 	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, target.ErrOriginInUse) {
 		// An origin still held: by a backend of ours that is ending.
@@ -102,6 +108,7 @@ func faultCause(err error) string {
 			return FaultConnection
 		case pe.Code == pgerrcode.ObjectInUse || pe.Code == pgerrcode.TooManyConnections:
 			// object_in_use (a slot still active), too_many_connections
+			// (on the publisher: the walsender slot of one that is ending)
 			return FaultSlotBusy
 		}
 		if !errors.As(err, new(errLost)) {
@@ -148,13 +155,19 @@ type retry struct {
 // by a dying walsender is waited for there, at most firstStartSlotWait), or
 // once the faults have lasted the allowance; otherwise the run starts again
 // after a delay that doubles with each attempt from reconnectFirstDelay up
-// to reconnectMaxDelay.
+// to reconnectMaxDelay. A wait for the target (FaultTargetWait) is no
+// setup mistake and has no allowance: it goes on, at a first start too,
+// for as long as it lasts, the delay doubling up to waitMaxDelay (left is
+// then 0); only reconnect_timeout = 0 stops it.
 func retryAfter(err error, slot string, f fault) retry {
 	if f.cause == "" {
 		return retry{err: permanent{err}}
 	}
 	if f.timeout <= 0 {
 		return retry{err: err}
+	}
+	if f.cause == FaultTargetWait {
+		return retry{delay: backoff(f.try, waitMaxDelay)}
 	}
 	if f.holderAlive && errors.Is(err, source.ErrSlotBusy) {
 		return retry{err: errSlotHeld(slot, f.holder, err)}
@@ -178,8 +191,11 @@ func retryAfter(err error, slot string, f fault) retry {
 		}
 		return retry{err: fmt.Errorf("%w (gave up after reconnect_timeout %s of faults)", err, limit)}
 	}
-	return retry{
-		delay: min(reconnectFirstDelay<<min(max(f.try, 1)-1, 8), reconnectMaxDelay),
-		left:  limit - f.elapsed,
-	}
+	return retry{delay: backoff(f.try, reconnectMaxDelay), left: limit - f.elapsed}
+}
+
+// backoff is the delay before attempt try (from 1): reconnectFirstDelay,
+// doubling with each attempt, up to most.
+func backoff(try int, most time.Duration) time.Duration {
+	return min(reconnectFirstDelay<<min(max(try, 1)-1, 16), most)
 }

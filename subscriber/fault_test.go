@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/target"
 )
@@ -30,7 +31,14 @@ func TestFaultCause(t *testing.T) {
 		{"marked lost, with a server error", lostConnection(pg("42P01")), FaultConnection},
 		{"admin shutdown", pg("57P01"), FaultServer},
 		{"crash shutdown", pg("57P02"), FaultServer},
-		{"starting up", fmt.Errorf("connecting: %w", pg("57P03")), FaultServer},
+		{"target starting up", fmt.Errorf("connecting: %w", pg("57P03")), FaultTargetWait},
+		{"publisher starting up", onPublisher(fmt.Errorf("connecting: %w", pg("57P03"))), FaultServer},
+		{"target disk full", fmt.Errorf("applying insert: %w", pg("53100")), FaultTargetWait},
+		{"target disk full, connection lost", lostConnection(pg("53100")), FaultTargetWait},
+		{"target read-only", pg("25006"), FaultTargetWait},
+		{"target too many connections", fmt.Errorf("connecting: %w", pg("53300")), FaultTargetWait},
+		{"publisher walsenders taken", onPublisher(pg("53300")), FaultSlotBusy},
+		{"publisher out of memory", onPublisher(pg("53200")), ""},
 		{"slot active", pg("55006"), FaultSlotBusy},
 		{"slot busy at start", fmt.Errorf("slot s is in use: %w", source.ErrSlotBusy), FaultSlotBusy},
 		{"origin still held", fmt.Errorf("worker 2: %w", target.OriginError("parapply_s_w2", pg("55006"))), FaultSlotBusy},
@@ -64,6 +72,7 @@ func TestRetryAfter(t *testing.T) {
 		FaultServer:     pg("57P01"),
 		FaultSlotBusy:   pg("55006"),
 		FaultLockWait:   errLockStall{pg("55P03")},
+		FaultTargetWait: pg("53100"),
 		"":              pg("42P01"),
 	}
 	slotBusy := fmt.Errorf("slot s is in use: %w", source.ErrSlotBusy)
@@ -103,6 +112,15 @@ func TestRetryAfter(t *testing.T) {
 		{"first start, slot busy past its wait", slotBusy, fault{timeout: timeout, elapsed: firstStartSlotWait, try: 9}, want{"fault", 0, 0, "(still so after 10s)"}},
 		{"first start, slot busy, short allowance", errs[FaultSlotBusy], fault{timeout: 3 * time.Second, elapsed: 3 * time.Second, try: 9}, want{"fault", 0, 0, "(gave up after reconnect_timeout 3s of faults)"}},
 		{"first start, slot busy, not ridden out", slotBusy, fault{try: 1}, want{"fault", 0, 0, slotBusy.Error()}},
+
+		// A wait for the target: no allowance, at a first start too, the
+		// delay doubling up to waitMaxDelay; only reconnect_timeout = 0
+		// stops it.
+		{"target wait, first attempt", errs[FaultTargetWait], fault{everStreamed: true, timeout: timeout, try: 1}, want{"retry", reconnectFirstDelay, 0, ""}},
+		{"target wait, first start", errs[FaultTargetWait], fault{timeout: timeout, try: 3}, want{"retry", 4 * reconnectFirstDelay, 0, ""}},
+		{"target wait, past the allowance", errs[FaultTargetWait], fault{everStreamed: true, timeout: timeout, elapsed: 10 * timeout, try: 10}, want{"retry", waitMaxDelay, 0, ""}},
+		{"target wait, many attempts", errs[FaultTargetWait], fault{everStreamed: true, timeout: timeout, try: 100000}, want{"retry", waitMaxDelay, 0, ""}},
+		{"target wait, not ridden out", errs[FaultTargetWait], fault{everStreamed: true, try: 1}, want{"fault", 0, 0, errs[FaultTargetWait].Error()}},
 
 		// A slot held by another live parapply: refused at once.
 		{"slot held by another", slotBusy, fault{holder: here, holderAlive: true, everStreamed: true, timeout: timeout, try: 1}, want{"permanent", 0, 0, "start this one with another --slot (" + slotBusy.Error() + ")"}},
@@ -146,5 +164,57 @@ func TestRetryAfter(t *testing.T) {
 		if !seen[c] {
 			t.Errorf("no case of cause %q", c)
 		}
+	}
+}
+
+// TestTargetWait: which errors are a wait for the target, by SQLSTATE and
+// by the shape of the error (wrapped, on a lost connection, at connect,
+// from the publisher), and that every reason has advice of its own.
+func TestTargetWait(t *testing.T) {
+	pg := func(code string) error { return &pgconn.PgError{Code: code, Message: "m"} }
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"disk full", pg("53100"), WaitDiskFull},
+		{"out of memory", pg("53200"), WaitOutOfMemory},
+		{"too many connections", pg("53300"), WaitConnections},
+		{"configuration limit", pg("53400"), WaitConfigurationLimit},
+		{"insufficient resources", pg("53000"), WaitInsufficientResources},
+		{"another code of class 53", pg("53999"), WaitInsufficientResources},
+		{"read-only transaction", pg("25006"), WaitReadOnly},
+		{"cannot connect now", pg("57P03"), WaitRecovery},
+		{"wrapped by a statement", fmt.Errorf("applying insert into public.items: %w", pg("53100")), WaitDiskFull},
+		{"a transaction's error", fmt.Errorf("source transaction 7: %w", fmt.Errorf("x: %w", pg("25006"))), WaitReadOnly},
+		{"on a lost connection", lostConnection(pg("53100")), WaitDiskFull},
+		{"at connect", fmt.Errorf("connecting to the target (host h port 5432 database d user u): %w", pgerr.Short(pg("53300"))), WaitConnections},
+		{"a connect error with no server error", &pgconn.ConnectError{}, ""},
+		{"from the publisher", onPublisher(pg("53100")), ""},
+		{"from the publisher, wrapped again", fmt.Errorf("stream: %w", onPublisher(pg("57P03"))), ""},
+		{"admin shutdown", pg("57P01"), ""},
+		{"other class 25", pg("25001"), ""},
+		{"lock not available", pg("55P03"), ""},
+		{"disk full in text only", errors.New("could not extend file: No space left on device"), ""},
+		{"short code", pg("53"), ""},
+		{"nil", nil, ""},
+	} {
+		if got := targetWait(c.err); got != c.want {
+			t.Errorf("%s: targetWait(%v) = %q, want %q", c.name, c.err, got, c.want)
+		}
+	}
+	seen := map[waitAdvice]string{}
+	for _, r := range WaitReasons {
+		a := adviceFor(r, "db")
+		if a.what == "" || a.until == "" || a.fix == "" {
+			t.Errorf("reason %s: incomplete advice %+v", r, a)
+		}
+		if other, ok := seen[a]; ok {
+			t.Errorf("reasons %s and %s have the same advice", other, r)
+		}
+		seen[a] = r
+	}
+	if a := adviceFor("unknown", ""); a.fix == "" {
+		t.Errorf("an unknown reason gets no fix: %+v", a)
 	}
 }

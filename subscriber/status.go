@@ -23,8 +23,11 @@ const (
 	StateStreaming = "streaming" // applying the stream
 	// StateReconnecting: a fault ended a run; the next starts soon.
 	StateReconnecting = "reconnecting"
-	StateStopped      = "stopped" // Run returned without an error
-	StateFailed       = "failed"  // Run returned an error
+	// StateWaiting: the target lacks a resource or takes no writes for
+	// now (Status.Waiting says which); the next run starts soon.
+	StateWaiting = "waiting"
+	StateStopped = "stopped" // Run returned without an error
+	StateFailed  = "failed"  // Run returned an error
 )
 
 // Status is a snapshot of the subscriber's progress.
@@ -113,6 +116,9 @@ type Status struct {
 	// Reconnects counts faults ridden out by starting a new run, by cause
 	// in the order of FaultCauses.
 	Reconnects [len(FaultCauses)]int64
+	// Waiting is what parapply waits for on the target while it lacks a
+	// resource or takes no writes; nil while it waits for nothing.
+	Waiting *Wait
 	// Sequences is the last sequence sync (zero At: none yet), and
 	// SequenceResults what it did to each sequence; SequenceError the
 	// error of the last one that failed ("" if it succeeded).
@@ -244,6 +250,9 @@ func (s *Subscriber) Status() Status {
 	}
 	for i := range st.Reconnects {
 		st.Reconnects[i] = s.runs.reconnects[i].Load()
+	}
+	if w := s.runs.wait.Load(); w != nil {
+		st.Waiting = w.status(s.targetDB)
 	}
 	st.AutoWorkers, st.ActiveWorkers = s.cfg.AutoWorkers, int(s.tuner.activeWorkers.Load())
 	st.WorkerSwitches, st.ReadWaitShare = s.tuner.workerSwitches.Load(), math.Float64frombits(s.tuner.readShare.Load())

@@ -39,7 +39,7 @@ func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 	defer cancel()
 	frames := make(chan []source.Frame, 4)
 	streamErr := make(chan error, 1)
-	go func() { streamErr <- src.Stream(sctx, su.opened.Position.EndLSN, frames, tracker) }()
+	go func() { streamErr <- onPublisher(src.Stream(sctx, su.opened.Position.EndLSN, frames, tracker)) }()
 	go s.watchSyncStandby(sctx)
 	go s.keepSequences(sctx, su.published)
 	if su.tombs {
@@ -73,7 +73,12 @@ func (s *Subscriber) stream(ctx context.Context, su setUp) error {
 func (s *Subscriber) track(su setUp) *progress.Tracker {
 	pos := su.opened.Position
 	tracker := progress.NewTracker(pos.EndLSN)
-	tracker.Observe = func(commitTime time.Time) { s.stats.delays.Observe(time.Since(commitTime).Seconds()) }
+	tracker.Observe = func(commitTime time.Time) {
+		s.stats.delays.Observe(time.Since(commitTime).Seconds())
+		if s.runs.wait.Load() != nil {
+			s.endWait("the target took a commit")
+		}
+	}
 	s.mu.Lock()
 	s.tracker, s.applier = tracker, su.app
 	s.mu.Unlock()
@@ -170,6 +175,7 @@ func (l *loop) follow(ctx context.Context, tick <-chan time.Time, frames chan []
 			}
 			return l.sink.err()
 		case now := <-tick:
+			l.s.steadyNow()
 			err := l.refresh(ctx, now)
 			if err == nil {
 				err = l.checkFlush(ctx)

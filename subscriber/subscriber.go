@@ -153,6 +153,9 @@ type Subscriber struct {
 	origins originState
 	// kept is what Status reports between runs and during the copy.
 	kept kept
+	// targetDB is the target database's name, quoted, for the fixes of
+	// waits ("" if not known).
+	targetDB string
 }
 
 // runState is written by Run and the phases of its runs.
@@ -192,6 +195,9 @@ type runState struct {
 	everStreamed  atomic.Bool
 	reconnects    [len(FaultCauses)]atomic.Int64
 	atCommitOnly  atomic.Bool
+	// wait is the wait for the target in progress (nil: none; see
+	// wait.go): set by Run, ended by Run, a target commit or a steady run.
+	wait atomic.Pointer[waiting]
 	// oneByOne, when not zero, is the commit LSN up to which runs apply one
 	// source transaction per target transaction, on the reader (see
 	// errOneByOneDone).
@@ -283,7 +289,7 @@ func New(cfg Config) *Subscriber {
 		l.Info("each source transaction is applied as a target transaction of its own (no grouping): conflict_resolution compares commit times", "entry", e)
 		cfg.Group.MaxChanges = 1
 	}
-	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{})}
+	sub := &Subscriber{cfg: cfg, log: l, ready: make(chan struct{}), targetDB: targetDatabase(cfg.Target.DSN)}
 	sub.seq.warned = map[string]bool{}
 	sub.stats.tallies, sub.stats.delays = apply.NewTallies(), NewHistogram(DelayBuckets)
 	sub.cfg.Target.Tallies = sub.stats.tallies
@@ -318,6 +324,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.started = time.Now()
 	s.mu.Unlock()
 	defer func() {
+		s.runs.wait.Store(nil)
 		if err != nil {
 			s.runs.state.Store(StateFailed)
 		} else {
@@ -366,6 +373,27 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			// The run streamed long enough: this fault starts a new window.
 			faultSince, try = time.Time{}, 1
 		}
+		if cause == FaultTargetWait {
+			// A wait is no fault's time: reconnect_timeout counts from
+			// the next fault on.
+			faultSince, try = time.Time{}, 0
+			w := s.noteWait(targetWait(err), err)
+			r := retryAfter(err, s.cfg.Source.Slot, fault{cause: cause, timeout: s.cfg.ReconnectTimeout, try: w.tries})
+			if r.err != nil {
+				return r.err
+			}
+			s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+			s.runs.state.Store(StateWaiting)
+			s.logWait(w, r.delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(r.delay):
+			}
+			continue
+		}
+		// Any other outcome ends a wait in progress.
+		s.endWait("the run ended with another error")
 		if faultSince.IsZero() {
 			faultSince = began
 		}

@@ -71,7 +71,7 @@ type publisher struct {
 // refused later (see abandonSlot).
 func (p publisher) CreateSlot(ctx context.Context) (string, parapply.LSN, error) {
 	if err := p.src.CreateSlot(ctx); err != nil {
-		return "", 0, err
+		return "", 0, onPublisher(err)
 	}
 	p.s.runs.createdSlot = true
 	p.s.log.Info("created the slot", "slot", p.s.cfg.Source.Slot, "consistent_point", p.src.ConsistentPoint.String())
@@ -83,7 +83,7 @@ func (p publisher) CreateSlot(ctx context.Context) (string, parapply.LSN, error)
 func (p publisher) Snapshot(ctx context.Context) (string, parapply.LSN, func(), error) {
 	tmp, err := source.NewSnapshotSlot(ctx, p.s.cfg.Source)
 	if err != nil {
-		return "", 0, nil, err
+		return "", 0, nil, onPublisher(err)
 	}
 	return tmp.Snapshot, tmp.ConsistentPoint, func() { tmp.Close() }, nil
 }

@@ -108,7 +108,7 @@ var settings = []setting{
 		func(o *options) kind { return duration(&o.SequenceSyncInterval, true) }},
 	{"lock_timeout", "10s", "the target sessions' lock_timeout: a wait this long on a lock ends in a retry of the transaction after the earlier ones, or, for the oldest, in a new run from what the target recorded (a lock held by a session outside parapply); 0 turns it off",
 		func(o *options) kind { return duration(&o.LockTimeout, true) }},
-	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s; 0 stops at the first fault",
+	{"reconnect_timeout", "5min", "how long to ride out faults (a lost connection, a server restart, the slot still held by a dying walsender): each one starts a new run from what the target recorded, until this long has passed without a run that streamed for 10s (a target that lacks a resource or takes no writes is waited for without this bound); 0 stops at the first fault or wait",
 		func(o *options) kind { return duration(&o.ReconnectTimeout, true) }},
 	{"status_interval", "10s", "most time between status updates to the publisher and progress log lines",
 		func(o *options) kind { return duration(&o.StatusInterval, false) }},

@@ -126,5 +126,8 @@ func liveLine(st, prev subscriber.Status, dt time.Duration) string {
 	if q := st.QueueBytes + st.StreamBytes; q > 0 {
 		fmt.Fprintf(&b, "  queued %s", bytesText(q))
 	}
+	if w := st.Waiting; w != nil {
+		fmt.Fprintf(&b, "  WAITING %s for %s: %s", w.Reason, time.Since(w.Since).Round(time.Second), w.Fix)
+	}
 	return b.String()
 }

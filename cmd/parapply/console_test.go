@@ -61,6 +61,14 @@ func TestLiveLine(t *testing.T) {
 			t.Errorf("live line %q lacks %q", got, want)
 		}
 	}
+	if strings.Contains(got, "WAITING") {
+		t.Errorf("live line %q says a wait while there is none", got)
+	}
+	st.Waiting = &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: time.Now().Add(-90 * time.Second), Fix: "free space on the target"}
+	if got := liveLine(st, prev, 2*time.Second); !strings.Contains(got, "WAITING disk_full for 1m30s: free space on the target") {
+		t.Errorf("waiting: live line %q", got)
+	}
+	st.Waiting = nil
 	// workers = auto while the reader applies: the idle pool's figures are
 	// not shown as workers at 0% busy.
 	st.AutoWorkers, prev.AutoWorkers = true, true

@@ -77,7 +77,11 @@ func (r *recorder) write(ctx context.Context, runErr error, last bool) {
 	rec := status.Sample(st, r.prev, elapsed)
 	r.prev, r.prevAt = st, now
 	rec.Slot, rec.PID, rec.Host, rec.Version, rec.ApplicationName = r.base.Slot, r.base.PID, r.base.Host, r.base.Version, r.base.ApplicationName
+	if rec.Waiting != nil {
+		rec.Waiting.Error = string(redact([]byte(oneLine(rec.Waiting.Error)), r.secrets))
+	}
 	if last {
+		rec.Waiting = nil // a process that ended waits for nothing
 		rec.State = subscriber.StateStopped
 		if runErr != nil {
 			rec.State = subscriber.StateFailed

@@ -329,6 +329,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		if s.DDL > 0 {
 			fmt.Fprintf(tw, "  schema changes\t%d DDL statements from the publisher run on the target (ddl = apply)\n", s.DDL)
 		}
+		if w := s.Waiting; w != nil {
+			fmt.Fprintf(tw, "  waiting\t%s since %s ago: %s (%s); fix: %s\n", w.Reason, since(rep.Time, w.Since), w.What, w.Error, w.Fix)
+		}
 		if len(s.Faults) > 0 {
 			var parts []string
 			for _, c := range subscriber.FaultCauses {
