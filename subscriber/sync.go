@@ -30,7 +30,7 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 		Config: tablesync.Config{
 			SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN, Slot: s.cfg.Source.Slot, Origins: true,
 			Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
-			Log: s.log, Progress: s.copyProgress,
+			Text: !s.cfg.Binary, Log: s.log, Progress: s.copyProgress,
 		},
 		Tables: syncTables(published), CopyData: s.cfg.CopyData, SlotMissing: src.Missing,
 		Publisher: publisher{s, src}, Copying: s.copying,

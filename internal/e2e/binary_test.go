@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,4 +120,98 @@ func TestBinaryTransfer(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// refusedSchema holds values PostgreSQL writes in binary but whose binary
+// input refuses them: an empty tsquery (by a literal, and by to_tsquery of
+// a stop word), in a small table and in one large enough to be copied in
+// ranges; beside them a table of plain values.
+const refusedSchema = `CREATE TABLE tq (id int PRIMARY KEY, q tsquery, v tsvector);
+	CREATE TABLE tq_wide (id int PRIMARY KEY, q tsquery, pad text) WITH (fillfactor = 10);
+	CREATE TABLE calm (id int PRIMARY KEY, n numeric)`
+
+// TestBinaryRefused: binary is a setting, and a value whose binary form
+// the target refuses stops nothing. With binary = off the copy goes in
+// text COPY (every table's "table copied" line says text) and the stream
+// in text. With binary = on, an empty tsquery (sent in binary, refused by
+// its binary input on the target) makes the copy of its table go in text
+// from the refused range on, one warning per table (a table copied in two
+// ranges, the refused one rolled back and copied again, nothing doubled);
+// in the stream, it makes the run go on in text from the target's last
+// commit, one warning, by a statement's parameter and by an insert run's
+// COPY (a new start reads in binary again). Either way the run never
+// exits, and the target equals the publisher row for row.
+func TestBinaryRefused(t *testing.T) {
+	for _, binary := range []bool{true, false} {
+		name := map[bool]string{true: "binary", false: "text"}[binary]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, refusedSchema)
+			// tq_wide fills a page a row, 4,200 pages: two ranges for two
+			// copy workers; its empty tsquery is in the second.
+			e.exec(e.pub, `INSERT INTO tq VALUES (1, 'a & b', 'a b'), (2, '', ''), (3, NULL, NULL), (4, to_tsquery('english', 'the'), 'the'), (5, '!x | y:*', 'x:1A');
+				INSERT INTO tq_wide SELECT g, CASE WHEN g = 4000 THEN ''::tsquery ELSE ('w' || g)::tsquery END, repeat('p', 700) FROM generate_series(1, 4200) g;
+				INSERT INTO calm SELECT g, g / 7.0 FROM generate_series(1, 100) g;
+				ANALYZE`)
+			logs := &logBuffer{}
+			cfg := e.config("refused_" + name)
+			cfg.Binary, cfg.CopyData, cfg.CopyWorkers = binary, true, 2
+			cfg.Log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, e.log), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			r := e.start(cfg)
+			log := logs.String()
+			for table, format := range map[string]string{"tq": "text in 1", "tq_wide": "text in 2", "calm": "text in 1"} {
+				if binary {
+					format = map[string]string{"tq": "binary, then text in 1", "tq_wide": "binary, then text in 2", "calm": "binary in 1"}[table]
+				}
+				quoted := `table="\\"public\\".\\"` + table + `\\""`
+				var got []string
+				for _, m := range regexp.MustCompile(`msg="table copied" `+quoted+` .* format=("[^"]*"|\S+) chunks=(\d+)`).FindAllStringSubmatch(log, -1) {
+					got = append(got, strings.Trim(m[1], `"`)+" in "+m[2])
+				}
+				if len(got) != 1 || got[0] != format {
+					t.Errorf("%s copied (format in chunks): %v, want %s", table, got, format)
+				}
+				if table == "calm" {
+					continue
+				}
+				n := len(regexp.MustCompile(`msg="copying the table in text[^"]*" `+quoted+` column=q `).FindAllString(log, -1))
+				if want := map[bool]int{true: 1, false: 0}[binary]; n != want {
+					t.Errorf("%d warnings that %s is copied in text, naming column q; want %d", n, table, want)
+				}
+			}
+			if got := r.s.Status().Binary; got != binary {
+				t.Errorf("status says binary %v after the copy, want %v", got, binary)
+			}
+			// By a statement's parameter (a few rows), then by an insert
+			// run's COPY (300 rows in one transaction) after a new start.
+			e.exec(e.pub, `INSERT INTO tq VALUES (10, 'c', 'c'), (11, '', ''); UPDATE tq SET q = '' WHERE id = 1; INSERT INTO calm VALUES (1000, 1)`)
+			e.waitCaughtUp(r)
+			e.verify("public.tq", "public.tq_wide", "public.calm")
+			if r.s.Status().Binary {
+				t.Error("status says binary after the target refused a value in binary")
+			}
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			r = e.start(cfg)
+			if got := r.s.Status().Binary; got != binary {
+				t.Errorf("status says binary %v at a new start, want %v", got, binary)
+			}
+			e.exec(e.pub, `INSERT INTO tq SELECT g, CASE WHEN g % 50 = 0 THEN ''::tsquery ELSE 'z'::tsquery END, 'z' FROM generate_series(100, 399) g; UPDATE calm SET n = -n`)
+			e.waitCaughtUp(r)
+			e.verify("public.tq", "public.calm")
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			// One warning per start: the first names no column (a bind
+			// parameter's), the second the COPY's.
+			warned := regexp.MustCompile(`msg="values go on in text for every table[^"]*" column=(\S*) `).FindAllStringSubmatch(logs.String(), -1)
+			var columns []string
+			for _, m := range warned {
+				columns = append(columns, m[1])
+			}
+			if want := map[bool]string{true: `"" q`, false: ""}[binary]; strings.Join(columns, " ") != want {
+				t.Errorf("warnings that values go on in text name the columns %q, want %q (one per start)", columns, want)
+			}
+		})
+	}
 }
