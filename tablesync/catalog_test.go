@@ -27,6 +27,8 @@ func TestPlanFromCatalogs(t *testing.T) {
 		CREATE TABLE acl (id int PRIMARY KEY, a aclitem);
 		CREATE TABLE acls (id int PRIMARY KEY, a aclitem[]);
 		CREATE TABLE queries (id int PRIMARY KEY, q tsquery, v tsvector, o oidvector);
+		CREATE TABLE named (id int PRIMARY KEY, r regclass);
+		CREATE TABLE nameds (id int PRIMARY KEY, r regtype[]);
 		CREATE TABLE parted (id int, k int) PARTITION BY RANGE (id);
 		CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (1000);
 		CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (1000) TO (2000);`
@@ -73,6 +75,10 @@ func TestPlanFromCatalogs(t *testing.T) {
 		{Table{Schema: "public", Name: "acl"}, `"a", "id"`, "text", true, 0, 0, ""},
 		{Table{Schema: "public", Name: "acls"}, `"a", "id"`, "text", true, 0, 0, ""},
 		{Table{Schema: "public", Name: "queries"}, `"id", "o", "q", "v"`, "binary", true, 0, 0, ""},
+		// OID aliases: their binary form is an OID, which names another
+		// object on the other server.
+		{Table{Schema: "public", Name: "named"}, `"id", "r"`, "text", true, 0, 0, ""},
+		{Table{Schema: "public", Name: "nameds"}, `"id", "r"`, "text", true, 0, 0, ""},
 	}
 	for _, tt := range tests {
 		j, err := plan(ctx, src, dst, tt.table)

@@ -426,7 +426,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 	}
 	columns := func(c *pgx.Conn) (map[string]column, error) {
 		rows, err := c.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), (a.atttypid >= 16384 OR coalesce(e.oid >= 16384, false)), a.attgenerated <> '',
-				t.typsend <> 0 AND t.typreceive <> 0 AND coalesce(e.typsend <> 0 AND e.typreceive <> 0, true)
+				t.typsend <> 0 AND t.typreceive <> 0 AND coalesce(e.typsend <> 0 AND e.typreceive <> 0, true) AND t.oid <> ALL (`+target.OIDAliasTypes+`) AND coalesce(e.oid <> ALL (`+target.OIDAliasTypes+`), true)
 			FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
 			WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, name)
 		if err != nil {
@@ -474,7 +474,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 type column struct {
 	typ       string // format_type, prefixed "user:" for a type (or array of one) not built in
 	generated bool
-	binary    bool // the type (and an array's element type) has binary send and receive functions
+	binary    bool // the type (and an array's element type) has binary send and receive functions, and is no OID alias (target.OIDAliasTypes)
 }
 
 // copyColumns chooses the columns of table name to copy, quoted, and the
@@ -482,7 +482,8 @@ type column struct {
 // ones, in name order, when the publication has no list, as a PostgreSQL 14
 // publisher, which never publishes generated columns), in binary when every
 // one has the same built-in type on both sides, one with binary send and
-// receive functions (not aclitem), in text otherwise. A
+// receive functions (not aclitem) whose binary form means the same on both
+// (not an OID alias, regclass), in text otherwise. A
 // published column missing on either side, or generated on the target,
 // refuses the copy.
 func copyColumns(name string, listed []string, src, dst map[string]column) (cols []string, format string, err error) {
