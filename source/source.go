@@ -160,6 +160,10 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	pc.RuntimeParams["datestyle"] = "ISO"
 	pc.RuntimeParams["intervalstyle"] = "postgres"
 	pc.RuntimeParams["extra_float_digits"] = "3"
+	// And as it sets a secure search_path: a value naming an object (a
+	// regclass, which travels in text) comes schema-qualified, so that
+	// the target reads the same object whatever its search_path.
+	pc.RuntimeParams["search_path"] = ""
 	if cfg.AppName != "" {
 		pc.RuntimeParams["application_name"] = cfg.AppName
 	}

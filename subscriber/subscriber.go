@@ -73,7 +73,9 @@ type Config struct {
 	// publicationRefreshEvery); a table's first change reads them at once.
 	PublicationRefresh time.Duration
 	// Binary asks for values in binary where every published column can
-	// take them (see chooseBinary); off, they travel in text.
+	// take them (see chooseBinary), and for the copy's binary COPY where
+	// both sides' column types allow it; off, they travel in text, in the
+	// copy too.
 	Binary bool
 	// DetectConflicts detects conflicts, resolves them by Conflicts and
 	// logs them in parapply.conflicts (see apply.Detection); off, rows
@@ -348,11 +350,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if errors.Is(err, errOneByOneDone) {
 			continue
 		}
-		if errors.Is(err, apply.ErrBinaryUnfit) && !s.runs.textOnly.Load() {
-			// Nothing of the run's unfit table was applied: its next run
-			// reads the stream again from the target's record, in text.
-			s.runs.textOnly.Store(true)
-			s.log.Info("values go on in text: a published column cannot take them in binary", "reason", err)
+		if s.goOnInText(err) {
 			continue
 		}
 		cause := faultCause(err)

@@ -46,7 +46,7 @@ func (s *Subscriber) syncRequest(src *source.Source, published []source.Publishe
 		Config: tablesync.Config{
 			SourceDSN: s.cfg.Source.DSN, TargetDSN: s.cfg.Target.DSN, Slot: s.cfg.Source.Slot, Origins: true,
 			Workers: s.cfg.CopyWorkers, Existing: s.cfg.ExistingData, DeferIndexes: s.cfg.CopyDeferIndexes,
-			Log: s.log, Progress: s.copyProgress,
+			Text: !s.cfg.Binary, Log: s.log, Progress: s.copyProgress,
 		},
 		Tables: syncTables(published), CopyData: s.cfg.CopyData, SlotMissing: src != nil && src.Missing,
 		Publisher: publisher{s, src}, Copying: s.copying,

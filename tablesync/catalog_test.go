@@ -13,7 +13,8 @@ import (
 )
 
 // TestPlanFromCatalogs: what plan reads of both catalogs for a table's
-// copy (its size, ONLY for a plain table, the columns and format), and
+// copy (its size, ONLY for a plain table, the columns and format: text
+// for a type without binary functions, as aclitem), and
 // which indexes deferIndexes drops and saves (not one another table's
 // foreign key needs, nor an exclusion constraint), picked up again by a
 // second copy and rebuilt by finish.
@@ -23,6 +24,11 @@ func TestPlanFromCatalogs(t *testing.T) {
 	both := `CREATE TYPE mood AS ENUM ('a', 'b');
 		CREATE TABLE plain (id int PRIMARY KEY, name text, g int GENERATED ALWAYS AS (id * 2) STORED);
 		CREATE TABLE typed (id int PRIMARY KEY, m mood, tags mood[]);
+		CREATE TABLE acl (id int PRIMARY KEY, a aclitem);
+		CREATE TABLE acls (id int PRIMARY KEY, a aclitem[]);
+		CREATE TABLE queries (id int PRIMARY KEY, q tsquery, v tsvector, o oidvector);
+		CREATE TABLE named (id int PRIMARY KEY, r regclass);
+		CREATE TABLE nameds (id int PRIMARY KEY, r regtype[]);
 		CREATE TABLE parted (id int, k int) PARTITION BY RANGE (id);
 		CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (1000);
 		CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (1000) TO (2000);`
@@ -63,6 +69,16 @@ func TestPlanFromCatalogs(t *testing.T) {
 		{Table{Schema: "public", Name: "typed"}, `"id", "m", "tags"`, "text", true, 0, 0, ""},
 		{Table{Schema: "public", Name: "parted"}, `"id", "k"`, "binary", false, 2000, 2, ""},
 		{Table{Schema: "public", Name: "widened"}, `"id"`, "text", true, 0, 0, ""},
+		// Types without binary send and receive functions, alone and as an
+		// array's elements; types with them (an empty tsquery, which its
+		// receive function refuses, is met only while copying).
+		{Table{Schema: "public", Name: "acl"}, `"a", "id"`, "text", true, 0, 0, ""},
+		{Table{Schema: "public", Name: "acls"}, `"a", "id"`, "text", true, 0, 0, ""},
+		{Table{Schema: "public", Name: "queries"}, `"id", "o", "q", "v"`, "binary", true, 0, 0, ""},
+		// OID aliases: their binary form is an OID, which names another
+		// object on the other server.
+		{Table{Schema: "public", Name: "named"}, `"id", "r"`, "text", true, 0, 0, ""},
+		{Table{Schema: "public", Name: "nameds"}, `"id", "r"`, "text", true, 0, 0, ""},
 	}
 	for _, tt := range tests {
 		j, err := plan(ctx, src, dst, tt.table)

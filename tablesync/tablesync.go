@@ -30,8 +30,19 @@
 // Large tables are split into ranges of pages (ctid ranges, which
 // PostgreSQL scans with a TID range scan), so one big table keeps every
 // worker busy. Each range is one COPY from the publisher piped into one COPY
-// on the target, in binary format when the column types on both sides are
-// the same built-in types, in text otherwise.
+// on the target, committed on the target in a transaction of its own.
+//
+// # Binary or text
+//
+// A range goes in binary format when the column types on both sides are the
+// same built-in types with binary send and receive functions and binary is
+// not turned off (Config.Text), in text otherwise. PostgreSQL's binary
+// functions do not always agree with each other (an empty tsquery is sent
+// in binary, and its receive function refuses it): a binary range refused
+// for a value's binary form (pgerr.BinaryInput) is rolled back on the
+// target and copied again in text, as are the table's ranges after it, with
+// one warning per table. The rows of the ranges committed before stay:
+// each range commits alone, and the one refused committed nothing.
 package tablesync
 
 import (
@@ -119,7 +130,11 @@ type Config struct {
 	// between loses nothing. Indexes other tables' foreign keys depend on
 	// are left in place.
 	DeferIndexes bool
-	Log          *slog.Logger
+	// Text copies every table in text (binary = off): the publisher
+	// prints each value and the target parses it, as the built-in
+	// subscription's copy does.
+	Text bool
+	Log  *slog.Logger
 	// Progress, if set, is called about every ProgressEvery with the
 	// state of the copy.
 	Progress      func(Progress)
@@ -206,8 +221,9 @@ type chunk struct {
 
 type tableJob struct {
 	Table
-	format     string // "binary" or "text"
-	only       bool   // ONLY on the source (plain table)
+	format     string      // as planned: "binary" or "text"
+	inText     atomic.Bool // a binary range was refused: the rest goes in text
+	only       bool        // ONLY on the source (plain table)
 	pages      int64
 	estRows    int64
 	chunks     int
@@ -282,6 +298,9 @@ func prepareJobs(ctx context.Context, src, dst *pgx.Conn, cfg Config, tables []T
 		j, err := plan(ctx, src, dst, t)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Text {
+			j.format = "text"
 		}
 		jobs = append(jobs, j)
 	}
@@ -406,8 +425,10 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 		j.pages, j.estRows = int64(pages), int64(tuples)
 	}
 	columns := func(c *pgx.Conn) (map[string]column, error) {
-		rows, err := c.Query(ctx, `SELECT attname, pg_catalog.format_type(atttypid, atttypmod), (atttypid >= 16384 OR coalesce((SELECT typelem >= 16384 FROM pg_catalog.pg_type WHERE oid = atttypid), false)), attgenerated <> ''
-			FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, name)
+		rows, err := c.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), (a.atttypid >= 16384 OR coalesce(e.oid >= 16384, false)), a.attgenerated <> '',
+				t.typsend <> 0 AND t.typreceive <> 0 AND coalesce(e.typsend <> 0 AND e.typreceive <> 0, true) AND t.oid <> ALL (`+target.OIDAliasTypes+`) AND coalesce(e.oid <> ALL (`+target.OIDAliasTypes+`), true)
+			FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
+			WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, name)
 		if err != nil {
 			return nil, err
 		}
@@ -417,7 +438,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 			var n string
 			var c column
 			var user bool
-			if err := rows.Scan(&n, &c.typ, &user, &c.generated); err != nil {
+			if err := rows.Scan(&n, &c.typ, &user, &c.generated, &c.binary); err != nil {
 				return nil, err
 			}
 			if user {
@@ -453,13 +474,16 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 type column struct {
 	typ       string // format_type, prefixed "user:" for a type (or array of one) not built in
 	generated bool
+	binary    bool // the type (and an array's element type) has binary send and receive functions, and is no OID alias (target.OIDAliasTypes)
 }
 
 // copyColumns chooses the columns of table name to copy, quoted, and the
 // COPY format: the published ones (listed; every column but the generated
 // ones, in name order, when the publication has no list, as a PostgreSQL 14
 // publisher, which never publishes generated columns), in binary when every
-// one has the same built-in type on both sides, in text otherwise. A
+// one has the same built-in type on both sides, one with binary send and
+// receive functions (not aclitem) whose binary form means the same on both
+// (not an OID alias, regclass), in text otherwise. A
 // published column missing on either side, or generated on the target,
 // refuses the copy.
 func copyColumns(name string, listed []string, src, dst map[string]column) (cols []string, format string, err error) {
@@ -484,7 +508,7 @@ func copyColumns(name string, listed []string, src, dst map[string]column) (cols
 		if d.generated {
 			return nil, "", fmt.Errorf("copy: %w", target.GeneratedOnTarget(name, c))
 		}
-		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") {
+		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") || !s.binary || !d.binary {
 			format = "text"
 		}
 		cols = append(cols, parapply.QuoteIdent(c))
@@ -650,7 +674,8 @@ func split(j *tableJob, workers int) []chunk {
 	return cs
 }
 
-func (c chunk) sourceSQL() string {
+// sourceSQL is the chunk's COPY on the source, in format.
+func (c chunk) sourceSQL(format string) string {
 	j := c.t
 	var where []string
 	if j.RowFilter != "" {
@@ -666,25 +691,53 @@ func (c chunk) sourceSQL() string {
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return "COPY (" + q + ") TO STDOUT (FORMAT " + j.format + ")"
+	return "COPY (" + q + ") TO STDOUT (FORMAT " + format + ")"
 }
 
-func (c chunk) targetSQL() string {
+// targetSQL is the chunk's COPY on the target, in format.
+func (c chunk) targetSQL(format string) string {
 	j := c.t
 	if j.targetCols == "" {
 		// A table with no columns: its rows carry nothing but their count.
-		return "COPY " + j.QualifiedName() + " FROM STDIN (FORMAT " + j.format + ")"
+		return "COPY " + j.QualifiedName() + " FROM STDIN (FORMAT " + format + ")"
 	}
-	return "COPY " + j.QualifiedName() + " (" + j.targetCols + ") FROM STDIN (FORMAT " + j.format + ")"
+	return "COPY " + j.QualifiedName() + " (" + j.targetCols + ") FROM STDIN (FORMAT " + format + ")"
+}
+
+// formatNow is the format the table's next range goes in: text once a
+// binary one was refused.
+func (j *tableJob) formatNow() string {
+	if j.inText.Load() {
+		return "text"
+	}
+	return j.format
+}
+
+// formats says how the table's rows went, for the log: "binary", "text",
+// or "binary, then text" after a refused binary range.
+func (j *tableJob) formats() string {
+	if j.format == "binary" && j.inText.Load() {
+		return "binary, then text"
+	}
+	return j.format
+}
+
+// connectSource opens a copy worker's connection to the source.
+func connectSource(ctx context.Context, cfg Config) (*pgx.Conn, error) {
+	src, err := pgx.Connect(ctx, cfg.SourceDSN)
+	if err != nil {
+		return nil, fmt.Errorf("copy: connecting to the source: %w", pgerr.Short(err))
+	}
+	return src, nil
 }
 
 // worker copies chunks over its own pair of connections.
 func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
-	src, err := pgx.Connect(ctx, cfg.SourceDSN)
+	src, err := connectSource(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("copy: connecting to the source: %w", pgerr.Short(err))
+		return err
 	}
-	defer src.Close(context.Background())
+	defer func() { src.Close(context.Background()) }()
 	dcfg, err := pgx.ParseConfig(cfg.TargetDSN)
 	if err != nil {
 		return err
@@ -708,7 +761,19 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 		}
 	}
 	for c := range work {
-		if err := copyChunk(ctx, cfg, src, dst, c); err != nil {
+		format := c.t.formatNow()
+		err := copyChunk(ctx, cfg, src, dst, c, format)
+		if format == "binary" && inText(cfg, c.t, err) {
+			// The source's COPY, cut off when the target refused, took
+			// its connection with it.
+			if src.IsClosed() {
+				if src, err = connectSource(ctx, cfg); err != nil {
+					return err
+				}
+			}
+			err = copyChunk(ctx, cfg, src, dst, c, "text")
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -726,22 +791,42 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	return nil
 }
 
+// countingWriter counts the bytes written through it in n and in m.
 type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
+	w    io.Writer
+	n, m *atomic.Int64
 }
 
 func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
+	c.m.Add(int64(n))
 	return n, err
+}
+
+// inText tells whether err, a binary range's, is a refusal of a value's
+// binary form (pgerr.BinaryInput), after which the range is copied again
+// and the rest of table j goes in text; the first such refusal of a table
+// is logged.
+func inText(cfg Config, j *tableJob, err error) bool {
+	column, ok := pgerr.BinaryInput(err)
+	if !ok {
+		return false
+	}
+	if !j.inText.Swap(true) {
+		cfg.Log.Warn("copying the table in text: a value's binary form was refused (PostgreSQL's binary input does not take every value its binary output writes); the range is copied again",
+			"table", j.QualifiedName(), "column", column, "error", err)
+	}
+	return true
 }
 
 // errTargetCopyEnded ends the pipe from the source's COPY once the
 // target's COPY has returned.
 var errTargetCopyEnded = errors.New("target copy ended")
 
-func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) error {
+// copyChunk copies chunk c in format, committed on the target in a
+// transaction of its own; on an error nothing of it is.
+func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk, format string) error {
 	name := c.t.QualifiedName()
 	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("copy %s: %w", name, err)
@@ -757,21 +842,26 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 	defer tx.Rollback(context.Background())
 	pr, pw := io.Pipe()
 	var readErr error
+	var read atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		// CopyTo writes one message per row: buffer them, so the pipe hands
 		// the target whole blocks rather than a goroutine switch per row.
-		bw := bufio.NewWriterSize(countingWriter{pw, &c.t.bytes}, 256<<10)
-		_, readErr = src.PgConn().CopyTo(ctx, bw, c.sourceSQL())
+		bw := bufio.NewWriterSize(countingWriter{pw, &c.t.bytes, &read}, 256<<10)
+		_, readErr = src.PgConn().CopyTo(ctx, bw, c.sourceSQL(format))
 		if readErr == nil {
 			readErr = bw.Flush()
 		}
 		pw.CloseWithError(readErr)
 	}()
-	ct, err := dst.PgConn().CopyFrom(ctx, pr, c.targetSQL())
+	ct, err := dst.PgConn().CopyFrom(ctx, pr, c.targetSQL(format))
 	pr.CloseWithError(errTargetCopyEnded)
 	<-done
+	if readErr != nil || err != nil {
+		// Nothing of the range stays: its bytes are not the copy's.
+		c.t.bytes.Add(-read.Load())
+	}
 	// A source read cut off because the target's copy ended is no cause
 	// of its own: the target's error is (a read still in flight when the
 	// target failed would otherwise hide it).
@@ -797,7 +887,7 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk) err
 			return err
 		}
 		c.t.done.Store(true)
-		cfg.Log.Info("table copied", "table", name, "rows", c.t.rows.Load(), "bytes", c.t.bytes.Load(), "format", c.t.format, "chunks", c.t.chunks)
+		cfg.Log.Info("table copied", "table", name, "rows", c.t.rows.Load(), "bytes", c.t.bytes.Load(), "format", c.t.formats(), "chunks", c.t.chunks)
 	}
 	return nil
 }

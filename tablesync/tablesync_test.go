@@ -33,15 +33,17 @@ func TestPending(t *testing.T) {
 
 // TestCopyColumns: which columns the copy of a table takes and in what
 // format: the published ones (every column but the generated ones, by
-// name, without a column list), in binary only when every type is the same
-// built-in type on both sides; a column missing on either side, or
-// generated on the target, refuses the copy naming the table and column.
+// name, without a column list), in binary only when every type is the
+// same built-in type on both sides, with binary send and receive
+// functions; a column missing on either side, or generated on the target,
+// refuses the copy naming the table and column.
 func TestCopyColumns(t *testing.T) {
-	plain := func(typ string) column { return column{typ: typ} }
-	gen := func(typ string) column { return column{typ: typ, generated: true} }
+	plain := func(typ string) column { return column{typ: typ, binary: true} }
+	gen := func(typ string) column { return column{typ: typ, generated: true, binary: true} }
+	nobinary := column{typ: "aclitem"}
 	src := map[string]column{
 		"id": plain("integer"), "Name": plain("text"), "total": gen("numeric"),
-		"mood": plain("user:mood"), "moods": plain("user:mood[]"), "at": plain("timestamp with time zone"),
+		"mood": plain("user:mood"), "acl": nobinary, "moods": plain("user:mood[]"), "at": plain("timestamp with time zone"),
 	}
 	tests := []struct {
 		name    string
@@ -57,10 +59,11 @@ func TestCopyColumns(t *testing.T) {
 		{"a typmod differs", []string{"at"}, map[string]column{"at": plain("timestamp without time zone")}, `"at"`, "text", ""},
 		{"a user type, the same on both", []string{"id", "mood"}, map[string]column{"id": plain("integer"), "mood": plain("user:mood")}, `"id", "mood"`, "text", ""},
 		{"an array of a user type", []string{"moods"}, map[string]column{"moods": plain("user:mood[]")}, `"moods"`, "text", ""},
+		{"a type without binary functions", []string{"id", "acl"}, map[string]column{"id": plain("integer"), "acl": nobinary}, `"id", "acl"`, "text", ""},
 		{"a generated column published", []string{"id", "total"}, map[string]column{"id": plain("integer"), "total": plain("numeric")}, `"id", "total"`, "binary", ""},
 		{"no list: every column but generated ones, by name", nil,
-			map[string]column{"id": plain("integer"), "Name": plain("text"), "total": gen("numeric"), "mood": plain("user:mood"), "moods": plain("user:mood[]"), "at": plain("timestamp with time zone"), "extra": plain("text")},
-			`"Name", "at", "id", "mood", "moods"`, "text", ""},
+			map[string]column{"id": plain("integer"), "Name": plain("text"), "total": gen("numeric"), "mood": plain("user:mood"), "moods": plain("user:mood[]"), "at": plain("timestamp with time zone"), "extra": plain("text"), "acl": nobinary},
+			`"Name", "acl", "at", "id", "mood", "moods"`, "text", ""},
 		{"extra target columns are left alone", []string{"id"}, map[string]column{"id": plain("integer"), "note": plain("text")}, `"id"`, "binary", ""},
 		{"missing on the source", []string{"id", "gone"}, map[string]column{"id": plain("integer"), "gone": plain("text")}, "", "", `published column "gone" of "public"."t" is not on the source (dropped since the start?); start again`},
 		{"missing on the target", []string{"id", "Name"}, map[string]column{"id": plain("integer")}, "", "", `column "Name" of "public"."t" is missing on the target`},
@@ -193,10 +196,10 @@ func TestChunkSQL(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := chunk{t: tt.job, lo: tt.lo, hi: tt.hi}
-			if got := c.sourceSQL(); got != tt.source {
+			if got := c.sourceSQL(tt.job.format); got != tt.source {
 				t.Errorf("sourceSQL = %s\nwant          %s", got, tt.source)
 			}
-			if got := c.targetSQL(); got != tt.target {
+			if got := c.targetSQL(tt.job.format); got != tt.target {
 				t.Errorf("targetSQL = %s\nwant          %s", got, tt.target)
 			}
 		})

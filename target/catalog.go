@@ -61,10 +61,17 @@ type Column struct {
 	// AlwaysIdentity is true for GENERATED ALWAYS AS IDENTITY.
 	AlwaysIdentity bool
 	// Receives is true when the type reads a binary value and has an
-	// array type of its own, not being one: its values can travel as an
-	// array of it in binary. Enum is true for an enum type.
+	// array type of its own, not being one, nor an OID alias type
+	// (OIDAliasTypes): its values can travel as an array of it in binary.
+	// Enum is true for an enum type.
 	Receives, Enum bool
 }
+
+// OIDAliasTypes are the types whose values name catalog objects by OID
+// (regclass, regtype, ...), as a SQL array of them: their binary form is
+// the OID, which names another object, or none, on the other server, where
+// their text form names the object, so they travel in text.
+const OIDAliasTypes = `'{regproc,regprocedure,regoper,regoperator,regclass,regcollation,regtype,regrole,regnamespace,regconfig,regdictionary}'::pg_catalog.regtype[]`
 
 // FirstUserOID is where the OIDs of objects not built into PostgreSQL
 // start (FirstNormalObjectId): below it, a type's OID names the same type,
@@ -109,7 +116,7 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	}
 	t.Partitioned = kind == "p"
 	rows, err := conn.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, -1), a.attgenerated <> '', a.attidentity = 'a', a.atttypid,
-			t.typreceive <> 0 AND t.typarray <> 0 AND t.typcategory <> 'A' AND t.typtype IN ('b', 'e', 'r', 'm'), t.typtype = 'e'
+			t.typreceive <> 0 AND t.typarray <> 0 AND t.typcategory <> 'A' AND t.typtype IN ('b', 'e', 'r', 'm') AND t.oid <> ALL (`+OIDAliasTypes+`), t.typtype = 'e'
 		FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, t.OID)
 	if err != nil {

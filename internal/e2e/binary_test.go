@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,8 +50,9 @@ func familyChanges(tab string) string {
 // inserts (few rows, and many, which go by binary COPY), updates by key
 // and of the key, and deletes, under a key and under REPLICA IDENTITY FULL,
 // row for row as in text mode (binary off, the same changes). A published
-// array column puts the whole stream in text; a column of one added while
-// parapply runs makes the next run read on in text, nothing lost.
+// array column puts the whole stream in text, and so does an OID alias
+// (regclass), copied in text too; a column of one added while parapply
+// runs makes the next run read on in text, nothing lost.
 func TestBinaryTransfer(t *testing.T) {
 	for _, binary := range []bool{true, false} {
 		name := map[bool]string{true: "binary", false: "text"}[binary]
@@ -79,14 +84,23 @@ func TestBinaryTransfer(t *testing.T) {
 		r := e.start(cfg)
 		e.exec(e.pub, `INSERT INTO plain SELECT g, g / 3.0 FROM generate_series(1, 300) g;
 			INSERT INTO tagged VALUES (1, '{a,"b c",NULL}', '{{1,2},{3,4}}'), (2, '{}', NULL)`)
-		e.waitCaughtUp(r)
-		if r.s.Status().Binary {
-			t.Error("status says binary with an array column published")
-		}
-		e.verify("public.plain", "public.tagged")
-		if err := r.stop(); err != nil {
-			t.Fatal(err)
-		}
+		e.endsInText(r, "with an array column published", "public.plain", "public.tagged")
+	})
+
+	t.Run("OID aliases travel in text", func(t *testing.T) {
+		// A regclass or regtype value in binary is an OID: on a target
+		// whose OIDs differ (one more table made first), it would name
+		// another object. In text it names the same one, in the copy and
+		// in the stream.
+		e := newEnv(t, "")
+		e.exec(e.sub, `CREATE TABLE shifts_oids (a int)`)
+		e.both(`CREATE TABLE named (id int PRIMARY KEY, r regclass, rt regtype, rs regclass[]); CREATE TABLE other (id int); CREATE TYPE kind AS (a int)`)
+		e.exec(e.pub, `CREATE PUBLICATION pub FOR TABLE named; INSERT INTO named VALUES (1, 'other', 'kind', '{other,named}')`)
+		cfg := e.config("oids")
+		cfg.Binary, cfg.CopyData = true, true
+		r := e.start(cfg)
+		e.exec(e.pub, `INSERT INTO named VALUES (2, 'named', 'kind[]', '{other}'); UPDATE named SET r = 'other' WHERE id = 2`)
+		e.endsInText(r, "with a regclass column published", "public.named")
 	})
 
 	t.Run("a column added while running goes on in text", func(t *testing.T) {
@@ -107,13 +121,108 @@ func TestBinaryTransfer(t *testing.T) {
 		for r.s.Status().Binary && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		e.waitCaughtUp(r)
-		if r.s.Status().Binary {
-			t.Error("status still says binary after an array column joined")
-		}
-		e.verify("public.grows")
-		if err := r.stop(); err != nil {
-			t.Fatal(err)
-		}
+		e.endsInText(r, "after an array column joined", "public.grows")
 	})
+}
+
+// endsInText waits for r to catch up, checks that values travel in text
+// (why says what put them so), compares tables row for row, and stops r,
+// which must end without an error.
+func (e *env) endsInText(r *running, why string, tables ...string) {
+	e.t.Helper()
+	e.waitCaughtUp(r)
+	if r.s.Status().Binary {
+		e.t.Errorf("status says binary %s", why)
+	}
+	e.verify(tables...)
+	if err := r.stop(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// refusedSchema holds values PostgreSQL writes in binary but whose binary
+// input refuses them: an empty tsquery (by a literal, and by to_tsquery of
+// a stop word), in a small table and in one large enough to be copied in
+// ranges; beside them a table of plain values.
+const refusedSchema = `CREATE TABLE tq (id int PRIMARY KEY, q tsquery, v tsvector);
+	CREATE TABLE tq_wide (id int PRIMARY KEY, q tsquery, pad text) WITH (fillfactor = 10);
+	CREATE TABLE calm (id int PRIMARY KEY, n numeric)`
+
+// TestBinaryRefused: binary is a setting, and a value whose binary form
+// the target refuses stops nothing. With binary = off the copy goes in
+// text COPY (every table's "table copied" line says text) and the stream
+// in text. With binary = on, an empty tsquery (sent in binary, refused by
+// its binary input on the target) makes the copy of its table go in text
+// from the refused range on, one warning per table (a table copied in two
+// ranges, the refused one rolled back and copied again, nothing doubled);
+// in the stream, it makes the run go on in text from the target's last
+// commit, one warning, by a statement's parameter and by an insert run's
+// COPY (a new start reads in binary again). Either way the run never
+// exits, and the target equals the publisher row for row.
+func TestBinaryRefused(t *testing.T) {
+	for _, binary := range []bool{true, false} {
+		name := map[bool]string{true: "binary", false: "text"}[binary]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, refusedSchema)
+			// tq_wide fills a page a row, 4,200 pages: two ranges for two
+			// copy workers; its empty tsquery is in the second.
+			e.exec(e.pub, `INSERT INTO tq VALUES (1, 'a & b', 'a b'), (2, '', ''), (3, NULL, NULL), (4, to_tsquery('english', 'the'), 'the'), (5, '!x | y:*', 'x:1A');
+				INSERT INTO tq_wide SELECT g, CASE WHEN g = 4000 THEN ''::tsquery ELSE ('w' || g)::tsquery END, repeat('p', 700) FROM generate_series(1, 4200) g;
+				INSERT INTO calm SELECT g, g / 7.0 FROM generate_series(1, 100) g;
+				ANALYZE`)
+			logs := &logBuffer{}
+			cfg := e.config("refused_" + name)
+			cfg.Binary, cfg.CopyData, cfg.CopyWorkers = binary, true, 2
+			cfg.Log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, e.log), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			r := e.start(cfg)
+			log := logs.String()
+			for table, format := range map[string]string{"tq": "text in 1", "tq_wide": "text in 2", "calm": "text in 1"} {
+				if binary {
+					format = map[string]string{"tq": "binary, then text in 1", "tq_wide": "binary, then text in 2", "calm": "binary in 1"}[table]
+				}
+				quoted := `table="\\"public\\".\\"` + table + `\\""`
+				var got []string
+				for _, m := range regexp.MustCompile(`msg="table copied" `+quoted+` .* format=("[^"]*"|\S+) chunks=(\d+)`).FindAllStringSubmatch(log, -1) {
+					got = append(got, strings.Trim(m[1], `"`)+" in "+m[2])
+				}
+				if len(got) != 1 || got[0] != format {
+					t.Errorf("%s copied (format in chunks): %v, want %s", table, got, format)
+				}
+				if table == "calm" {
+					continue
+				}
+				n := len(regexp.MustCompile(`msg="copying the table in text[^"]*" `+quoted+` column=q `).FindAllString(log, -1))
+				if want := map[bool]int{true: 1, false: 0}[binary]; n != want {
+					t.Errorf("%d warnings that %s is copied in text, naming column q; want %d", n, table, want)
+				}
+			}
+			if got := r.s.Status().Binary; got != binary {
+				t.Errorf("status says binary %v after the copy, want %v", got, binary)
+			}
+			// By a statement's parameter (a few rows), then by an insert
+			// run's COPY (300 rows in one transaction) after a new start.
+			e.exec(e.pub, `INSERT INTO tq VALUES (10, 'c', 'c'), (11, '', ''); UPDATE tq SET q = '' WHERE id = 1; INSERT INTO calm VALUES (1000, 1)`)
+			e.endsInText(r, "after the target refused a value in binary", "public.tq", "public.tq_wide", "public.calm")
+			r = e.start(cfg)
+			if got := r.s.Status().Binary; got != binary {
+				t.Errorf("status says binary %v at a new start, want %v", got, binary)
+			}
+			e.exec(e.pub, `INSERT INTO tq SELECT g, CASE WHEN g % 50 = 0 THEN ''::tsquery ELSE 'z'::tsquery END, 'z' FROM generate_series(100, 399) g; UPDATE calm SET n = -n`)
+			e.waitCaughtUp(r)
+			e.verify("public.tq", "public.calm")
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			// One warning per start: the first names no column (a bind
+			// parameter's), the second the COPY's.
+			warned := regexp.MustCompile(`msg="values go on in text for every table[^"]*" column=(\S*) `).FindAllStringSubmatch(logs.String(), -1)
+			var columns []string
+			for _, m := range warned {
+				columns = append(columns, m[1])
+			}
+			if want := map[bool]string{true: `"" q`, false: ""}[binary]; strings.Join(columns, " ") != want {
+				t.Errorf("warnings that values go on in text name the columns %q, want %q (one per start)", columns, want)
+			}
+		})
+	}
 }
