@@ -127,6 +127,17 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 			l.warnJoined(name, err)
 			continue
 		}
+		if l.s.cfg.CopyData {
+			var may bool
+			var role string
+			if err := conn.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege($1::regclass, 'SELECT'), current_user::text`, name).Scan(&may, &role); err != nil {
+				return nil, err
+			}
+			if !may {
+				l.warnJoined(name, errNoSelect{name, pt.Schema, role})
+				continue
+			}
+		}
 		out = append(out, pt)
 	}
 	return out, nil
@@ -144,7 +155,11 @@ func (l *loop) warnJoined(name string, err error) {
 		return
 	}
 	l.joinWarned[name] = true
+	var ns errNoSelect
 	switch {
+	case errors.As(err, &ns):
+		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
+			name, ns.role, name, parapply.QuoteIdent(ns.role), parapply.QuoteIdent(ns.schema), parapply.QuoteIdent(ns.role)))
 	case errors.Is(err, target.ErrNoTable) && l.s.cfg.DDL == DDLApply:
 		l.s.log.Debug("a table that joined the publication is not on the target yet; its DDL may be still in the stream", "table", name)
 	case errors.Is(err, target.ErrNoTable):
@@ -153,6 +168,11 @@ func (l *loop) warnJoined(name string, err error) {
 		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target's table cannot take it: %v; its changes are skipped until it can, and parapply then copies it without a restart", name, err))
 	}
 }
+
+// errNoSelect is a joined table the source role may not read.
+type errNoSelect struct{ table, schema, role string }
+
+func (e errNoSelect) Error() string { return "the source role may not read " + e.table }
 
 // copyJoined copies the tables that joined the publication, with
 // everything before committed, and has every applier take them as synced.
