@@ -94,9 +94,12 @@ func (a *Applier) loadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.R
 	} else if err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.to_regclass($1)::oid, 0)`, rel.QualifiedName()).Scan(&oid); err != nil {
 		return nil, fmt.Errorf("looking up %s on the target: %w", rel.QualifiedName(), err)
 	}
-	sums, err := catalogSums(ctx, conn, []uint32{oid})
-	if err != nil {
-		return nil, fmt.Errorf("reading the catalog of %s on the target: %w", rel.QualifiedName(), err)
+	var sums map[uint32]string
+	if oid != 0 { // else LoadTable says what is missing
+		var err error
+		if sums, err = catalogSums(ctx, conn, []uint32{oid}); err != nil {
+			return nil, fmt.Errorf("reading the catalog of %s on the target: %w", rel.QualifiedName(), err)
+		}
 	}
 	n, err := LoadTable(ctx, conn, rel, a.cfg.BinaryValues)
 	if err != nil {
@@ -128,8 +131,12 @@ func catalogSums(ctx context.Context, conn *pgx.Conn, oids []uint32) (map[uint32
 // changed reads the fingerprints of tables and, for those that differ
 // from their description's, the description again: what it returns are
 // the new descriptions (Table.base the one each was read again for),
-// with whether each differs from the one it replaces.
-func (a *Applier) changed(ctx context.Context, tables []*Table) ([]*Table, []bool, error) {
+// with whether each differs from the one it replaces. lenient (the
+// builder's, between groups) passes over a table whose description cannot
+// be read again (dropped or changed on the target, so that its changes
+// cannot be applied): it is said once, and the change that meets it stops
+// the run as it would have; the old description is kept.
+func (a *Applier) changed(ctx context.Context, tables []*Table, lenient bool) ([]*Table, []bool, error) {
 	var oids []uint32
 	for _, t := range tables {
 		oids = append(oids, t.OID)
@@ -148,6 +155,11 @@ func (a *Applier) changed(ctx context.Context, tables []*Table) ([]*Table, []boo
 			continue
 		}
 		n, err := a.loadTable(ctx, a.conn, t.Rel, t)
+		if err != nil && lenient && !a.conn.IsClosed() && ctx.Err() == nil {
+			t.catalogSum = sums[t.OID]
+			a.Warn(fmt.Sprintf("the target's description of table %s changed while parapply ran, and cannot be read again: %v; its changes will fail until the target's table takes them", t.Name, err))
+			continue
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the description of %s on the target again: %w", t.Name, err)
 		}
@@ -225,7 +237,7 @@ func (a *Applier) rereadTables(ctx context.Context, ops []op) error {
 			}
 		}
 	}
-	fresh, differ, err := a.changed(ctx, tables)
+	fresh, differ, err := a.changed(ctx, tables, false)
 	if err != nil {
 		return err
 	}
@@ -303,7 +315,7 @@ func (a *Applier) RefreshIfDue(ctx context.Context) error {
 			tables = append(tables, t)
 		}
 	}
-	fresh, _, err := a.changed(ctx, tables)
+	fresh, _, err := a.changed(ctx, tables, true)
 	if err != nil {
 		return err
 	}
