@@ -216,6 +216,8 @@ type Applier struct {
 	sender    sender
 	detector  detector
 	readAhead readAhead
+	// reread reads the target's description of tables again (reread.go).
+	reread rereader
 	// arrays recycles the open group's array parameters once it commits.
 	arrays arena
 }
@@ -324,7 +326,7 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	if err := a.wait(); err != nil {
 		return err
 	}
-	t, err := LoadTable(ctx, a.conn, rel, a.cfg.BinaryValues)
+	t, err := a.loadTable(ctx, a.conn, rel, nil)
 	if errors.Is(err, errNoTable) && a.synced != nil {
 		if _, ok := a.synced[rel.QualifiedName()]; !ok {
 			// Not among the tables parapply copied (a partition that
@@ -417,6 +419,7 @@ func (a *Applier) Begin(txn Txn) {
 	if !a.grp.open {
 		a.grp = group{open: true, first: txn, opened: time.Now()}
 		a.began = false
+		a.takePending()
 	}
 	a.grp.txns++
 	if txn.Skip || txn.SkipDDL || txn.Failed != "" {

@@ -130,6 +130,12 @@ type Table struct {
 	pending     [4]int64
 	prefetchSQL string         // built on first use
 	probeSQL    map[int]string // likewise, per probed column
+
+	// catalogSum is the fingerprint of the catalog rows the description
+	// was read from (see reread.go); base, on a description read again
+	// until the builder takes it, the one it was read again for.
+	catalogSum string
+	base       *Table
 }
 
 // Target names the table in UPDATE, DELETE and TRUNCATE: with ONLY for a

@@ -1,6 +1,9 @@
 package apply
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // A round trip, top to bottom: the statements queued (see queue) are
 // taken once the round trip before them has finished (takeOps); then
@@ -65,8 +68,9 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 	d := &a.detector
 	if len(ops) > 0 && ops[0].sql == "BEGIN" {
 		d.beginGroup(d.resolvingNow() && a.alone())
+		a.reread.beginGroup()
 	}
-	ops, err := d.resolvingIfAsked(ops)
+	ops, err := d.resolvingIfAsked(a.reread.swap(ops))
 	if err != nil {
 		return err
 	}
@@ -79,10 +83,23 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 		if _, rerr := a.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 			return err
 		}
-		if ops, err = d.replay(ops); err != nil {
+		// Before deciding: the target's description of the tables may
+		// have changed since it was read (a trigger that suppresses
+		// changes, created since).
+		a.sender.short = a.sender.short[:0]
+		if rerr := a.rereadTables(ctx, ops); rerr != nil {
+			return desc.wrap(fmt.Errorf("%w (met after: %v)", rerr, err))
+		}
+		d.keep.ops = a.reread.swap(d.keep.ops)
+		if ops, err = d.replay(a.reread.swap(ops)); err != nil {
 			return err
 		}
 		err = a.sender.send(ctx, ops, desc)
+	}
+	if err == nil {
+		err = a.settle(ctx)
+	} else {
+		a.sender.short = a.sender.short[:0]
 	}
 	d.keep.add(ops)
 	return err

@@ -35,6 +35,9 @@ type sender struct {
 	// failed round trip's error, until rollback.
 	inflight *inflight
 	failed   error
+	// short are the statements of the round trip that changed fewer rows
+	// than they were sent for, to be settled after it (Applier.settle).
+	short []shortfall
 }
 
 // send sends ops: one pipelined round trip, or one more for each COPY
@@ -75,8 +78,7 @@ func (s *sender) done(o op, tag pgconn.CommandTag) {
 	}
 	if o.rows >= 0 {
 		if n := tag.RowsAffected(); n < int64(o.rows) {
-			s.stats.Missing.Add(int64(o.rows) - n)
-			missing(o.table, o.kind, int64(o.rows)-n)
+			s.short = append(s.short, shortfall{o.table, o.kind, int64(o.rows) - n})
 		}
 	}
 }

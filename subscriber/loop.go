@@ -279,6 +279,12 @@ func (l *loop) beginHeld(ctx context.Context, o *pgoutput.Origin) error {
 	if prepared {
 		return l.beginPrepare(ctx, txn)
 	}
+	// Between groups, now and then: what the reader's applier knows of
+	// the target's tables (it applies, or keys the workers' units) is
+	// compared with the target's catalog.
+	if err := l.app.RefreshIfDue(ctx); err != nil {
+		return err
+	}
 	return l.begin(txn)
 }
 

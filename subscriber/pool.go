@@ -592,6 +592,11 @@ func awaitGone(ctx context.Context, app *apply.Applier, pid uint32) error {
 // try applies a batch and commits it once every earlier unit has.
 func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
 	began := time.Now()
+	// Between target transactions, now and then: the worker's tables
+	// are compared with the target's catalog.
+	if err := w.app.RefreshIfDue(ctx); err != nil {
+		return err
+	}
 	for _, u := range b.units {
 		if err := p.catchUp(ctx, w, u); err != nil {
 			return err
