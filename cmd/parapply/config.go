@@ -231,8 +231,10 @@ var (
 )
 
 // warnUnknownEnv reports each PARAPPLY_ variable of env that is no
-// setting, naming the nearest setting when it looks like a misspelling
-// (PARAPPLY_WOKERS): set, it would otherwise be ignored without a word.
+// setting but is near the name of one (PARAPPLY_WOKERS), naming it: set,
+// it would otherwise be ignored without a word. A variable near no name of
+// parapply's (PARAPPLY_BIN, PARAPPLY_ARGS) is taken as one of the scripts
+// around parapply and passed over in silence.
 func warnUnknownEnv(env []string, w io.Writer) {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
@@ -240,21 +242,33 @@ func warnUnknownEnv(env []string, w io.Writer) {
 		if !ok || contains(otherEnv, name) || known(strings.ToLower(rest)) || slices.ContainsFunc(otherEnvPrefix, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		msg := fmt.Sprintf("parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored", name)
-		if near := nearestSetting(strings.ToLower(rest)); near != "" {
-			msg += fmt.Sprintf(" (did you mean PARAPPLY_%s?)", strings.ToUpper(near))
+		if near := nearestEnv(strings.ToUpper(name)); near != "" {
+			fmt.Fprintf(w, "parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored (did you mean %s?)\n", name, near)
 		}
-		fmt.Fprintln(w, msg)
 	}
 }
 
-// nearestSetting is the setting within two edits of name, or "".
-func nearestSetting(name string) string {
-	best, bestD := "", 3
-	for _, s := range settings {
-		if d := editDistance(name, s.name); d < bestD {
-			best, bestD = s.name, d
+// nearestEnv is the variable parapply reads (a setting's PARAPPLY_NAME or
+// one of otherEnv) nearest to name, if within one edit for a name of up to
+// four letters after PARAPPLY_ and two for a longer one; else "". The bound
+// is tight so that a script's own PARAPPLY_DIR is not taken for
+// PARAPPLY_DDL.
+func nearestEnv(name string) string {
+	limit := 2
+	if len(name)-len("PARAPPLY_") <= 4 {
+		limit = 1
+	}
+	best, bestD := "", limit+1
+	try := func(cand string) {
+		if d := editDistance(name, cand); d < bestD {
+			best, bestD = cand, d
 		}
+	}
+	for _, s := range settings {
+		try("PARAPPLY_" + strings.ToUpper(s.name))
+	}
+	for _, o := range otherEnv {
+		try(o)
 	}
 	return best
 }
