@@ -185,6 +185,11 @@ func loadConfig(fs *flag.FlagSet, args []string, names ...string) (config, error
 			c[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
 		}
 	})
+	for _, side := range []string{"source", "target"} {
+		if err := checkDSN(side, c[side]); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -273,25 +278,31 @@ func nearestEnv(name string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the edit distance of a and b, counting an insertion, a
+// deletion, a substitution or a swap of two neighbouring letters (hots for
+// host) as one edit (optimal string alignment).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 func known(name string) bool {

@@ -1022,3 +1022,51 @@ func TestLoadConfigTyped(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckDSN: a connection keyword libpq does not know, in keyword/value
+// form or as a URI's query parameter, is refused with the nearest known
+// one; known keywords, quoted values and strings the connection's parser
+// is left to judge pass.
+func TestCheckDSN(t *testing.T) {
+	for _, tt := range []struct {
+		dsn, want string // want "" for no error
+	}{
+		{"host=pub dbname=app user=repl", ""},
+		{"host = pub  port=5432 password='a b\\' c=d' sslmode=require application_name=x", ""},
+		{"postgres://repl:secret@pub:5432/app?sslmode=disable&application_name=x", ""},
+		{"postgresql:///app?host=/tmp&target_session_attrs=read-write", ""},
+		{"hostt=pub dbname=app", "unknown connection keyword hostt in source (did you mean host?)"},
+		{"host=pub password='x hostt=y' dbnme=app", "unknown connection keyword dbnme in source (did you mean dbname?)"},
+		{"host=pub database=app", "unknown connection keyword database in source (did you mean dbname?)"},
+		{"host=pub ssl_mode=require", "unknown connection keyword ssl_mode in source (did you mean sslmode?)"},
+		{"postgres://pub/app?sslmod=disable", "unknown connection keyword sslmod in source (did you mean sslmode?)"},
+		{"host=pub search_path=app", "unknown connection keyword search_path in source: libpq knows no such keyword (server settings go in options='-c name=value')"},
+		{"host=pub password='unterminated", ""}, // left to the parser
+		{"", ""},
+	} {
+		err := checkDSN("source", tt.dsn)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("checkDSN(%q) = %q, want %q", tt.dsn, got, tt.want)
+		}
+	}
+}
+
+// TestLoadConfigDSNKeyword: every command's --source and --target (and
+// those of the file and environment) are checked before it connects.
+func TestLoadConfigDSNKeyword(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("PARAPPLY_SOURCE", "host=pub dbname=app")
+	_, err := loadConfig(newFlagSet(), []string{"--target", "hostt=sub dbname=app"}, "source", "target")
+	if err == nil || err.Error() != "unknown connection keyword hostt in target (did you mean host?)" {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	var out strings.Builder
+	err = statusCommand(context.Background(), []string{"--target", "host=sub", "--source", "hots=pub"}, &out)
+	if err == nil || err.Error() != "unknown connection keyword hots in source (did you mean host?)" {
+		t.Fatalf("status: %v", err)
+	}
+}
