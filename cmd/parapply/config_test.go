@@ -1070,3 +1070,34 @@ func TestLoadConfigDSNKeyword(t *testing.T) {
 		t.Fatalf("status: %v", err)
 	}
 }
+
+// TestSkipLine: the skip command a run's errors print carries the run's
+// target without its secrets (or the configuration file the target came
+// from) and its slot, quoted for the shell.
+func TestSkipLine(t *testing.T) {
+	file := writeFile(t, "target = 'host=sub dbname=app'\nslot = app\n")
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		target, slot, file, want string
+	}{
+		{"host=sub dbname=app user=apply password=secret", "app", "",
+			"parapply skip --target 'host=sub dbname=app user=apply' --slot app"},
+		{"host=sub password='s e\\'cret' dbname=app sslpassword=x", "parapply", "",
+			"parapply skip --target 'host=sub dbname=app' --slot parapply"},
+		{"postgres://apply:secret@sub:5432/app?sslmode=require&password=x", "app", "",
+			"parapply skip --target 'postgres://apply@sub:5432/app?sslmode=require' --slot app"},
+		{`host=sub dbname='it\'s'`, "my slot", "",
+			`parapply skip --target 'host=sub dbname='\''it\'\''s'\''' --slot 'my slot'`},
+		{"host=sub dbname=app", "app", file, "parapply skip --config " + shellQuote(abs) + " --slot app"},
+		// The target came from the environment or a flag, not the file.
+		{"host=other dbname=app", "app", file, "parapply skip --target 'host=other dbname=app' --slot app"},
+	} {
+		got := skipLine(config{"target": tt.target, "slot": tt.slot}, tt.file)
+		if got != tt.want {
+			t.Errorf("skipLine(%q, %q, %q):\n got %s\nwant %s", tt.target, tt.slot, tt.file, got, tt.want)
+		}
+	}
+}

@@ -75,12 +75,19 @@ func nearestKeyword(name string) string {
 	return best
 }
 
+// dsnPair is one keyword of a connection string and, in keyword/value
+// form, the pair's text as written.
+type dsnPair struct{ key, text string }
+
+// isURI reports whether dsn is written as a postgres:// URI.
+func isURI(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
 // dsnKeywords are the keywords of dsn: a URI's query parameters, or the
-// keywords of keyword/value pairs (values quoted with single quotes, \
-// escaping a quote or a backslash, as libpq reads them). ok is false when
-// dsn cannot be split so.
+// keywords of keyword/value pairs. ok is false when dsn cannot be split so.
 func dsnKeywords(dsn string) (keys []string, ok bool) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+	if isURI(dsn) {
 		u, err := url.Parse(dsn)
 		if err != nil {
 			return nil, false
@@ -95,17 +102,29 @@ func dsnKeywords(dsn string) (keys []string, ok bool) {
 		slices.Sort(keys)
 		return keys, true
 	}
+	pairs, ok := dsnPairs(dsn)
+	for _, p := range pairs {
+		keys = append(keys, p.key)
+	}
+	return keys, ok
+}
+
+// dsnPairs splits a keyword/value connection string into its pairs
+// (values quoted with single quotes, \ escaping a quote or a backslash, as
+// libpq reads them); ok is false when it cannot.
+func dsnPairs(dsn string) (pairs []dsnPair, ok bool) {
 	s := dsn
 	for {
 		s = strings.TrimLeftFunc(s, unicode.IsSpace)
 		if s == "" {
-			return keys, true
+			return pairs, true
 		}
+		start := s
 		end := strings.IndexFunc(s, func(r rune) bool { return r == '=' || unicode.IsSpace(r) })
 		if end <= 0 {
 			return nil, false
 		}
-		keys = append(keys, s[:end])
+		key := s[:end]
 		s = strings.TrimLeftFunc(s[end:], unicode.IsSpace)
 		if !strings.HasPrefix(s, "=") {
 			return nil, false
@@ -132,5 +151,42 @@ func dsnKeywords(dsn string) (keys []string, ok bool) {
 			i++
 		}
 		s = s[min(i, len(s)):]
+		pairs = append(pairs, dsnPair{key, start[:len(start)-len(s)]})
 	}
+}
+
+// secretKeywords are the connection keywords whose values are secrets.
+var secretKeywords = []string{"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+
+// withoutSecrets is dsn without its password and other secrets (see
+// secretKeywords), to be printed in a command a DBA copies: the command
+// then reads them where libpq does without them in the string (~/.pgpass,
+// PGPASSWORD). A string that cannot be split is not printed at all.
+func withoutSecrets(dsn string) string {
+	if isURI(dsn) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "DSN"
+		}
+		if _, set := u.User.Password(); set {
+			u.User = url.User(u.User.Username())
+		}
+		q := u.Query()
+		for _, k := range secretKeywords {
+			q.Del(k)
+		}
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	pairs, ok := dsnPairs(dsn)
+	if !ok {
+		return "DSN"
+	}
+	var kept []string
+	for _, p := range pairs {
+		if !slices.Contains(secretKeywords, p.key) {
+			kept = append(kept, p.text)
+		}
+	}
+	return strings.Join(kept, " ")
 }
