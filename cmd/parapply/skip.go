@@ -40,7 +40,7 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
 		}
 	}
-	conn, err := connectPlain(ctx, c["target"], "target", c["application_name"]+" skip")
+	conn, err := connector("parapply skip", !*list)(ctx, c["target"], "target", c["application_name"]+" skip")
 	if err != nil {
 		return err
 	}

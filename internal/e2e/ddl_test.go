@@ -565,6 +565,9 @@ func TestDDLCommands(t *testing.T) {
 		t.Errorf("parapply status --json: ddl_statements = %v, want 1", st["ddl_statements"])
 	}
 
+	// After the read-only step of a cut-over, uninstall writes all the same.
+	e.exec(e.pub, `ALTER DATABASE postgres SET default_transaction_read_only = on`)
+	defer e.exec(e.pub, `ALTER DATABASE postgres RESET default_transaction_read_only`)
 	mustRun("the DDL capture is removed", "ddl", "uninstall", "--source", src)
 	var n int
 	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {
