@@ -22,6 +22,11 @@ type Config struct {
 	AppName string
 	// Slot names the progress row this applier writes.
 	Slot string
+	// SkipCommand is the command line, up to its --lsn, that an error
+	// names to have parapply pass over a source transaction: parapply skip
+	// with the connection flags the run was started with (no password), so
+	// that it runs as printed. Empty: parapply skip --slot Slot.
+	SkipCommand string
 	// Origin names the replication origin the session commits under (see
 	// SetupOrigin; its caller sets it up once the slot is claimed).
 	Origin string
@@ -78,6 +83,21 @@ type Config struct {
 	// tracer): how a caller follows what parapply does on the target (the
 	// test that a run's setup enters each package once, in order, does).
 	Tracer pgx.QueryTracer
+}
+
+// Skip is the command that has parapply pass over the source transaction
+// committed at lsn (only its DDL statements with ddlOnly), as errors print
+// it.
+func (c Config) Skip(lsn parapply.LSN, ddlOnly bool) string {
+	cmd := c.SkipCommand
+	if cmd == "" {
+		cmd = "parapply skip --slot " + c.Slot
+	}
+	cmd += " --lsn " + lsn.String()
+	if ddlOnly {
+		cmd += " --ddl"
+	}
+	return cmd
 }
 
 // Defaults for Config.

@@ -83,7 +83,7 @@ func (a *Applier) ddl(ctx context.Context, d DDL) (map[string]parapply.LSN, erro
 	}
 	a.queue(ResetSearchPath, "resetting search_path after a DDL", -1)
 	if err := a.sendQueued(ctx); err != nil {
-		return nil, fmt.Errorf("%w; fix the target so that the DDL runs there, or run it (or what stands for it) by hand and have parapply pass over it with: parapply skip --lsn %s --ddl", err, a.txn.CommitLSN)
+		return nil, fmt.Errorf("%w; fix the target so that the DDL runs there, or run it (or what stands for it) by hand and have parapply pass over it with: %s", err, a.cfg.Skip(a.txn.CommitLSN, true))
 	}
 	a.Reload()
 	if !d.AllCreated && len(d.Created) == 0 {

@@ -52,3 +52,23 @@ func TestTxnsNamesGroups(t *testing.T) {
 		t.Errorf("describe() of a closed group of two = %+v", d)
 	}
 }
+
+// TestConfigSkip: the skip command errors print is the run's own (with its
+// connection flags) or, without one, names the slot, so that it runs as
+// printed.
+func TestConfigSkip(t *testing.T) {
+	lsn := parapply.LSN(0x1369D610)
+	for _, tt := range []struct {
+		cfg     Config
+		ddlOnly bool
+		want    string
+	}{
+		{Config{Slot: "app"}, true, "parapply skip --slot app --lsn 0/1369D610 --ddl"},
+		{Config{Slot: "app"}, false, "parapply skip --slot app --lsn 0/1369D610"},
+		{Config{Slot: "app", SkipCommand: "parapply skip --target 'host=sub' --slot app"}, true, "parapply skip --target 'host=sub' --slot app --lsn 0/1369D610 --ddl"},
+	} {
+		if got := tt.cfg.Skip(lsn, tt.ddlOnly); got != tt.want {
+			t.Errorf("Skip(%+v, %v) = %q, want %q", tt.cfg, tt.ddlOnly, got, tt.want)
+		}
+	}
+}

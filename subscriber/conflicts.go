@@ -123,3 +123,15 @@ func (s *Subscriber) logSkips(o progress.Opened) {
 		s.log.Info("a source transaction is to be skipped", "skip_lsn", r.LSN.String(), "error", r.Reason)
 	}
 }
+
+// completeSkipHint puts the run's own skip command (cfg.Target.SkipCommand:
+// parapply skip with the connection flags it was started with) in the
+// hint of a conflict stop, which the target's parapply.conflict_error
+// writes knowing only the slot: printed, it then runs as printed.
+func (s *Subscriber) completeSkipHint(err error) {
+	var pe *pgconn.PgError
+	if s.cfg.Target.SkipCommand == "" || !errors.As(err, &pe) || pe.Code != target.SQLStateConflictError {
+		return
+	}
+	pe.Hint = strings.Replace(pe.Hint, "parapply skip --slot "+s.cfg.Source.Slot+" ", s.cfg.Target.SkipCommand+" ", 1)
+}

@@ -45,7 +45,7 @@ func (l *loop) wantsDDL(m *pgoutput.LogicalMessage) bool {
 }
 
 // ddlStatements decodes a DDL message into what the target runs.
-func (l *loop) ddlStatements(m *pgoutput.LogicalMessage, commit parapply.LSN) (ddl.Message, []string, error) {
+func (l *loop) ddlStatements(m *pgoutput.LogicalMessage, txn apply.Txn) (ddl.Message, []string, error) {
 	msg, err := ddl.Parse(m.Content)
 	if err == nil {
 		var stmts []string
@@ -53,7 +53,9 @@ func (l *loop) ddlStatements(m *pgoutput.LogicalMessage, commit parapply.LSN) (d
 			return msg, stmts, nil
 		}
 	}
-	return msg, nil, fmt.Errorf("source transaction %d (commit %s): %w; run the DDL on the target by hand, then have parapply pass over it with parapply skip --lsn %s --ddl", m.XID, commit, err, commit)
+	// Not m.XID: pgoutput sends a message's transaction only within a
+	// streamed transaction (0 otherwise).
+	return msg, nil, fmt.Errorf("source transaction %d (commit %s): %w; run the DDL on the target by hand, then have parapply pass over it with %s", txn.XID, txn.CommitLSN, err, l.s.cfg.Target.Skip(txn.CommitLSN, true))
 }
 
 // ddlAlone runs a DDL that cannot run in a transaction block, when it is
@@ -64,7 +66,7 @@ func (l *loop) ddlStatements(m *pgoutput.LogicalMessage, commit parapply.LSN) (d
 // before recording it) counts as run.
 func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, error) {
 	txn := l.begun
-	msg, stmts, err := l.ddlStatements(m, txn.CommitLSN)
+	msg, stmts, err := l.ddlStatements(m, txn)
 	if err != nil || len(stmts) != 1 || !ddl.Concurrently(stmts[0]) {
 		return false, nil // ddl() applies it, or stops with the error
 	}
@@ -107,7 +109,7 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 		err = nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("DDL statement %.200q of source transaction %d (commit %s) failed on the target: %w; fix the target so that it can run, or run it (or what stands for it) by hand and have parapply pass over it with parapply skip --lsn %s --ddl", stmts[0], txn.XID, txn.CommitLSN, err, txn.CommitLSN)
+		return false, fmt.Errorf("DDL statement %.200q of source transaction %d (commit %s) failed on the target: %w; fix the target so that it can run, or run it (or what stands for it) by hand and have parapply pass over it with %s", stmts[0], txn.XID, txn.CommitLSN, err, l.s.cfg.Target.Skip(txn.CommitLSN, true))
 	}
 	l.s.stats.ddl.Add(1)
 	l.app.Reload()
@@ -121,7 +123,7 @@ func (l *loop) ddl(ctx context.Context, m *pgoutput.LogicalMessage) error {
 	if l.skipping || l.txn.Skip {
 		return nil
 	}
-	msg, stmts, err := l.ddlStatements(m, l.txn.CommitLSN)
+	msg, stmts, err := l.ddlStatements(m, l.txn)
 	if l.txn.SkipDDL {
 		l.s.log.Warn("passed over a DDL message, as parapply skip --ddl asked", "tag", msg.Tag, "statement", msg.SQL, "commit_lsn", l.txn.CommitLSN.String())
 		return nil
@@ -135,7 +137,7 @@ func (l *loop) ddl(ctx context.Context, m *pgoutput.LogicalMessage) error {
 	}
 	for _, s := range stmts {
 		if ddl.Concurrently(s) {
-			return fmt.Errorf("source transaction %d (commit %s) holds %.200q, which cannot run inside a transaction, among other changes; run it on the target by hand, then parapply skip --lsn %s --ddl", l.txn.XID, l.txn.CommitLSN, s, l.txn.CommitLSN)
+			return fmt.Errorf("source transaction %d (commit %s) holds %.200q, which cannot run inside a transaction, among other changes; run it on the target by hand, then %s", l.txn.XID, l.txn.CommitLSN, s, l.s.cfg.Target.Skip(l.txn.CommitLSN, true))
 		}
 	}
 	if ps, ok := l.sink.(*poolSink); ok {

@@ -328,6 +328,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	defer func() {
 		s.runs.wait.Store(nil)
 		if err != nil {
+			s.completeSkipHint(err)
 			s.runs.state.Store(StateFailed)
 		} else {
 			s.runs.state.Store(StateStopped)

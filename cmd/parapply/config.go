@@ -185,6 +185,11 @@ func loadConfig(fs *flag.FlagSet, args []string, names ...string) (config, error
 			c[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
 		}
 	})
+	for _, side := range []string{"source", "target"} {
+		if err := checkDSN(side, c[side]); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -231,8 +236,10 @@ var (
 )
 
 // warnUnknownEnv reports each PARAPPLY_ variable of env that is no
-// setting, naming the nearest setting when it looks like a misspelling
-// (PARAPPLY_WOKERS): set, it would otherwise be ignored without a word.
+// setting but is near the name of one (PARAPPLY_WOKERS), naming it: set,
+// it would otherwise be ignored without a word. A variable near no name of
+// parapply's (PARAPPLY_BIN, PARAPPLY_ARGS) is taken as one of the scripts
+// around parapply and passed over in silence.
 func warnUnknownEnv(env []string, w io.Writer) {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
@@ -240,44 +247,62 @@ func warnUnknownEnv(env []string, w io.Writer) {
 		if !ok || contains(otherEnv, name) || known(strings.ToLower(rest)) || slices.ContainsFunc(otherEnvPrefix, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		msg := fmt.Sprintf("parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored", name)
-		if near := nearestSetting(strings.ToLower(rest)); near != "" {
-			msg += fmt.Sprintf(" (did you mean PARAPPLY_%s?)", strings.ToUpper(near))
+		if near := nearestEnv(strings.ToUpper(name)); near != "" {
+			fmt.Fprintf(w, "parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored (did you mean %s?)\n", name, near)
 		}
-		fmt.Fprintln(w, msg)
 	}
 }
 
-// nearestSetting is the setting within two edits of name, or "".
-func nearestSetting(name string) string {
-	best, bestD := "", 3
-	for _, s := range settings {
-		if d := editDistance(name, s.name); d < bestD {
-			best, bestD = s.name, d
+// nearestEnv is the variable parapply reads (a setting's PARAPPLY_NAME or
+// one of otherEnv) nearest to name, if within one edit for a name of up to
+// four letters after PARAPPLY_ and two for a longer one; else "". The bound
+// is tight so that a script's own PARAPPLY_DIR is not taken for
+// PARAPPLY_DDL.
+func nearestEnv(name string) string {
+	limit := 2
+	if len(name)-len("PARAPPLY_") <= 4 {
+		limit = 1
+	}
+	best, bestD := "", limit+1
+	try := func(cand string) {
+		if d := editDistance(name, cand); d < bestD {
+			best, bestD = cand, d
 		}
+	}
+	for _, s := range settings {
+		try("PARAPPLY_" + strings.ToUpper(s.name))
+	}
+	for _, o := range otherEnv {
+		try(o)
 	}
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the edit distance of a and b, counting an insertion, a
+// deletion, a substitution or a swap of two neighbouring letters (hots for
+// host) as one edit (optimal string alignment).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 func known(name string) bool {

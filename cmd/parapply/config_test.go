@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -940,20 +941,41 @@ func TestHelpPerCommand(t *testing.T) {
 	}
 }
 
-// TestUnknownEnv: a PARAPPLY_ variable that is no setting is reported,
-// with the setting it was likely meant to be; settings and parapply's
-// other variables are not.
+// TestUnknownEnv: a PARAPPLY_ variable that is no setting is reported
+// only when it is near the name of one (a misspelling), with that name;
+// settings, parapply's other variables and the names scripts around it use
+// for themselves (PARAPPLY_BIN, PARAPPLY_ARGS) are not.
 func TestUnknownEnv(t *testing.T) {
-	var out strings.Builder
-	warnUnknownEnv([]string{"PARAPPLY_WOKERS=3", "PARAPPLY_WORKERS=2", "PARAPPLY_CONFIG=x", "PARAPPLY_TEST_SEED=1", "PARAPPLY_CPU_PROFILE=p", "PARAPPLY_SHINY=1", "PATH=/bin"}, &out)
-	got := out.String()
-	for _, want := range []string{"PARAPPLY_WOKERS is set in the environment but is no setting of parapply; it is ignored (did you mean PARAPPLY_WORKERS?)", "PARAPPLY_SHINY is set"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("warnings lack %q:\n%s", want, got)
+	const warn = "parapply: warning: %s is set in the environment but is no setting of parapply; it is ignored (did you mean %s?)\n"
+	for _, tt := range []struct {
+		env  string
+		want string // "" for no warning
+	}{
+		{"PARAPPLY_WOKERS=3", fmt.Sprintf(warn, "PARAPPLY_WOKERS", "PARAPPLY_WORKERS")},
+		{"PARAPPLY_wokers=3", fmt.Sprintf(warn, "PARAPPLY_wokers", "PARAPPLY_WORKERS")},
+		{"PARAPPLY_BATCHROWS=5", fmt.Sprintf(warn, "PARAPPLY_BATCHROWS", "PARAPPLY_BATCH_ROWS")},
+		{"PARAPPLY_SLOTS=a", fmt.Sprintf(warn, "PARAPPLY_SLOTS", "PARAPPLY_SLOT")},
+		{"PARAPPLY_CONFG=x", fmt.Sprintf(warn, "PARAPPLY_CONFG", "PARAPPLY_CONFIG")},
+		{"PARAPPLY_DDL=apply", ""},
+		{"PARAPPLY_WORKERS=2", ""},
+		{"PARAPPLY_CONFIG=x", ""},
+		{"PARAPPLY_TEST_SEED=1", ""},
+		{"PARAPPLY_CPU_PROFILE=p", ""},
+		{"PARAPPLY_BIN=/usr/local/bin/parapply", ""},
+		{"PARAPPLY_ARGS=--workers 4", ""},
+		{"PARAPPLY_DIR=/opt/parapply", ""},
+		{"PARAPPLY_HOME=/opt/parapply", ""},
+		{"PARAPPLY_VERSION=1.2", ""},
+		{"PARAPPLY_LOG=/var/log/parapply", ""},
+		{"PARAPPLY_OPTS=-v", ""},
+		{"PARAPPLY_SHINY=1", ""},
+		{"PATH=/bin", ""},
+	} {
+		var out strings.Builder
+		warnUnknownEnv([]string{tt.env}, &out)
+		if out.String() != tt.want {
+			t.Errorf("%s: warned %q, want %q", tt.env, out.String(), tt.want)
 		}
-	}
-	if strings.Count(got, "\n") != 2 || strings.Contains(got, "PARAPPLY_SHINY is set in the environment but is no setting of parapply; it is ignored (did") {
-		t.Errorf("want two warnings, the second without a suggestion:\n%s", got)
 	}
 }
 
@@ -998,5 +1020,84 @@ func TestLoadConfigTyped(t *testing.T) {
 				t.Errorf("batch_rows = zero from the %s: %v, want %s", src, err, want)
 			}
 		})
+	}
+}
+
+// TestCheckDSN: a connection keyword libpq does not know, in keyword/value
+// form or as a URI's query parameter, is refused with the nearest known
+// one; known keywords, quoted values and strings the connection's parser
+// is left to judge pass.
+func TestCheckDSN(t *testing.T) {
+	for _, tt := range []struct {
+		dsn, want string // want "" for no error
+	}{
+		{"host=pub dbname=app user=repl", ""},
+		{"host = pub  port=5432 password='a b\\' c=d' sslmode=require application_name=x", ""},
+		{"postgres://repl:secret@pub:5432/app?sslmode=disable&application_name=x", ""},
+		{"postgresql:///app?host=/tmp&target_session_attrs=read-write", ""},
+		{"hostt=pub dbname=app", "unknown connection keyword hostt in source (did you mean host?)"},
+		{"host=pub password='x hostt=y' dbnme=app", "unknown connection keyword dbnme in source (did you mean dbname?)"},
+		{"host=pub database=app", "unknown connection keyword database in source (did you mean dbname?)"},
+		{"host=pub ssl_mode=require", "unknown connection keyword ssl_mode in source (did you mean sslmode?)"},
+		{"postgres://pub/app?sslmod=disable", "unknown connection keyword sslmod in source (did you mean sslmode?)"},
+		{"host=pub search_path=app", "unknown connection keyword search_path in source: libpq knows no such keyword (server settings go in options='-c name=value')"},
+		{"host=pub password='unterminated", ""}, // left to the parser
+		{"", ""},
+	} {
+		err := checkDSN("source", tt.dsn)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("checkDSN(%q) = %q, want %q", tt.dsn, got, tt.want)
+		}
+	}
+}
+
+// TestLoadConfigDSNKeyword: every command's --source and --target (and
+// those of the file and environment) are checked before it connects.
+func TestLoadConfigDSNKeyword(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("PARAPPLY_SOURCE", "host=pub dbname=app")
+	_, err := loadConfig(newFlagSet(), []string{"--target", "hostt=sub dbname=app"}, "source", "target")
+	if err == nil || err.Error() != "unknown connection keyword hostt in target (did you mean host?)" {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	var out strings.Builder
+	err = statusCommand(context.Background(), []string{"--target", "host=sub", "--source", "hots=pub"}, &out)
+	if err == nil || err.Error() != "unknown connection keyword hots in source (did you mean host?)" {
+		t.Fatalf("status: %v", err)
+	}
+}
+
+// TestSkipLine: the skip command a run's errors print carries the run's
+// target without its secrets (or the configuration file the target came
+// from) and its slot, quoted for the shell.
+func TestSkipLine(t *testing.T) {
+	file := writeFile(t, "target = 'host=sub dbname=app'\nslot = app\n")
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		target, slot, file, want string
+	}{
+		{"host=sub dbname=app user=apply password=secret", "app", "",
+			"parapply skip --target 'host=sub dbname=app user=apply' --slot app"},
+		{"host=sub password='s e\\'cret' dbname=app sslpassword=x", "parapply", "",
+			"parapply skip --target 'host=sub dbname=app' --slot parapply"},
+		{"postgres://apply:secret@sub:5432/app?sslmode=require&password=x", "app", "",
+			"parapply skip --target 'postgres://apply@sub:5432/app?sslmode=require' --slot app"},
+		{`host=sub dbname='it\'s'`, "my slot", "",
+			`parapply skip --target 'host=sub dbname='\''it\'\''s'\''' --slot 'my slot'`},
+		{"host=sub dbname=app", "app", file, "parapply skip --config " + shellQuote(abs) + " --slot app"},
+		// The target came from the environment or a flag, not the file.
+		{"host=other dbname=app", "app", file, "parapply skip --target 'host=other dbname=app' --slot app"},
+	} {
+		got := skipLine(config{"target": tt.target, "slot": tt.slot}, tt.file)
+		if got != tt.want {
+			t.Errorf("skipLine(%q, %q, %q):\n got %s\nwant %s", tt.target, tt.slot, tt.file, got, tt.want)
+		}
 	}
 }

@@ -36,7 +36,8 @@ func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
 	if c["source"] == "" {
 		return fmt.Errorf("ddl %s needs --source, the publisher (as a superuser for install and uninstall: event triggers need one)", what)
 	}
-	conn, err := connectPlain(ctx, c["source"], "source", c["application_name"]+" ddl")
+	connect := connector("parapply ddl "+what, what != "status")
+	conn, err := connect(ctx, c["source"], "source", c["application_name"]+" ddl")
 	if err != nil {
 		return err
 	}
@@ -137,6 +138,50 @@ func grantReaders(ctx context.Context, conn *pgx.Conn, roles roleList, out io.Wr
 		for _, s := range ddl.Grants(r) {
 			fmt.Fprintln(out, "  "+s)
 		}
+	}
+	return nil
+}
+
+// connectWritable is connectPlain for a command that writes (what, e.g.
+// "parapply ddl uninstall"): a database made read-only for a cut-over
+// (ALTER DATABASE ... SET default_transaction_read_only = on) takes its
+// writes once the session turns that default off for itself, which any
+// role may; a hot standby takes none, which the error says.
+func connectWritable(ctx context.Context, dsn, side, app, what string) (*pgx.Conn, error) {
+	conn, err := connectPlain(ctx, dsn, side, app)
+	if err != nil {
+		return nil, err
+	}
+	if err := writable(ctx, conn, side, what); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// connector is connectWritable for the command what when it writes, else
+// connectPlain.
+func connector(what string, writes bool) func(ctx context.Context, dsn, side, app string) (*pgx.Conn, error) {
+	if !writes {
+		return connectPlain
+	}
+	return func(ctx context.Context, dsn, side, app string) (*pgx.Conn, error) {
+		return connectWritable(ctx, dsn, side, app, what)
+	}
+}
+
+// writable makes conn's session read-write (see connectWritable).
+func writable(ctx context.Context, conn *pgx.Conn, side, what string) error {
+	var standby bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery()").Scan(&standby); err != nil {
+		return fmt.Errorf("asking the %s whether it is a standby: %w", side, err)
+	}
+	cfg := conn.Config()
+	if standby {
+		return fmt.Errorf("the %s (host %s port %d database %s) is a hot standby, in recovery, which takes no writes: run %s against its primary", side, cfg.Host, cfg.Port, cfg.Database, what)
+	}
+	if _, err := conn.Exec(ctx, "SET default_transaction_read_only = off"); err != nil {
+		return fmt.Errorf("making this session of the %s read-write (SET default_transaction_read_only = off), as %s needs: %w", side, what, err)
 	}
 	return nil
 }

@@ -37,7 +37,11 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	if c["target"] == "" {
 		return fmt.Errorf("drop needs --target and --slot (default %q); with --source it drops the slot on the publisher too", "parapply")
 	}
-	conn, err := connectPlain(ctx, c["target"], "target", c["application_name"]+" drop")
+	// A target made read-only (default_transaction_read_only) is written
+	// all the same; dropping the slot on the publisher writes nothing a
+	// read-only transaction refuses.
+	connect := connector("parapply drop", !*dry)
+	conn, err := connect(ctx, c["target"], "target", c["application_name"]+" drop")
 	if err != nil {
 		return err
 	}

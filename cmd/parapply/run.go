@@ -132,6 +132,7 @@ func runCommand(ctx context.Context, args []string) error {
 		return subscriber.Permanent(err)
 	}
 	cfg.Source = withSourceEnv(cfg.Source)
+	cfg.Target.SkipCommand = skipLine(c, fs.Lookup("config").Value.String())
 	if !con.tty {
 		cfg.CopyProgress = copyProgressLogger(log)
 	}

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,7 +40,7 @@ func skipCommand(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
 		}
 	}
-	conn, err := connectPlain(ctx, c["target"], "target", c["application_name"]+" skip")
+	conn, err := connector("parapply skip", !*list)(ctx, c["target"], "target", c["application_name"]+" skip")
 	if err != nil {
 		return err
 	}
@@ -92,4 +94,37 @@ func listSkips(ctx context.Context, conn *pgx.Conn, slot string, out io.Writer) 
 		fmt.Fprintln(out, line)
 	}
 	return nil
+}
+
+// skipLine is the skip command, up to its --lsn, that a run's errors print
+// (apply.Config.SkipCommand): --config FILE where the run took its target
+// from that file, else --target with the run's target without its
+// password, and --slot, so that it runs as printed.
+func skipLine(c config, file string) string {
+	args := []string{"parapply", "skip"}
+	fromFile := false
+	if file != "" {
+		vals, err := readConfigFile(file)
+		fromFile = err == nil && vals["target"] == c["target"]
+	}
+	if fromFile {
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
+		}
+		args = append(args, "--config", shellQuote(file))
+	} else {
+		args = append(args, "--target", shellQuote(withoutSecrets(c["target"])))
+	}
+	return strings.Join(append(args, "--slot", shellQuote(c["slot"])), " ")
+}
+
+// shellQuote is s as a POSIX shell word: as it is when it holds nothing
+// the shell reads, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@%+,=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

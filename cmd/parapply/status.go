@@ -91,6 +91,12 @@ func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
 			*p = v
 		}
 	}
+	if err := checkDSN("target", *target); err != nil {
+		return err
+	}
+	if err := checkDSN("source", *source); err != nil {
+		return err
+	}
 	if *target == "" {
 		return errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
 	}

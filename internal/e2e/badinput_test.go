@@ -192,7 +192,7 @@ func TestBadInput(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		last := lines[len(lines)-1]
 		t.Logf("the stop's last line: %s", last)
-		for _, w := range []string{fmt.Sprintf("source transaction %d (commit ", xid), `"public"."dup"`, `conflict insert_exists on public.dup, key {"id": "5"}`, "parapply skip --slot s_dup --lsn "} {
+		for _, w := range []string{fmt.Sprintf("source transaction %d (commit ", xid), `"public"."dup"`, `conflict insert_exists on public.dup, key {"id": "5"}`, "parapply skip --target '" + dst + "' --slot s_dup --lsn "} {
 			if !strings.Contains(last, w) {
 				t.Errorf("error %q lacks %q", last, w)
 			}

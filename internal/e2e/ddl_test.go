@@ -288,7 +288,20 @@ func TestDDLInTransactions(t *testing.T) {
 
 	// Refused on the target: an index of that name is there already.
 	e.exec(e.sub, `CREATE INDEX big_extra_idx ON big (v)`)
-	e.exec(e.pub, `BEGIN; CREATE INDEX big_extra_idx ON big (extra); INSERT INTO big (id, v) VALUES (7001, 'after'); COMMIT`)
+	tx, err := e.pub.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid string
+	if _, err := tx.Exec(ctx, `CREATE INDEX big_extra_idx ON big (extra)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO big (id, v) VALUES (7001, 'after') RETURNING pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var commit string
 	if err := e.pub.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&commit); err != nil {
 		t.Fatal(err)
@@ -308,6 +321,15 @@ func TestDDLInTransactions(t *testing.T) {
 	lsn := regexp.MustCompile(`commit ([0-9A-F]+/[0-9A-F]+)`).FindStringSubmatch(runErr.Error())
 	if lsn == nil {
 		t.Fatalf("the error names no commit LSN: %v", runErr)
+	}
+	t.Logf("the stop: %v", runErr)
+	// The stop names the source transaction (its xid, not the 0 a
+	// message carries outside a streamed transaction) and the skip
+	// command as it runs.
+	for _, want := range []string{"source transaction " + xid + " (commit " + lsn[1] + ")", "parapply skip --slot ddltx --lsn " + lsn[1] + " --ddl"} {
+		if !strings.Contains(runErr.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, runErr)
+		}
 	}
 	skipAt, err := parapply.ParseLSN(lsn[1])
 	if err != nil {
@@ -543,6 +565,9 @@ func TestDDLCommands(t *testing.T) {
 		t.Errorf("parapply status --json: ddl_statements = %v, want 1", st["ddl_statements"])
 	}
 
+	// After the read-only step of a cut-over, uninstall writes all the same.
+	e.exec(e.pub, `ALTER DATABASE postgres SET default_transaction_read_only = on`)
+	defer e.exec(e.pub, `ALTER DATABASE postgres RESET default_transaction_read_only`)
 	mustRun("the DDL capture is removed", "ddl", "uninstall", "--source", src)
 	var n int
 	if err := e.pub.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'parapply%'`).Scan(&n); err != nil || n != 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/target"
 )
 
@@ -42,6 +43,11 @@ func TestDrop(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Both made read-only, as a cut-over does: drop writes all the same.
+	for _, c := range []*pgx.Conn{e.pub, e.sub} {
+		e.exec(c, `ALTER DATABASE postgres SET default_transaction_read_only = on`)
+		defer e.exec(c, `ALTER DATABASE postgres RESET default_transaction_read_only`)
+	}
 	err, out = runOnce(t, args...)
 	if err != nil {
 		t.Fatalf("drop: %v; output:\n%s", err, out)
@@ -60,6 +66,9 @@ func TestDrop(t *testing.T) {
 	}
 	if slots != 0 || rows != 0 || !strings.Contains(out, "dropped schema parapply") {
 		t.Errorf("after drop: %d slots on the publisher, schema parapply there: %v", slots, rows != 0)
+	}
+	for _, c := range []*pgx.Conn{e.pub, e.sub} {
+		e.exec(c, `ALTER DATABASE postgres RESET default_transaction_read_only`)
 	}
 	// Its table is free for another slot.
 	r = e.start(e.config("successor"))

@@ -58,7 +58,25 @@ func TestSkip(t *testing.T) {
 			t.Fatalf("parapply skip --lsn %s: %v\n%s", m[1], xerr, out)
 		}
 	}
-	skipNext("the small transaction")
+	// The first stop by the command, its target given with a password:
+	// the skip command it prints runs as printed, and holds no password.
+	err, out := runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", dst+" password=secret",
+		"--publication", "pub", "--slot", "skipper", "--copy-data", "off", "--streaming", "on", "--logical-decoding-work-mem", "64kB",
+		"--reconnect-timeout", "0")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	m := regexp.MustCompile(`HINT: .*: (parapply skip .*)$`).FindStringSubmatch(last)
+	if err == nil || m == nil || strings.Contains(out, "secret") {
+		t.Fatalf("parapply run stopped (%v) with no skip command, or printed the password:\n%s", err, out)
+	}
+	lsn := commitLSN.FindStringSubmatch(last)
+	if want := "parapply skip --target '" + dst + "' --slot skipper --lsn " + lsn[1]; m[1] != want {
+		t.Fatalf("the printed skip command is\n%s\nwant\n%s", m[1], want)
+	}
+	words := shellWords(t, m[1])
+	if xerr, xout := runOnce(t, words[1:]...); xerr != nil || !strings.Contains(xout, "will be skipped") {
+		t.Fatalf("%s, run as printed: %v\n%s", m[1], xerr, xout)
+	}
 	skipNext("the streamed transaction")
 
 	r := e.start(cfg)
@@ -260,4 +278,43 @@ func TestSkipGroup(t *testing.T) {
 	r.stop()
 	check("after another start")
 	list("after another start", "no skip requests")
+}
+
+// shellWords splits a command line as a POSIX shell does, for the words
+// and single quotes parapply's printed commands use.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	in, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case quoted && c == '\'':
+			quoted = false
+		case quoted:
+			w.WriteByte(c)
+		case c == '\'':
+			quoted, in = true, true
+		case c == '\\' && i+1 < len(line):
+			i++
+			w.WriteByte(line[i])
+			in = true
+		case c == ' ':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteByte(c)
+			in = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unterminated quote in %q", line)
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
 }
