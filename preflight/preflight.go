@@ -40,6 +40,9 @@ type Config struct {
 	Workers             int // the most workers a run opens (max_workers with auto)
 	StreamWorkers       int
 	CopyWorkers         int
+	// SlotWait is how long a run waits for a slot held by a walsender
+	// that may be going away before it stops (see slotHeld).
+	SlotWait time.Duration
 	// DDL is the ddl setting: "apply" runs the publisher's schema
 	// changes on the target.
 	DDL string

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/internal/nearest"
 )
 
 // targetTable is what the checks read of a published table on the target.
@@ -47,7 +48,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 			tableProbs = append(tableProbs, broken(name, "reading it on the target", err))
 			continue
 		case !found:
-			tableProbs = append(tableProbs, pending(cfg, pub, fail(name, "does not exist on the target", "create it there with the publisher's columns (pg_dump --schema-only --table="+name+" on the publisher gives its definition)")))
+			what, fix := missingTable(t.Schema, t.Name, nearTable(ctx, conn, t.Schema, t.Name))
+			tableProbs = append(tableProbs, pending(cfg, pub, fail(name, what, fix)))
 			continue
 		case tt.kind != "r" && tt.kind != "p":
 			tableProbs = append(tableProbs, fail(name, "is not a table on the target (relkind "+tt.kind+")", "apply to a table of that name"))
@@ -84,10 +86,75 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 		}
 	}
 	rep.add(sideTarget, "published tables", fmt.Sprintf("%d tables; the role needs %s on each", len(pub.tables), strings.Join(needs, ", ")), tableProbs...)
-	rep.add(sideTarget, "published columns and types", "every publisher value can be stored", colProbs...)
+	rep.add(sideTarget, "published columns and types", columnsDetail(colProbs), colProbs...)
 	if !pub.slotExists && cfg.CopyData {
 		rep.add(sideTarget, "rows already on the target", "existing_data = "+cfg.ExistingData, rowProbs...)
 	}
+}
+
+// missingTable words a published table the target lacks: the target's
+// table it was likely meant to be (near, schema and name; none when
+// empty), and the statement that gives that one the publisher's name,
+// before the way to create it.
+func missingTable(schema, name string, near [2]string) (what, fix string) {
+	qn := quoteName(schema, name)
+	create := "create it there with the publisher's columns (pg_dump --schema-only --table=" + qn + " on the publisher gives its definition)"
+	switch {
+	case near[1] == "":
+		return "does not exist on the target", create
+	case near[0] != schema:
+		other := quoteName(near[0], near[1])
+		return "does not exist on the target, but " + other + " does: did you mean it? parapply applies to the table of the publisher's schema and name",
+			"if " + other + " is it: ALTER TABLE " + other + " SET SCHEMA " + ident(schema) + "; else " + create
+	}
+	other := quoteName(near[0], near[1])
+	return "does not exist on the target, but " + other + " does: did you mean it? parapply applies to the table of the publisher's name",
+		"if " + other + " is it: ALTER TABLE " + other + " RENAME TO " + ident(name) + "; else " + create
+}
+
+// nearTable finds the target's table a published table missing there was
+// likely meant to be: one of that name in another schema, else one of a
+// name near it in its schema ({"", ""} when none).
+func nearTable(ctx context.Context, conn *pgx.Conn, schema, name string) [2]string {
+	rows, _ := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND (n.nspname = $1 OR c.relname = $2)
+			AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'parapply') ORDER BY 1, 2`, schema, name)
+	var same []string
+	var elsewhere [2]string
+	var nsp, rel string
+	_, err := pgx.ForEachRow(rows, []any{&nsp, &rel}, func() error {
+		switch {
+		case rel == name && elsewhere[1] == "":
+			elsewhere = [2]string{nsp, rel}
+		case nsp == schema:
+			same = append(same, rel)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return [2]string{}
+	case elsewhere[1] != "":
+		return elsewhere
+	}
+	if near := nearest.Name(name, same); near != "" {
+		return [2]string{schema, near}
+	}
+	return [2]string{}
+}
+
+// columnsDetail is the column check's verdict in words that agree with
+// its outcome: can every publisher value be stored as it is?
+func columnsDetail(probs []Problem) string {
+	switch {
+	case slices.ContainsFunc(probs, func(p Problem) bool { return p.Fails }):
+		return "can every publisher value be stored: no"
+	case slices.ContainsFunc(probs, func(p Problem) bool { return p.Unfinished }):
+		return "can every publisher value be stored: not known"
+	case len(probs) > 0:
+		return "can every publisher value be stored: not all as they are"
+	}
+	return "can every publisher value be stored: yes"
 }
 
 // pending makes a schema difference a warning where the stream may still

@@ -442,6 +442,10 @@ const (
 // client is gone within moments).
 const firstStartSlotWait = 10 * time.Second
 
+// FirstStartSlotWait is firstStartSlotWait, for the checks that say what
+// a start does with a slot in use.
+const FirstStartSlotWait = firstStartSlotWait
+
 // DefaultReconnectTimeout is how long parapply rides out faults.
 const DefaultReconnectTimeout = 5 * time.Minute
 
