@@ -19,6 +19,15 @@ func Ident(s string) string {
 // form of a table's name in parapply's metrics and messages.
 func TableName(schema, name string) string { return Ident(schema) + "." + Ident(name) }
 
+// AlterDefaultPrivileges is the statement that grants privileges (SELECT;
+// SELECT, UPDATE) on the objects (TABLES, SEQUENCES) owner creates in
+// schema from now on to grantee: the GRANT on the objects there now does
+// not reach those created later, in a copy that runs for days or as tables
+// join a publication.
+func AlterDefaultPrivileges(owner, schema, privileges, objects, grantee string) string {
+	return "ALTER DEFAULT PRIVILEGES FOR ROLE " + Ident(owner) + " IN SCHEMA " + Ident(schema) + " GRANT " + privileges + " ON " + objects + " TO " + Ident(grantee) + ";"
+}
+
 func plainIdent(s string) bool {
 	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] == '_') {
 		return false

@@ -352,18 +352,26 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		pt := pubTable{PublishedTable: t}
 		var oid uint32
 		var readable bool
-		var replident string
+		var replident, owner string
 		var hasKey bool
+		var keyIndex *string
 		err := conn.QueryRow(ctx, `SELECT c.oid, pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
-				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident))
+				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)),
+				pg_catalog.pg_get_userbyid(c.relowner)::text,
+				(SELECT x.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+				 WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+				   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid
+				       AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]) AND NOT a.attnotnull)
+				 ORDER BY x.relname LIMIT 1)
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey)
+			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey, &owner, &keyIndex)
 		if err != nil {
 			read = append(read, broken(pt.name(), "reading the table's catalog", err))
 			continue
 		}
 		if !readable && cfg.CopyData {
-			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + ";"
+			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + "; " +
+				parapply.AlterDefaultPrivileges(owner, t.Schema, "SELECT", "TABLES", p.role)
 			if p.slotExists {
 				read = append(read, warn(pt.name(), "role "+p.role+" may not read it: a table not copied yet (one added to the publication) cannot be copied", fix))
 			} else {
@@ -371,7 +379,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 			}
 		}
 		if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
-			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", "add a primary key, or ALTER TABLE "+pt.name()+" REPLICA IDENTITY FULL; on the publisher"))
+			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", identityFix(pt.name(), keyIndex)))
 		}
 		cols, generated, _, err := readColumns(ctx, conn, oid)
 		if err != nil {
@@ -418,6 +426,16 @@ func missingPublication(pub string, existing []string) (what, fix string) {
 	return what, create
 }
 
+// identityFix is the fix of a published table without a replica
+// identity: the unique index on NOT NULL columns it has, if any (index),
+// first; it identifies rows as a primary key would.
+func identityFix(table string, index *string) string {
+	if index != nil {
+		return "ALTER TABLE " + table + " REPLICA IDENTITY USING INDEX " + ident(*index) + "; on the publisher (a unique index on NOT NULL columns), or add a primary key, or ALTER TABLE " + table + " REPLICA IDENTITY FULL;"
+	}
+	return "add a primary key (ALTER TABLE " + table + " ADD PRIMARY KEY (...);), or ALTER TABLE " + table + " REPLICA IDENTITY FULL; on the publisher"
+}
+
 // checkPublisherSequences: the sequences parapply carries must be
 // readable on the publisher.
 func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
@@ -434,7 +452,7 @@ func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p 
 	var probs []Problem
 	for _, s := range seqs {
 		if !s.Readable {
-			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", "GRANT SELECT ON SEQUENCE "+s.QualifiedName()+" TO "+ident(p.role)+";"))
+			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", s.SourceGrant()))
 		}
 	}
 	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s)", len(seqs), cfg.Sequences), probs...)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/nearest"
 )
 
@@ -17,6 +18,7 @@ type targetTable struct {
 	schemaUsage         bool
 	privileges          map[string]bool
 	owns                bool
+	owner               string
 	columns             []Column
 	generated, required map[string]bool // generated columns; NOT NULL without a default
 }
@@ -65,7 +67,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 			tableProbs = append(tableProbs, fail(name, "role "+role+" may not use schema "+t.Schema, "GRANT USAGE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
 		}
 		if len(missing) > 0 {
-			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+";"))
+			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+"; "+
+				parapply.AlterDefaultPrivileges(tt.owner, t.Schema, strings.Join(needs, ", "), "TABLES", role)))
 		}
 		if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
 			why := "detect_update_deleted installs a trigger on it"
@@ -220,9 +223,9 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 	err = conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
 			pg_catalog.has_table_privilege(c.oid, 'SELECT'), pg_catalog.has_table_privilege(c.oid, 'INSERT'),
 			pg_catalog.has_table_privilege(c.oid, 'UPDATE'), pg_catalog.has_table_privilege(c.oid, 'DELETE'),
-			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE')
+			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE'), pg_catalog.pg_get_userbyid(c.relowner)::text
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns)
+		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns, &tt.owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tt, false, nil
 	}
@@ -244,16 +247,19 @@ func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, ro
 	var probs []Problem
 	for _, s := range pub.sequences {
 		var exists, sel, upd bool
-		err := conn.QueryRow(ctx, `SELECT true, pg_catalog.has_sequence_privilege(c.oid, 'SELECT'), pg_catalog.has_sequence_privilege(c.oid, 'UPDATE')
+		var owner string
+		err := conn.QueryRow(ctx, `SELECT true, pg_catalog.has_sequence_privilege(c.oid, 'SELECT'), pg_catalog.has_sequence_privilege(c.oid, 'UPDATE'),
+				pg_catalog.pg_get_userbyid(c.relowner)::text
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd)
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd, &owner)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			probs = append(probs, warn(s.QualifiedName(), "missing on the target: not carried", "create it there"))
 		case err != nil:
 			probs = append(probs, warn(s.QualifiedName(), err.Error(), ""))
 		case !sel || !upd:
-			probs = append(probs, warn(s.QualifiedName(), "role "+role+" may not read and set it: not carried", "GRANT SELECT, UPDATE ON SEQUENCE "+s.QualifiedName()+" TO "+ident(role)+";"))
+			probs = append(probs, warn(s.QualifiedName(), "role "+role+" may not read and set it: not carried", "GRANT SELECT, UPDATE ON SEQUENCE "+s.QualifiedName()+" TO "+ident(role)+"; "+
+				parapply.AlterDefaultPrivileges(owner, s.Schema, "SELECT, UPDATE", "SEQUENCES", role)))
 		}
 	}
 	rep.add(sideTarget, "sequences", fmt.Sprintf("%d sequences carried from the publisher", len(pub.sequences)), probs...)
