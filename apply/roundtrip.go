@@ -84,7 +84,7 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 		}
 		err = a.sender.send(ctx, ops, desc)
 	}
-	d.keep.add(ops)
+	d.keep.add(ops, d.on)
 	return err
 }
 

@@ -256,18 +256,8 @@ func (s *Source) check(ctx context.Context) error {
 	if len(s.cfg.Publications) == 0 {
 		return errors.New("no publication given; name one with --publication (CREATE PUBLICATION on the source first)")
 	}
-	rows, err = s.query(ctx, "SELECT pubname FROM pg_catalog.pg_publication")
-	if err != nil {
-		return fmt.Errorf("looking up publications %s: %w", strings.Join(s.cfg.Publications, ", "), err)
-	}
-	existing := make([]string, len(rows))
-	for i, r := range rows {
-		existing[i] = string(r[0])
-	}
-	for _, pub := range s.cfg.Publications {
-		if !slices.Contains(existing, pub) {
-			return missingPublication(pub, s.Database, existing)
-		}
+	if err := s.checkPublications(ctx); err != nil {
+		return err
 	}
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
@@ -319,6 +309,24 @@ const failoverVersion = 170000
 // by a walsender: a subscriber that was just killed may still hold it for a
 // moment, so a caller may wait and try again.
 var ErrSlotBusy = errors.New("slot in use")
+
+// checkPublications refuses publications the source database lacks.
+func (s *Source) checkPublications(ctx context.Context) error {
+	rows, err := s.query(ctx, "SELECT pubname FROM pg_catalog.pg_publication")
+	if err != nil {
+		return fmt.Errorf("looking up publications %s: %w", strings.Join(s.cfg.Publications, ", "), err)
+	}
+	existing := make([]string, len(rows))
+	for i, r := range rows {
+		existing[i] = string(r[0])
+	}
+	for _, pub := range s.cfg.Publications {
+		if !slices.Contains(existing, pub) {
+			return missingPublication(pub, s.Database, existing)
+		}
+	}
+	return nil
+}
 
 // missingPublication is the error of a publication the source database
 // lacks: naming the one of existing it was likely meant to be, else the

@@ -82,7 +82,13 @@ type Config struct {
 	// an update or delete does not find are counted and skipped, and an
 	// insert that meets an existing row stops the run.
 	DetectConflicts bool
-	Conflicts       *conflict.Rules
+	// DetectConflictsAsked: detect_conflicts was set by the user, not
+	// left at its default. On a Citus coordinator detection is then
+	// refused for the tables Citus manages; left at its default, it is
+	// off for those tables and on for the others (apply.Detection's
+	// SkipCitus).
+	DetectConflictsAsked bool
+	Conflicts            *conflict.Rules
 	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
 	// transaction that cannot be applied does to the run.
 	OnError OnError
@@ -166,9 +172,11 @@ type runState struct {
 	state atomic.Value // string
 	src   atomic.Pointer[source.Source]
 	// det is the run's conflict detection, given to every applier it
-	// opens; warnedCommitTS, that the lack of commit timestamps was told.
+	// opens; warnedCommitTS, that the lack of commit timestamps was told;
+	// toldCitus, that detection is off for the tables Citus manages.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
+	toldCitus      atomic.Bool
 	// binary is whether the run's stream carries binary tuple data, given
 	// to every applier it opens (see chooseBinary); textOnly is set once a
 	// run met a column that cannot take them, for the process's later

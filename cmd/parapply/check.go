@@ -106,7 +106,7 @@ func preflightConfig(c config) (preflight.Config, error) {
 		workers = o.MaxWorkers
 	}
 	return preflight.Config{Source: o.Source, Target: o.Target, Publications: o.Publications, Slot: o.Slot, AppName: o.ApplicationName,
-		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Failover: o.Failover, Origin: o.Origin, DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts,
+		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Failover: o.Failover, Origin: o.Origin, DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts,
 		DetectUpdateDeleted: o.DetectUpdateDeleted, CopyDeferIndexes: o.CopyDeferIndexes, ExistingData: string(o.ExistingData),
 		Sequences: o.Sequences, Workers: workers, StreamWorkers: o.StreamWorkers, CopyWorkers: o.CopyWorkers, DDL: string(o.DDL),
 		SlotWait: subscriber.FirstStartSlotWait}, nil
