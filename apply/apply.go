@@ -361,14 +361,18 @@ func (a *Applier) Relation(ctx context.Context, rel *parapply.Relation) error {
 	if err != nil {
 		return err
 	}
+	tallied := parapply.TableName(rel.Namespace, rel.Name)
 	if a.synced != nil {
 		lsn, ok := a.synced[t.Name]
 		t.SyncLSN, t.Unsynced = lsn, !ok
 		if !ok {
 			a.noteJoined(t.Name)
+			if !t.missing {
+				tallied = a.publishedAs(ctx, rel, tallied)
+			}
 		}
 	}
-	t.tally = a.tallies.For(rel.Namespace + "." + rel.Name)
+	t.tally = a.tallies.For(tallied)
 	a.tables[rel.ID] = t
 	a.readAhead.noteTable(t)
 	return nil

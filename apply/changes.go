@@ -209,7 +209,7 @@ func (a *Applier) queueStatement(ctx context.Context, r *run) error {
 // resolving statements), or soon after a conflict the fast one, which resolves what
 // conflicts it meets by itself (see resolve.go).
 func (a *Applier) queueRunStatement(r *run, what string, expect int, args []any) error {
-	if a.detector.config != nil && (r.kind == 'U' || r.kind == 'D') {
+	if a.detector.on(r.table) && (r.kind == 'U' || r.kind == 'D') {
 		if time.Now().UnixNano() < a.detector.resolvingUntil.Load() {
 			o, err := a.detector.resolvingOp(r, a.detector.statement(r, fastStatement), what)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/target"
 )
@@ -17,6 +18,12 @@ import (
 // SetDetection turns conflict detection on (d set) or off for the
 // statements queued from now on.
 func (a *Applier) SetDetection(d *Detection) { a.detector.config = d }
+
+// on reports whether conflicts are detected on table t: detection is on,
+// and t is not a table Citus manages that it leaves out (SkipCitus).
+func (d *detector) on(t *Table) bool {
+	return d.config != nil && !(d.config.SkipCitus && t.Citus != nil && t.Citus.Kind != citus.Local)
+}
 
 // rowTxn says that the rows of a run up to upto (exclusive) that no earlier
 // entry holds came from source transaction txn.
@@ -118,7 +125,7 @@ func (d *detector) resolvingOps(ops []op, all bool) ([]op, error) {
 	out := make([]op, len(ops))
 	for i, o := range ops {
 		out[i] = o
-		if o.run != nil && !o.resolving && (all || o.run.kind == 'I') {
+		if o.run != nil && !o.resolving && (all || o.run.kind == 'I') && d.on(o.run.table) {
 			if sql := d.statement(o.run, resolvingStatement); sql != "" {
 				var err error
 				if out[i], err = d.resolvingOp(o.run, sql, o.what); err != nil {
@@ -378,8 +385,10 @@ type keptGroup struct {
 }
 
 // add keeps ops, sent in the open target transaction, unless the group
-// has grown past keptGroupBytes (then none is kept: lost).
-func (k *keptGroup) add(ops []op) {
+// has grown past keptGroupBytes (then none is kept: lost); on tells the
+// tables whose runs a replay makes resolving (the others are sent again
+// as they are, with their parameters).
+func (k *keptGroup) add(ops []op, on func(*Table) bool) {
 	if k.lost {
 		return
 	}
@@ -393,7 +402,7 @@ func (k *keptGroup) add(ops []op) {
 		return
 	}
 	for _, o := range ops {
-		if o.run != nil && !o.resolving && o.run.hasResolving() {
+		if o.run != nil && !o.resolving && o.run.hasResolving() && on(o.run.table) {
 			// A replay builds the resolving statement from the run: the
 			// encoded parameters need not be kept.
 			o.args, o.copy = nil, nil

@@ -61,6 +61,12 @@ type Detection struct {
 	// OldReturning: the target is PostgreSQL 18 or later, whose UPDATE
 	// can return the old row's system columns (RETURNING old.xmin).
 	OldReturning bool
+	// SkipCitus leaves out of detection the tables Citus manages on a
+	// Citus coordinator (distributed, reference), whose statements Citus
+	// does not run: their changes are applied as with detection off (rows
+	// an update or delete does not find are counted and skipped). The
+	// default there, where detect_conflicts was not set by the user.
+	SkipCitus bool
 }
 
 // conflictColumns are the columns of parapply.conflicts a resolving

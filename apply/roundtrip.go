@@ -101,7 +101,7 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 	} else {
 		a.sender.short = a.sender.short[:0]
 	}
-	d.keep.add(ops)
+	d.keep.add(ops, d.on)
 	return err
 }
 

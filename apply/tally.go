@@ -1,10 +1,13 @@
 package apply
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/conflict"
 )
 
@@ -71,6 +74,30 @@ func (ts *Tallies) Names() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// publishedAs is the name the publications publish rel's rows under, for
+// its tally: a partition sent as itself while its root is what is
+// published and copied (another publication sends it so, or an older
+// publisher) counts under the nearest ancestor parapply copied, so that
+// every partition's changes count under the root's name as the copy's
+// do; name, rel's own, when none is (a table not partitioned, one that
+// joined the publication).
+func (a *Applier) publishedAs(ctx context.Context, rel *parapply.Relation, name string) string {
+	rows, _ := a.conn.Query(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_partition_ancestors($1::regclass) WITH ORDINALITY p(relid, i)
+		JOIN pg_catalog.pg_class c ON c.oid = p.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.i > 1 ORDER BY p.i`, rel.QualifiedName())
+	var schema, table string
+	found := ""
+	_, err := pgx.ForEachRow(rows, []any{&schema, &table}, func() error {
+		if _, ok := a.synced[parapply.QuoteIdent(schema)+"."+parapply.QuoteIdent(table)]; ok && found == "" {
+			found = parapply.TableName(schema, table)
+		}
+		return nil
+	})
+	if err != nil || found == "" {
+		return name
+	}
+	return found
 }
 
 // Kinds of change a table's pending counts hold.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -201,9 +202,18 @@ func Uniform(column string, typ uint32, n int) *Table {
 // Refusal is a setting of a run that Citus cannot serve, with its fix.
 type Refusal struct{ What, Fix string }
 
+// DetectionOff says that conflict detection, at detect_conflicts = auto,
+// is off for the tables Citus manages (managed, as Managed names them) and on for the
+// others: Citus does not run its statements.
+func DetectionOff(managed []string) string {
+	return "conflict detection is off for the tables Citus manages (" + strings.Join(managed, ", ") +
+		"), whose statements Citus does not run: an update or delete whose row is missing there is counted and skipped, and an insert that meets an existing row stops the run (or with on_error = skip_transaction has its transaction skipped and logged); it is on for the other published tables (detect_conflicts = auto; on would refuse this target)"
+}
+
 // Refusals lists what a run with these settings asks of a Citus
 // coordinator that distributes its tables and Citus does not run:
-// conflict detection (its statements, counts over modifying CTEs and
+// conflict detection asked for (detect_conflicts = on; auto leaves those
+// tables out) (its statements, counts over modifying CTEs and
 // correlated lookups, are not ones Citus runs on shards) and two_phase
 // (Citus prepares no transaction that wrote to its workers: "cannot use
 // 2PC in transactions involving multiple servers").
@@ -211,7 +221,7 @@ func Refusals(detectConflicts, twoPhase bool) []Refusal {
 	var out []Refusal
 	if detectConflicts {
 		out = append(out, Refusal{"detect_conflicts is on, but conflict detection does not run on tables Citus distributes",
-			"set detect_conflicts = off (an update or delete whose row is missing is then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)"})
+			"set detect_conflicts = auto (the default: off for the tables Citus manages, on for the others) or off (an update or delete whose row is missing is then counted and skipped, and an insert that meets an existing row stops the run, or with on_error = skip_transaction has its transaction skipped and logged)"})
 	}
 	if twoPhase {
 		out = append(out, Refusal{"two_phase is on, but Citus prepares no transaction that wrote to its workers",

@@ -27,19 +27,26 @@ type Config struct {
 	Slot           string
 	AppName        string
 	// The settings that change what a run needs.
-	CopyData            bool
-	TwoPhase            bool
-	Failover            bool
-	Origin              source.Origin
-	DetectConflicts     bool
-	Conflicts           *conflict.Rules
-	DetectUpdateDeleted bool
-	CopyDeferIndexes    bool
-	ExistingData        string // error, truncate or keep
-	Sequences           sequences.Mode
-	Workers             int // the most workers a run opens (max_workers with auto)
-	StreamWorkers       int
-	CopyWorkers         int
+	CopyData        bool
+	TwoPhase        bool
+	Failover        bool
+	Origin          source.Origin
+	DetectConflicts bool
+	// DetectConflictsAsked: detect_conflicts was set on (or off), not
+	// left at auto: on a Citus coordinator on is refused, auto turns
+	// detection off for the tables Citus manages.
+	DetectConflictsAsked bool
+	Conflicts            *conflict.Rules
+	DetectUpdateDeleted  bool
+	CopyDeferIndexes     bool
+	ExistingData         string // error, truncate or keep
+	Sequences            sequences.Mode
+	Workers              int // the most workers a run opens (max_workers with auto)
+	StreamWorkers        int
+	CopyWorkers          int
+	// SlotWait is how long a run waits for a slot held by a walsender
+	// that may be going away before it stops (see slotHeld).
+	SlotWait time.Duration
 	// DDL is the ddl setting: "apply" runs the publisher's schema
 	// changes on the target.
 	DDL string

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/ddl"
+	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -88,7 +89,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	} else {
 		rep.skip(sidePub, "replication connection", "the role lacks the REPLICATION attribute")
 	}
-	p.slotExists = checkSlot(ctx, conn, cfg.Slot, maxSlots, slots, maxSenders, senders, rep)
+	p.slotExists = checkSlot(ctx, conn, cfg.Slot, cfg.SlotWait, maxSlots, slots, maxSenders, senders, rep)
 	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
 	checkDDL(ctx, conn, cfg, p.role, rep)
@@ -183,7 +184,7 @@ func replicationConnection(ctx context.Context, cfg Config) []Problem {
 
 // checkSlot reports the slot: resumed from when it exists, room for it
 // when it does not.
-func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots, maxSenders, senders int, rep *Report) (exists bool) {
+func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, slotWait time.Duration, maxSlots, slots, maxSenders, senders int, rep *Report) (exists bool) {
 	var plugin, database, walStatus *string
 	var active bool
 	var pid *int
@@ -198,6 +199,14 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots
 		if senders >= maxSenders {
 			probs = append(probs, fail("", fmt.Sprintf("every walsender is taken (max_wal_senders = %d)", maxSenders),
 				fmt.Sprintf("ALTER SYSTEM SET max_wal_senders = %d; then restart the publisher", maxSenders+1)))
+		}
+		rows, _ := conn.Query(ctx, `SELECT slot_name::text FROM pg_catalog.pg_replication_slots
+			WHERE plugin = 'pgoutput' AND database = pg_catalog.current_database() ORDER BY 1`)
+		if others, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			if near := nearest.Name(slot, others); near != "" {
+				probs = append(probs, warn("", "slot "+slot+" does not exist, but slot "+near+" does: did you mean it? A new slot starts over with an initial copy",
+					"set slot = "+near+" to go on from it, or keep slot = "+slot+" to start anew"))
+			}
 		}
 		rep.add(sidePub, "slot "+slot, "missing: created (pgoutput) at the first start", probs...)
 		return false
@@ -217,12 +226,26 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots
 	case walStatus != nil && *walStatus == "lost":
 		probs = append(probs, fail("", "slot "+slot+" was invalidated: the publisher removed WAL it needed (wal_status lost)", "retire it with parapply drop --slot "+slot+" --source ..., then start again with the initial copy"))
 	case active && pid != nil:
-		// A warning: a run waits for a walsender that is going away (a
-		// subscriber that just stopped) and names a parapply holding it.
-		probs = append(probs, warn("", fmt.Sprintf("slot %s is in use by walsender pid %d: a run waits for it (reconnect_timeout), then stops", slot, *pid), "stop what streams from it, or start with another --slot"))
+		// A warning: the walsender may be going away (a subscriber that
+		// just stopped), which a run waits for.
+		var app string
+		_ = conn.QueryRow(ctx, "SELECT coalesce(application_name, '') FROM pg_catalog.pg_stat_activity WHERE pid = $1", *pid).Scan(&app)
+		probs = append(probs, warn("", slotHeld(slot, *pid, app, slotWait), "stop what streams from it, or start with another --slot"))
 	}
 	rep.add(sidePub, "slot "+slot, "exists: the run resumes from it", probs...)
 	return true
+}
+
+// slotHeld says what parapply run does with a slot another process
+// streams from: it refuses to start, at once when the target records a
+// live parapply holding the slot, else once the walsender has not let go
+// within wait (one of a subscriber that just stopped does).
+func slotHeld(slot string, pid int, app string, wait time.Duration) string {
+	by := fmt.Sprintf("walsender pid %d", pid)
+	if app != "" {
+		by += " (application_name " + app + ")"
+	}
+	return fmt.Sprintf("slot %s is in use by %s: parapply run does not start while it is (it stops at once when the target records a live parapply holding it, else after waiting %s for the slot to be let go, as by a subscriber that just stopped)", slot, by, wait)
 }
 
 // checkFailover says whether the slot survives the publisher's failover
@@ -296,10 +319,19 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		return
 	}
 	var probs []Problem
+	var existing []string
 	for _, pub := range cfg.Publications {
-		if !found[pub] {
-			probs = append(probs, fail("", "publication "+ident(pub)+" does not exist", "CREATE PUBLICATION "+ident(pub)+" FOR TABLE ...; (or FOR ALL TABLES) on the publisher"))
+		if found[pub] {
+			continue
 		}
+		if existing == nil {
+			rows, _ := conn.Query(ctx, `SELECT pubname::text FROM pg_catalog.pg_publication ORDER BY 1`)
+			if existing, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				existing = []string{}
+			}
+		}
+		what, fix := missingPublication(pub, existing)
+		probs = append(probs, fail("", what, fix))
 	}
 	if len(probs) > 0 {
 		rep.add(sidePub, "publications", "", probs...)
@@ -320,18 +352,26 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 		pt := pubTable{PublishedTable: t}
 		var oid uint32
 		var readable bool
-		var replident string
+		var replident, owner string
 		var hasKey bool
+		var keyIndex *string
 		err := conn.QueryRow(ctx, `SELECT c.oid, pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
-				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident))
+				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)),
+				pg_catalog.pg_get_userbyid(c.relowner)::text,
+				(SELECT x.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+				 WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+				   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid
+				       AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]) AND NOT a.attnotnull)
+				 ORDER BY x.relname LIMIT 1)
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey)
+			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey, &owner, &keyIndex)
 		if err != nil {
 			read = append(read, broken(pt.name(), "reading the table's catalog", err))
 			continue
 		}
 		if !readable && cfg.CopyData {
-			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + ";"
+			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + "; " +
+				parapply.AlterDefaultPrivileges(owner, t.Schema, "SELECT", "TABLES", p.role)
 			if p.slotExists {
 				read = append(read, warn(pt.name(), "role "+p.role+" may not read it: a table not copied yet (one added to the publication) cannot be copied", fix))
 			} else {
@@ -339,7 +379,7 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 			}
 		}
 		if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
-			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", "add a primary key, or ALTER TABLE "+pt.name()+" REPLICA IDENTITY FULL; on the publisher"))
+			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", identityFix(pt.name(), keyIndex)))
 		}
 		cols, generated, _, err := readColumns(ctx, conn, oid)
 		if err != nil {
@@ -369,6 +409,33 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 	}
 }
 
+// missingPublication words a publication the publisher lacks: the one of
+// existing it was likely meant to be, first, else the CREATE PUBLICATION.
+func missingPublication(pub string, existing []string) (what, fix string) {
+	create := "CREATE PUBLICATION " + ident(pub) + " FOR TABLE ...; (or FOR ALL TABLES) on the publisher"
+	if near := nearest.Name(pub, existing); near != "" {
+		return "publication " + ident(pub) + " does not exist; did you mean " + ident(near) + "?", "set publication = " + near + " (or, if " + ident(pub) + " is meant: " + create + ")"
+	}
+	what = "publication " + ident(pub) + " does not exist"
+	switch {
+	case len(existing) == 0:
+		what += " (the publisher has none)"
+	case len(existing) <= 5:
+		what += " (the publisher has " + strings.Join(existing, ", ") + ")"
+	}
+	return what, create
+}
+
+// identityFix is the fix of a published table without a replica
+// identity: the unique index on NOT NULL columns it has, if any (index),
+// first; it identifies rows as a primary key would.
+func identityFix(table string, index *string) string {
+	if index != nil {
+		return "ALTER TABLE " + table + " REPLICA IDENTITY USING INDEX " + ident(*index) + "; on the publisher (a unique index on NOT NULL columns), or add a primary key, or ALTER TABLE " + table + " REPLICA IDENTITY FULL;"
+	}
+	return "add a primary key (ALTER TABLE " + table + " ADD PRIMARY KEY (...);), or ALTER TABLE " + table + " REPLICA IDENTITY FULL; on the publisher"
+}
+
 // checkPublisherSequences: the sequences parapply carries must be
 // readable on the publisher.
 func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
@@ -385,7 +452,7 @@ func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p 
 	var probs []Problem
 	for _, s := range seqs {
 		if !s.Readable {
-			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", "GRANT SELECT ON SEQUENCE "+s.QualifiedName()+" TO "+ident(p.role)+";"))
+			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", s.SourceGrant()))
 		}
 	}
 	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s)", len(seqs), cfg.Sequences), probs...)
@@ -428,23 +495,5 @@ func connect(ctx context.Context, side, dsn, app string) (*pgx.Conn, error) {
 }
 
 // ident quotes an identifier for a fix's SQL as quote_ident does: only
-// where it must (not lower case letters, digits and underscores, or a
-// reserved word), so that the fix reads as a DBA would write it.
-func ident(s string) string {
-	if simpleIdent.MatchString(s) && !slices.Contains(reserved, s) {
-		return s
-	}
-	return parapply.QuoteIdent(s)
-}
-
-var simpleIdent = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
-
-// reserved are PostgreSQL's reserved key words and those that cannot name
-// a table or a role unquoted.
-var reserved = strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate
-	collation column concurrently constraint create cross current_catalog current_date current_role current_schema current_time
-	current_timestamp current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full
-	grant group having ilike in initially inner intersect into is isnull join lateral leading left like limit localtime
-	localtimestamp natural not notnull null offset on only or order outer overlaps placing primary references returning right
-	select session_user similar some symmetric system_user table tablesample then to trailing true union unique user using
-	variadic verbose when where window with`)
+// where it must, so that the fix reads as a DBA would write it.
+func ident(s string) string { return parapply.Ident(s) }

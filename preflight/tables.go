@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/nearest"
 )
 
 // targetTable is what the checks read of a published table on the target.
@@ -16,6 +18,7 @@ type targetTable struct {
 	schemaUsage         bool
 	privileges          map[string]bool
 	owns                bool
+	owner               string
 	columns             []Column
 	generated, required map[string]bool // generated columns; NOT NULL without a default
 }
@@ -47,7 +50,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 			tableProbs = append(tableProbs, broken(name, "reading it on the target", err))
 			continue
 		case !found:
-			tableProbs = append(tableProbs, pending(cfg, pub, fail(name, "does not exist on the target", "create it there with the publisher's columns (pg_dump --schema-only --table="+name+" on the publisher gives its definition)")))
+			what, fix := missingTable(t.Schema, t.Name, nearTable(ctx, conn, t.Schema, t.Name))
+			tableProbs = append(tableProbs, pending(cfg, pub, fail(name, what, fix)))
 			continue
 		case tt.kind != "r" && tt.kind != "p":
 			tableProbs = append(tableProbs, fail(name, "is not a table on the target (relkind "+tt.kind+")", "apply to a table of that name"))
@@ -63,7 +67,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 			tableProbs = append(tableProbs, fail(name, "role "+role+" may not use schema "+t.Schema, "GRANT USAGE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
 		}
 		if len(missing) > 0 {
-			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+";"))
+			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+"; "+
+				parapply.AlterDefaultPrivileges(tt.owner, t.Schema, strings.Join(needs, ", "), "TABLES", role)))
 		}
 		if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
 			why := "detect_update_deleted installs a trigger on it"
@@ -84,10 +89,75 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 		}
 	}
 	rep.add(sideTarget, "published tables", fmt.Sprintf("%d tables; the role needs %s on each", len(pub.tables), strings.Join(needs, ", ")), tableProbs...)
-	rep.add(sideTarget, "published columns and types", "every publisher value can be stored", colProbs...)
+	rep.add(sideTarget, "published columns and types", columnsDetail(colProbs), colProbs...)
 	if !pub.slotExists && cfg.CopyData {
 		rep.add(sideTarget, "rows already on the target", "existing_data = "+cfg.ExistingData, rowProbs...)
 	}
+}
+
+// missingTable words a published table the target lacks: the target's
+// table it was likely meant to be (near, schema and name; none when
+// empty), and the statement that gives that one the publisher's name,
+// before the way to create it.
+func missingTable(schema, name string, near [2]string) (what, fix string) {
+	qn := quoteName(schema, name)
+	create := "create it there with the publisher's columns (pg_dump --schema-only --table=" + qn + " on the publisher gives its definition)"
+	switch {
+	case near[1] == "":
+		return "does not exist on the target", create
+	case near[0] != schema:
+		other := quoteName(near[0], near[1])
+		return "does not exist on the target, but " + other + " does: did you mean it? parapply applies to the table of the publisher's schema and name",
+			"if " + other + " is it: ALTER TABLE " + other + " SET SCHEMA " + ident(schema) + "; else " + create
+	}
+	other := quoteName(near[0], near[1])
+	return "does not exist on the target, but " + other + " does: did you mean it? parapply applies to the table of the publisher's name",
+		"if " + other + " is it: ALTER TABLE " + other + " RENAME TO " + ident(name) + "; else " + create
+}
+
+// nearTable finds the target's table a published table missing there was
+// likely meant to be: one of that name in another schema, else one of a
+// name near it in its schema ({"", ""} when none).
+func nearTable(ctx context.Context, conn *pgx.Conn, schema, name string) [2]string {
+	rows, _ := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND (n.nspname = $1 OR c.relname = $2)
+			AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'parapply') ORDER BY 1, 2`, schema, name)
+	var same []string
+	var elsewhere [2]string
+	var nsp, rel string
+	_, err := pgx.ForEachRow(rows, []any{&nsp, &rel}, func() error {
+		switch {
+		case rel == name && elsewhere[1] == "":
+			elsewhere = [2]string{nsp, rel}
+		case nsp == schema:
+			same = append(same, rel)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return [2]string{}
+	case elsewhere[1] != "":
+		return elsewhere
+	}
+	if near := nearest.Name(name, same); near != "" {
+		return [2]string{schema, near}
+	}
+	return [2]string{}
+}
+
+// columnsDetail is the column check's verdict in words that agree with
+// its outcome: can every publisher value be stored as it is?
+func columnsDetail(probs []Problem) string {
+	switch {
+	case slices.ContainsFunc(probs, func(p Problem) bool { return p.Fails }):
+		return "can every publisher value be stored: no"
+	case slices.ContainsFunc(probs, func(p Problem) bool { return p.Unfinished }):
+		return "can every publisher value be stored: not known"
+	case len(probs) > 0:
+		return "can every publisher value be stored: not all as they are"
+	}
+	return "can every publisher value be stored: yes"
 }
 
 // pending makes a schema difference a warning where the stream may still
@@ -153,9 +223,9 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 	err = conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
 			pg_catalog.has_table_privilege(c.oid, 'SELECT'), pg_catalog.has_table_privilege(c.oid, 'INSERT'),
 			pg_catalog.has_table_privilege(c.oid, 'UPDATE'), pg_catalog.has_table_privilege(c.oid, 'DELETE'),
-			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE')
+			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE'), pg_catalog.pg_get_userbyid(c.relowner)::text
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns)
+		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns, &tt.owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tt, false, nil
 	}
@@ -177,16 +247,19 @@ func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, ro
 	var probs []Problem
 	for _, s := range pub.sequences {
 		var exists, sel, upd bool
-		err := conn.QueryRow(ctx, `SELECT true, pg_catalog.has_sequence_privilege(c.oid, 'SELECT'), pg_catalog.has_sequence_privilege(c.oid, 'UPDATE')
+		var owner string
+		err := conn.QueryRow(ctx, `SELECT true, pg_catalog.has_sequence_privilege(c.oid, 'SELECT'), pg_catalog.has_sequence_privilege(c.oid, 'UPDATE'),
+				pg_catalog.pg_get_userbyid(c.relowner)::text
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd)
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd, &owner)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			probs = append(probs, warn(s.QualifiedName(), "missing on the target: not carried", "create it there"))
 		case err != nil:
 			probs = append(probs, warn(s.QualifiedName(), err.Error(), ""))
 		case !sel || !upd:
-			probs = append(probs, warn(s.QualifiedName(), "role "+role+" may not read and set it: not carried", "GRANT SELECT, UPDATE ON SEQUENCE "+s.QualifiedName()+" TO "+ident(role)+";"))
+			probs = append(probs, warn(s.QualifiedName(), "role "+role+" may not read and set it: not carried", "GRANT SELECT, UPDATE ON SEQUENCE "+s.QualifiedName()+" TO "+ident(role)+"; "+
+				parapply.AlterDefaultPrivileges(owner, s.Schema, "SELECT, UPDATE", "SEQUENCES", role)))
 		}
 	}
 	rep.add(sideTarget, "sequences", fmt.Sprintf("%d sequences carried from the publisher", len(pub.sequences)), probs...)

@@ -196,8 +196,12 @@ func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, 
 		return
 	}
 	var probs []Problem
-	for _, r := range citus.Refusals(cfg.DetectConflicts, cfg.TwoPhase) {
+	for _, r := range citus.Refusals(cfg.DetectConflicts && cfg.DetectConflictsAsked, cfg.TwoPhase) {
 		probs = append(probs, fail("", r.What, r.Fix))
 	}
-	rep.add(sideTarget, "Citus tables", fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", ")), probs...)
+	detail := fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", "))
+	if cfg.DetectConflicts && !cfg.DetectConflictsAsked {
+		detail += "; conflict detection off for these (detect_conflicts = auto), on for the others"
+	}
+	rep.add(sideTarget, "Citus tables", detail, probs...)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/internal/pgerr"
 )
@@ -41,11 +42,21 @@ type Sequence struct {
 	// Last is the last value handed out; Readable is false when the role
 	// may not read it (no SELECT or USAGE on the sequence), and Used false
 	// when it never handed out a value (nothing to carry). Role is the
-	// source role, for the GRANT an unreadable one needs.
+	// source role, for the GRANT an unreadable one needs; Owner the
+	// sequence's owner, for the ALTER DEFAULT PRIVILEGES that covers the
+	// sequences created later.
 	Last     int64
 	Used     bool
 	Readable bool
 	Role     string
+	Owner    string
+}
+
+// SourceGrant is the statement that lets the source role read the sequence, and
+// the sequences its owner creates later in its schema.
+func (s Sequence) SourceGrant() string {
+	return "GRANT SELECT ON SEQUENCE " + s.QualifiedName() + " TO " + parapply.Ident(s.Role) + "; " +
+		parapply.AlterDefaultPrivileges(s.Owner, s.Schema, "SELECT", "SEQUENCES", s.Role)
 }
 
 // QualifiedName is the sequence's quoted schema-qualified name.
@@ -101,7 +112,7 @@ func Read(ctx context.Context, conn *pgx.Conn, mode Mode, tables []Table) ([]Seq
 		carried(oid) AS (
 			SELECT oid FROM ancestors
 			UNION SELECT t.relid::oid FROM published p, pg_catalog.pg_partition_tree(p.oid) t WHERE p.relkind = 'p')
-		SELECT n.nspname::text, c.relname::text, current_user::text,
+		SELECT n.nspname::text, c.relname::text, current_user::text, pg_catalog.pg_get_userbyid(c.relowner)::text,
 			pg_catalog.has_sequence_privilege(c.oid, 'SELECT,USAGE'),
 			CASE WHEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT,USAGE') THEN (SELECT s.last_value FROM pg_catalog.pg_sequences s WHERE s.schemaname = n.nspname AND s.sequencename = c.relname) END
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -117,7 +128,7 @@ func Read(ctx context.Context, conn *pgx.Conn, mode Mode, tables []Table) ([]Seq
 	for rows.Next() {
 		var s Sequence
 		var last *int64
-		if err := rows.Scan(&s.Schema, &s.Name, &s.Role, &s.Readable, &last); err != nil {
+		if err := rows.Scan(&s.Schema, &s.Name, &s.Role, &s.Owner, &s.Readable, &last); err != nil {
 			return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
 		}
 		if last != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
+	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/internal/pgerr"
 )
 
@@ -255,14 +256,8 @@ func (s *Source) check(ctx context.Context) error {
 	if len(s.cfg.Publications) == 0 {
 		return errors.New("no publication given; name one with --publication (CREATE PUBLICATION on the source first)")
 	}
-	for _, pub := range s.cfg.Publications {
-		rows, err := s.query(ctx, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = "+parapply.QuoteLiteral(pub))
-		if err != nil {
-			return fmt.Errorf("looking up publication %s: %w", pub, err)
-		}
-		if len(rows) == 0 {
-			return fmt.Errorf("publication %q does not exist in source database %s; create it there with CREATE PUBLICATION %s FOR TABLE ...", pub, s.Database, parapply.QuoteIdent(pub))
-		}
+	if err := s.checkPublications(ctx); err != nil {
+		return err
 	}
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
@@ -314,6 +309,35 @@ const failoverVersion = 170000
 // by a walsender: a subscriber that was just killed may still hold it for a
 // moment, so a caller may wait and try again.
 var ErrSlotBusy = errors.New("slot in use")
+
+// checkPublications refuses publications the source database lacks.
+func (s *Source) checkPublications(ctx context.Context) error {
+	rows, err := s.query(ctx, "SELECT pubname FROM pg_catalog.pg_publication")
+	if err != nil {
+		return fmt.Errorf("looking up publications %s: %w", strings.Join(s.cfg.Publications, ", "), err)
+	}
+	existing := make([]string, len(rows))
+	for i, r := range rows {
+		existing[i] = string(r[0])
+	}
+	for _, pub := range s.cfg.Publications {
+		if !slices.Contains(existing, pub) {
+			return missingPublication(pub, s.Database, existing)
+		}
+	}
+	return nil
+}
+
+// missingPublication is the error of a publication the source database
+// lacks: naming the one of existing it was likely meant to be, else the
+// statement that creates it.
+func missingPublication(pub, database string, existing []string) error {
+	create := "CREATE PUBLICATION " + parapply.Ident(pub) + " FOR TABLE ..."
+	if near := nearest.Name(pub, existing); near != "" {
+		return fmt.Errorf("publication %s does not exist in source database %s; did you mean %s? (set --publication %s; or, if %s is meant, create it there with %s)", parapply.Ident(pub), database, parapply.Ident(near), near, parapply.Ident(pub), create)
+	}
+	return fmt.Errorf("publication %s does not exist in source database %s; create it there with %s", parapply.Ident(pub), database, create)
+}
 
 type slotBusy struct{ slot, pid string }
 

@@ -45,7 +45,7 @@ func (s *Subscriber) detection(td target.Detection, sourceID string, published [
 		}
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: td.CommitTimestamps, OldReturning: td.OldReturning,
-		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot}
+		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot, SkipCitus: !s.cfg.DetectConflictsAsked}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
 	if td.IDErr != nil {

@@ -51,7 +51,7 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 				s.log.Warn("a publisher sequence does not exist on the target; create it there to have it synced", "sequence", name)
 			case !r.Readable && !s.seq.warned[name]:
 				s.seq.warned[name] = true
-				s.log.Warn("the source role may not read a sequence; GRANT SELECT ON SEQUENCE to it to have it synced", "sequence", name, "role", r.Role)
+				s.log.Warn("the source role may not read a sequence: it is not synced until it may", "sequence", name, "role", r.Role, "fix", r.SourceGrant())
 			case r.Refused() && !s.seq.warned[name]:
 				s.seq.warned[name] = true
 				s.log.Warn("the target role may not read a sequence, so it is left untouched rather than set blind; grant it to have it synced", "sequence", name, "grant", r.Grant)

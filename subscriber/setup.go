@@ -117,10 +117,13 @@ func errDiverged(slot string, recorded, walEnd parapply.LSN) error {
 
 // refuseOnCitus stops a start on a Citus coordinator that distributes
 // published tables when it asks for what Citus does not run
-// (citus.Refusals: conflict detection, two_phase).
+// (citus.Refusals: conflict detection set by the user, two_phase); with
+// detect_conflicts at its default, detection is off for those tables (see
+// detection), which it says once.
 func (s *Subscriber) refuseOnCitus(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) error {
-	refusals := citus.Refusals(s.cfg.DetectConflicts, s.cfg.Source.TwoPhase)
-	if len(refusals) == 0 {
+	refusals := citus.Refusals(s.cfg.DetectConflicts && s.cfg.DetectConflictsAsked, s.cfg.Source.TwoPhase)
+	defaulted := s.cfg.DetectConflicts && !s.cfg.DetectConflictsAsked && !s.runs.toldCitus.Load()
+	if len(refusals) == 0 && !defaulted {
 		return nil
 	}
 	var schemas, names []string
@@ -130,6 +133,11 @@ func (s *Subscriber) refuseOnCitus(ctx context.Context, conn *pgx.Conn, publishe
 	managed, err := citus.Managed(ctx, conn, schemas, names)
 	if err != nil || len(managed) == 0 {
 		return err
+	}
+	if len(refusals) == 0 {
+		s.runs.toldCitus.Store(true)
+		s.log.Info(citus.DetectionOff(managed))
+		return nil
 	}
 	r := refusals[0]
 	return Permanent(fmt.Errorf("the target is a Citus coordinator that distributes %s, and %s: %s", strings.Join(managed, ", "), r.What, r.Fix))

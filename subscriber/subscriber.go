@@ -82,7 +82,13 @@ type Config struct {
 	// an update or delete does not find are counted and skipped, and an
 	// insert that meets an existing row stops the run.
 	DetectConflicts bool
-	Conflicts       *conflict.Rules
+	// DetectConflictsAsked: detect_conflicts was set by the user, not
+	// left at its default. On a Citus coordinator detection is then
+	// refused for the tables Citus manages; left at its default, it is
+	// off for those tables and on for the others (apply.Detection's
+	// SkipCitus).
+	DetectConflictsAsked bool
+	Conflicts            *conflict.Rules
 	// OnError is OnErrorStop ("" too) or OnErrorSkip: what a source
 	// transaction that cannot be applied does to the run.
 	OnError OnError
@@ -166,9 +172,11 @@ type runState struct {
 	state atomic.Value // string
 	src   atomic.Pointer[source.Source]
 	// det is the run's conflict detection, given to every applier it
-	// opens; warnedCommitTS, that the lack of commit timestamps was told.
+	// opens; warnedCommitTS, that the lack of commit timestamps was told;
+	// toldCitus, that detection is off for the tables Citus manages.
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
+	toldCitus      atomic.Bool
 	// binary is whether the run's stream carries binary tuple data, given
 	// to every applier it opens (see chooseBinary); textOnly is set once a
 	// run met a column that cannot take them, for the process's later
@@ -442,6 +450,10 @@ const (
 // walsender at the first start (after a kill, the walsender notices its
 // client is gone within moments).
 const firstStartSlotWait = 10 * time.Second
+
+// FirstStartSlotWait is firstStartSlotWait, for the checks that say what
+// a start does with a slot in use.
+const FirstStartSlotWait = firstStartSlotWait
 
 // DefaultReconnectTimeout is how long parapply rides out faults.
 const DefaultReconnectTimeout = 5 * time.Minute

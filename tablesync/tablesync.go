@@ -152,6 +152,8 @@ type Progress struct {
 
 // TableProgress is one table's share of a Progress.
 type TableProgress struct {
+	// Name is schema.table as regclass prints it (parapply.TableName),
+	// as every metric names a table.
 	Name          string
 	Rows, EstRows int64
 	Bytes         int64
@@ -392,7 +394,7 @@ func reportProgress(cfg Config, jobs []*tableJob, start time.Time) (stop func())
 func progressOf(jobs []*tableJob, start time.Time) Progress {
 	p := Progress{Tables: len(jobs), Elapsed: time.Since(start)}
 	for _, j := range jobs {
-		tp := TableProgress{Name: j.QualifiedName(), Rows: j.rows.Load(), EstRows: j.estRows, Bytes: j.bytes.Load(), Done: j.done.Load()}
+		tp := TableProgress{Name: parapply.TableName(j.Schema, j.Name), Rows: j.rows.Load(), EstRows: j.estRows, Bytes: j.bytes.Load(), Done: j.done.Load()}
 		if tp.Done {
 			p.TablesDone++
 			tp.EstRows = tp.Rows

@@ -40,7 +40,7 @@ func checkCommand(ctx context.Context, args []string, out io.Writer) error {
 		printReport(out, rep)
 	}
 	if !rep.Passed() {
-		return subscriber.Permanent(fmt.Errorf("%d checks failed and %d could not run: parapply run refuses to start until they pass", rep.Count(preflight.Failed), rep.Count(preflight.Skipped)))
+		return subscriber.Permanent(fmt.Errorf("%s: parapply run refuses to start until they pass", countChecks(rep.Count(preflight.Failed), rep.Count(preflight.Skipped), 0)))
 	}
 	return nil
 }
@@ -79,7 +79,7 @@ func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	if len(failed) == 0 {
 		if n := rep.Count(preflight.Skipped); n > 0 {
-			log.Warn(fmt.Sprintf("%d pre-flight checks could not complete (a connection lost while they ran); the run goes on, making its own", n))
+			log.Warn(fmt.Sprintf("pre-flight checks that could not complete (a connection lost while they ran): %d; the run goes on, making its own", n))
 		}
 		return nil
 	}
@@ -106,9 +106,10 @@ func preflightConfig(c config) (preflight.Config, error) {
 		workers = o.MaxWorkers
 	}
 	return preflight.Config{Source: o.Source, Target: o.Target, Publications: o.Publications, Slot: o.Slot, AppName: o.ApplicationName,
-		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Failover: o.Failover, Origin: o.Origin, DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts,
+		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Failover: o.Failover, Origin: o.Origin, DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts,
 		DetectUpdateDeleted: o.DetectUpdateDeleted, CopyDeferIndexes: o.CopyDeferIndexes, ExistingData: string(o.ExistingData),
-		Sequences: o.Sequences, Workers: workers, StreamWorkers: o.StreamWorkers, CopyWorkers: o.CopyWorkers, DDL: string(o.DDL)}, nil
+		Sequences: o.Sequences, Workers: workers, StreamWorkers: o.StreamWorkers, CopyWorkers: o.CopyWorkers, DDL: string(o.DDL),
+		SlotWait: subscriber.FirstStartSlotWait}, nil
 }
 
 // printReport writes the report as pg_upgrade --check does: a line per
@@ -138,13 +139,40 @@ func printReport(w io.Writer, rep preflight.Report) {
 	}
 	fmt.Fprintln(w)
 	switch f, sk, wn := rep.Count(preflight.Failed), rep.Count(preflight.Skipped), rep.Count(preflight.Warning); {
-	case f > 0 || sk > 0:
-		fmt.Fprintf(w, "%d checks failed, %d could not run, %d warn: fix the failed ones (the fix is under each) and check again\n", f, sk, wn)
+	case f > 0:
+		fmt.Fprintf(w, "%s: fix the failed ones (the fix is under each) and check again\n", countChecks(f, sk, wn))
+	case sk > 0:
+		fmt.Fprintf(w, "%s: each says why; mend that and check again\n", countChecks(f, sk, wn))
 	case wn > 0:
-		fmt.Fprintf(w, "every check passed; %d warn (read them: each says what parapply will not do)\n", wn)
+		fmt.Fprintf(w, "every check passed; %s (read them: each says what parapply will not do)\n", countChecks(0, 0, wn))
 	default:
 		fmt.Fprintln(w, "every check passed")
 	}
+}
+
+// countChecks counts checks by outcome in words that agree with the
+// numbers ("1 check failed", "2 checks failed, 1 could not run"), leaving
+// out the outcomes none had; the first count names the checks.
+func countChecks(failed, skipped, warned int) string {
+	var parts []string
+	for _, c := range []struct {
+		n    int
+		verb string
+	}{{failed, "failed"}, {skipped, "could not run"}, {warned, "warned"}} {
+		switch {
+		case c.n == 0:
+		case len(parts) > 0:
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.verb))
+		case c.n == 1:
+			parts = append(parts, "1 check "+c.verb)
+		default:
+			parts = append(parts, fmt.Sprintf("%d checks %s", c.n, c.verb))
+		}
+	}
+	if len(parts) == 0 {
+		return "no check failed"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // resultLine is one check's line: its name, dots, its outcome in capitals

@@ -7,6 +7,26 @@ import (
 	"github.com/parapply/parapply/preflight"
 )
 
+// TestCountChecks: counts in words that agree with them.
+func TestCountChecks(t *testing.T) {
+	for _, c := range []struct {
+		f, sk, wn int
+		want      string
+	}{
+		{1, 0, 0, "1 check failed"},
+		{2, 0, 0, "2 checks failed"},
+		{1, 1, 1, "1 check failed, 1 could not run, 1 warned"},
+		{2, 0, 3, "2 checks failed, 3 warned"},
+		{0, 1, 0, "1 check could not run"},
+		{0, 0, 2, "2 checks warned"},
+		{0, 0, 0, "no check failed"},
+	} {
+		if got := countChecks(c.f, c.sk, c.wn); got != c.want {
+			t.Errorf("countChecks(%d, %d, %d) = %q, want %q", c.f, c.sk, c.wn, got, c.want)
+		}
+	}
+}
+
 // TestPrintReport: a line per check with dots to its outcome, each
 // problem and its fix under it, and a last line that counts them.
 func TestPrintReport(t *testing.T) {
@@ -30,7 +50,7 @@ Checking the target
       off
   sequences ....................................... SKIPPED (the publisher could not be read)
 
-1 checks failed, 1 could not run, 1 warn: fix the failed ones (the fix is under each) and check again
+1 check failed, 1 could not run, 1 warned: fix the failed ones (the fix is under each) and check again
 `
 	if out.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", out.String(), want)

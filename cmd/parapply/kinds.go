@@ -106,6 +106,27 @@ func (k workersKind) set(name, v string) error {
 	return nil
 }
 
+// detectionKind is detect_conflicts: auto (on, asked false: off for the
+// tables Citus manages), or on or off as a boolean (asked true).
+type detectionKind struct{ p, asked *bool }
+
+func detection(p, asked *bool) kind { return detectionKind{p, asked} }
+
+func (detectionKind) note() string { return "`auto|on|off`" }
+
+func (k detectionKind) set(name, v string) error {
+	if strings.EqualFold(strings.TrimSpace(v), "auto") {
+		*k.p, *k.asked = true, false
+		return nil
+	}
+	b, ok := parseBool(v)
+	if !ok {
+		return invalid(name, v, "choose auto, on or off")
+	}
+	*k.p, *k.asked = b, true
+	return nil
+}
+
 // sizeKind is a byte count with PostgreSQL's memory units (see
 // parseSize). optional lets it be empty (0).
 type sizeKind struct {

@@ -26,6 +26,7 @@ type options struct {
 	Failover             bool
 	Origin               source.Origin
 	DetectConflicts      bool
+	DetectConflictsAsked bool // on or off, not auto
 	Conflicts            *conflict.Rules
 	DetectUpdateDeleted  bool
 	MaxRetention         time.Duration

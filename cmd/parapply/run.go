@@ -54,7 +54,7 @@ func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
 		Workers: o.Workers, AutoWorkers: o.AutoWorkers, StreamWorkers: o.StreamWorkers, SpillDir: o.SpillDirectory,
 		CommitOrder: o.CommitOrder, ReconnectTimeout: o.ReconnectTimeout,
 		Sequences: o.Sequences, SequenceSyncInterval: o.SequenceSyncInterval,
-		DetectConflicts: o.DetectConflicts, Conflicts: o.Conflicts, OnError: o.OnError, DDL: o.DDL,
+		DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts, OnError: o.OnError, DDL: o.DDL,
 		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
 		SharedTables: o.SharedTables, Binary: o.Binary,
 	}

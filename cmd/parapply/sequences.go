@@ -87,7 +87,7 @@ func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode,
 func resultText(r sequences.Result) string {
 	switch {
 	case !r.Readable:
-		return "not readable by the source role: GRANT SELECT ON SEQUENCE " + r.QualifiedName() + " TO " + pgx.Identifier{r.Role}.Sanitize() + "; left untouched"
+		return "not readable by the source role: " + r.SourceGrant() + " left untouched"
 	case !r.Used:
 		return "never used on the publisher: left untouched"
 	case r.Missing:

@@ -30,6 +30,8 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE items (id int PRIMARY KEY, name text, qty int)`)
 	e.exec(e.pub, `CREATE TABLE only_on_publisher (id int PRIMARY KEY); CREATE PUBLICATION pub_missing FOR TABLE only_on_publisher`)
 	e.exec(e.pub, `CREATE TABLE typed (id int PRIMARY KEY, v text); CREATE PUBLICATION pub_typed FOR TABLE typed`)
+	e.exec(e.pub, `CREATE TABLE widgets (id int PRIMARY KEY); CREATE PUBLICATION pub_widgets FOR TABLE widgets`)
+	e.exec(e.sub, `CREATE TABLE widget (id int PRIMARY KEY)`)
 	e.exec(e.sub, `CREATE TABLE typed (id int PRIMARY KEY, v int)`)
 	e.exec(e.pub, `CREATE TABLE narrow (id int PRIMARY KEY, a int, b int); CREATE PUBLICATION pub_narrow FOR TABLE narrow`)
 	e.exec(e.sub, `CREATE TABLE narrow (id int PRIMARY KEY, a int)`)
@@ -73,6 +75,10 @@ func TestBadInput(t *testing.T) {
 			[]string{"nosuchdb"}},
 		{"missing publication", []string{"--source", src, "--target", dst, "--publication", "nosuchpub"},
 			[]string{"publication nosuchpub does not exist", "CREATE PUBLICATION"}},
+		{"misspelt publication", []string{"--source", src, "--target", dst, "--publication", "pub_typd"},
+			[]string{"publication pub_typd does not exist; did you mean pub_typed? (fix: set publication = pub_typed (or, if pub_typd is meant: CREATE PUBLICATION pub_typd"}},
+		{"table misspelt on target", []string{"--source", src, "--target", dst, "--publication", "pub_widgets", "--slot", "s_widgets"},
+			[]string{"public.widgets: does not exist on the target, but public.widget does: did you mean it?", "ALTER TABLE public.widget RENAME TO widgets;"}},
 		{"table missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_missing", "--slot", "s_missing"},
 			[]string{"public.only_on_publisher: does not exist on the target", "create it"}},
 		{"column missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_narrow", "--slot", "s_narrow"},

@@ -61,14 +61,16 @@ func TestCheck(t *testing.T) {
 	e.exec(e.pub, `CREATE TABLE items (id int PRIMARY KEY, name varchar(50), m mood, price numeric(10,2));
 		CREATE TABLE audit_log (id bigserial PRIMARY KEY, note text);
 		CREATE TABLE nokey (v text);
-		CREATE PUBLICATION pub_check FOR TABLE items, audit_log, nokey`)
+		CREATE TABLE keyless (a int NOT NULL, b int, v text); CREATE UNIQUE INDEX keyless_b ON keyless (b); CREATE UNIQUE INDEX keyless_a ON keyless (a);
+		CREATE PUBLICATION pub_check FOR TABLE items, audit_log, nokey, keyless`)
 	e.exec(e.sub, `CREATE TABLE items (id int PRIMARY KEY, name varchar(3), m mood, price numeric(12,2), added int NOT NULL);
 		CREATE TABLE audit_log (id bigserial PRIMARY KEY, note text);
-		CREATE TABLE nokey (v text)`)
+		CREATE TABLE nokey (v text);
+		CREATE TABLE keyless (a int NOT NULL, b int, v text)`)
 	// Roles as a DBA would first make them: replication on the
 	// publisher, table writes on the target.
-	e.exec(e.pub, `CREATE ROLE repl LOGIN REPLICATION; GRANT SELECT ON items, nokey TO repl`)
-	e.exec(e.sub, `CREATE ROLE applier LOGIN; GRANT INSERT, UPDATE, DELETE, TRUNCATE ON items, audit_log, nokey TO applier`)
+	e.exec(e.pub, `CREATE ROLE repl LOGIN REPLICATION; GRANT SELECT ON items, nokey, keyless TO repl`)
+	e.exec(e.sub, `CREATE ROLE applier LOGIN; GRANT INSERT, UPDATE, DELETE, TRUNCATE ON items, audit_log, nokey, keyless TO applier`)
 	src := strings.Replace(e.pair.Publisher.DSN("postgres"), "user=postgres", "user=repl", 1)
 	dst := strings.Replace(e.pair.Subscriber.DSN("postgres"), "user=postgres", "user=applier", 1)
 	args := []string{"--source", src, "--target", dst, "--publication", "pub_check", "--slot", "checked"}
@@ -80,6 +82,14 @@ func TestCheck(t *testing.T) {
 	type want struct{ side, check, status, fragment string }
 	for _, w := range []want{
 		{"publisher", "published tables readable by the role", "failed", "public.audit_log"},
+		// The exact statements, names filled in: for the tables and
+		// sequences created later too.
+		{"publisher", "published tables readable by the role", "failed", "GRANT SELECT ON public.audit_log TO repl; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON TABLES TO repl;"},
+		{"publisher", "sequences", "warning", `GRANT SELECT ON SEQUENCE "public"."audit_log_id_seq" TO repl; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON SEQUENCES TO repl;`},
+		{"publisher", "replica identity of published tables", "warning", "public.keyless: no replica identity: the publisher refuses UPDATE and DELETE of its rows (fix: ALTER TABLE public.keyless REPLICA IDENTITY USING INDEX keyless_a;"},
+		{"publisher", "replica identity of published tables", "warning", "public.nokey: no replica identity: the publisher refuses UPDATE and DELETE of its rows (fix: add a primary key (ALTER TABLE public.nokey ADD PRIMARY KEY (...);), or ALTER TABLE public.nokey REPLICA IDENTITY FULL; on the publisher)"},
+		{"target", "published columns and types", "failed", "(fix: ALTER TYPE mood ADD VALUE 'happy';)"},
+		{"target", "sequences", "warning", `GRANT SELECT, UPDATE ON SEQUENCE "public"."audit_log_id_seq" TO applier; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT, UPDATE ON SEQUENCES TO applier;`},
 		{"publisher", "pg_read_all_stats (optional)", "warning", "GRANT pg_read_all_stats TO repl"},
 		{"publisher", "replica identity of published tables", "warning", "public.nokey"},
 		{"publisher", "sequences", "warning", "audit_log_id_seq"},
@@ -115,6 +125,9 @@ func TestCheck(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		if r.Side == "target" && r.Check == "published columns and types" {
+			if r.Detail != "can every publisher value be stored: no" {
+				t.Errorf("the column check failed with the detail %q", r.Detail)
+			}
 			for _, p := range r.Problems {
 				if strings.Contains(p.What, `column "price"`) {
 					t.Errorf("numeric(10,2) into numeric(12,2) reported: %s", p.What)
@@ -151,7 +164,7 @@ func TestCheck(t *testing.T) {
 			}
 			for _, stmt := range strings.SplitAfter(p.Fix, ";") {
 				stmt = strings.TrimSpace(stmt)
-				if !strings.Contains(stmt, "...") && (strings.HasPrefix(stmt, "GRANT") || strings.HasPrefix(stmt, "ALTER TABLE") || strings.HasPrefix(stmt, "ALTER TYPE")) {
+				if !strings.Contains(stmt, "...") && (strings.HasPrefix(stmt, "GRANT") || strings.HasPrefix(stmt, "ALTER TABLE") || strings.HasPrefix(stmt, "ALTER TYPE") || strings.HasPrefix(stmt, "ALTER DEFAULT PRIVILEGES")) {
 					e.exec(conn, stmt)
 				}
 			}
@@ -167,6 +180,19 @@ func TestCheck(t *testing.T) {
 		if r.Status == "failed" || r.Status == "skipped" {
 			t.Errorf("after the fixes: %s %s is %s: %+v", r.Side, r.Check, r.Status, r.Problems)
 		}
+		if r.Side == "target" && r.Check == "published columns and types" && r.Detail != "can every publisher value be stored: yes" {
+			t.Errorf("the column check passed with the detail %q", r.Detail)
+		}
+	}
+	// The default privileges granted reach a table created later.
+	e.exec(e.pub, `CREATE TABLE later (id int PRIMARY KEY)`)
+	if later, err := pgx.Connect(ctx, src); err != nil {
+		t.Error(err)
+	} else {
+		if _, err := later.Exec(ctx, `SELECT * FROM later`); err != nil {
+			t.Errorf("the source role reading a table created after ALTER DEFAULT PRIVILEGES: %v", err)
+		}
+		later.Close(ctx)
 	}
 	// And parapply runs with these roles: the copy, then the stream.
 	e.exec(e.pub, `INSERT INTO items VALUES (1, 'a', 'happy', 1.50), (2, 'b', 'sad', 2); INSERT INTO audit_log (note) VALUES ('one'), ('two'); INSERT INTO nokey VALUES ('x')`)
@@ -177,6 +203,23 @@ func TestCheck(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	e.exec(e.sub, `ALTER TABLE items DROP COLUMN added`) // the target's own column, which the publisher lacks
 	e.verify("items", "audit_log", "nokey")
+
+	// A misspelt publication and slot name the ones that exist.
+	rep, _, out = runCheck(t, "--source", src, "--target", dst, "--publication", "pub_chek", "--slot", "checkd")
+	for _, w := range []struct{ check, text string }{
+		{"publications", "publication pub_chek does not exist; did you mean pub_check? (fix: set publication = pub_check (or, if pub_chek is meant: CREATE PUBLICATION pub_chek"},
+		{"slot checkd", "slot checkd does not exist, but slot checked does: did you mean it?"},
+	} {
+		found := false
+		for _, r := range rep.Results {
+			for _, p := range r.Problems {
+				found = found || r.Check == w.check && strings.Contains(p.What+" (fix: "+p.Fix+")", w.text)
+			}
+		}
+		if !found {
+			t.Errorf("check with a misspelt publication and slot: no %q under %q:\n%s", w.text, w.check, out)
+		}
+	}
 
 	// The human report: a line per check, the sum at the end.
 	human, err := exec.Command(parapplyBinary(t), append([]string{"check"}, args...)...).CombinedOutput()

@@ -256,19 +256,27 @@ func TestCitusConflicts(t *testing.T) {
 		t.Fatalf("citus.Read(kinds) = %+v, %v; want a reference table", kt, err)
 	}
 
-	// parapply check names the Citus tables, and fails detection there.
+	// parapply check names the Citus tables, and fails detection there
+	// when it was asked for (detect_conflicts = on); at its default (auto)
+	// it says detection is off for them.
 	for _, c := range []struct {
-		detect, twoPhase bool
-		want             preflight.Status
-	}{{true, false, preflight.Failed}, {false, true, preflight.Failed}, {false, false, preflight.OK}} {
+		detect, asked, twoPhase bool
+		want                    preflight.Status
+		detail                  string
+	}{
+		{true, true, false, preflight.Failed, "public.kinds"},
+		{true, false, false, preflight.OK, "public.orders; conflict detection off for these (detect_conflicts = auto), on for the others"},
+		{false, true, true, preflight.Failed, "public.kinds"},
+		{false, true, false, preflight.OK, "public.kinds"},
+	} {
 		rep := preflight.Run(ctx, preflight.Config{Source: e.pair.Publisher.DSN("postgres"), Target: e.pair.Subscriber.DSN("postgres"),
-			Publications: []string{"pub"}, Slot: "checked", CopyData: true, DetectConflicts: c.detect, TwoPhase: c.twoPhase, ExistingData: "error"})
+			Publications: []string{"pub"}, Slot: "checked", CopyData: true, DetectConflicts: c.detect, DetectConflictsAsked: c.asked, TwoPhase: c.twoPhase, ExistingData: "error"})
 		found := false
 		for _, res := range rep.Results {
 			if res.Check == "Citus tables" {
 				found = true
-				if res.Status != c.want || !strings.Contains(res.Detail, "public.kinds") {
-					t.Errorf("check with detect_conflicts %v, two_phase %v: %+v; want %s naming the tables", c.detect, c.twoPhase, res, c.want)
+				if res.Status != c.want || !strings.Contains(res.Detail, c.detail) {
+					t.Errorf("check with detect_conflicts %v (asked %v), two_phase %v: %+v; want %s, detail with %q", c.detect, c.asked, c.twoPhase, res, c.want, c.detail)
 				}
 			}
 		}
@@ -277,14 +285,14 @@ func TestCitusConflicts(t *testing.T) {
 		}
 	}
 
-	// Detection is refused at start.
+	// Detection asked for (detect_conflicts = on) is refused at start.
 	cfg := e.config("refused")
-	cfg.Workers, cfg.AutoWorkers = 0, false
+	cfg.Workers, cfg.AutoWorkers, cfg.DetectConflictsAsked = 0, false, true
 	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	err = subscriber.New(cfg).Run(runCtx)
 	cancel()
-	if err == nil || !errors.Is(err, subscriber.ErrPermanent) || !strings.Contains(err.Error(), "detect_conflicts = off") || !strings.Contains(err.Error(), "public.accounts") {
-		t.Fatalf("a start with conflict detection on a Citus target: %v; want a refusal naming detect_conflicts = off and the tables", err)
+	if err == nil || !errors.Is(err, subscriber.ErrPermanent) || !strings.Contains(err.Error(), "set detect_conflicts = auto") || !strings.Contains(err.Error(), "public.accounts") {
+		t.Fatalf("a start with conflict detection on a Citus target: %v; want a refusal naming detect_conflicts = auto and the tables", err)
 	}
 	// And two_phase, which Citus cannot prepare.
 	cfg = e.citusConfig("refused", 0)
@@ -296,24 +304,41 @@ func TestCitusConflicts(t *testing.T) {
 		t.Fatalf("a start with two_phase on a Citus target: %v; want a refusal naming two_phase = off", err)
 	}
 
-	// The copy empties a table with existing_data = truncate (through
-	// Citus' trigger, which truncates the shards); then missing rows are
-	// counted and skipped.
-	e.exec(e.pub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 10) g`)
+	// At the defaults (detect_conflicts = auto) a run starts: detection
+	// is off for the tables Citus manages, said once, and on for a plain
+	// table of the coordinator. The copy empties a table with
+	// existing_data = truncate (through Citus' trigger, which truncates
+	// the shards); then missing rows of a Citus table are counted and
+	// skipped, those of the plain table detected and logged.
+	e.both(`CREATE TABLE plain (id int PRIMARY KEY, v int)`)
+	e.exec(e.pub, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 10) g; INSERT INTO plain VALUES (1, 0), (2, 0)`)
 	e.exec(e.sub, `INSERT INTO accounts VALUES (999, 999)`)
 	cfg = e.citusConfig("citusconf", 0)
+	cfg.DetectConflicts, cfg.DetectConflictsAsked = true, false
 	cfg.ExistingData = tablesync.ExistingTruncate
 	r := e.start(cfg)
 	e.waitCaughtUp(r)
-	e.verify("accounts")
-	e.exec(e.sub, `DELETE FROM accounts WHERE id IN (3, 4)`)
+	e.verify("accounts", "plain")
+	e.exec(e.sub, `DELETE FROM accounts WHERE id IN (3, 4); DELETE FROM plain WHERE id = 2`)
 	e.exec(e.pub, `UPDATE accounts SET balance = 1 WHERE id = 3; DELETE FROM accounts WHERE id = 4`)
 	e.waitCaughtUp(r)
 	if m := r.s.Status().Missing; m != 2 {
 		t.Errorf("status counts %d rows not found, want 2 (an update and a delete)", m)
 	}
-	e.exec(e.sub, `INSERT INTO accounts VALUES (3, 1)`)
-	e.verify("accounts")
+	// Apart: a conflict replays its target transaction, whose other
+	// statements then count their missing rows again.
+	e.exec(e.pub, `UPDATE plain SET v = 1 WHERE id = 2`)
+	e.waitCaughtUp(r)
+	var detected, detectedCitus int
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FILTER (WHERE table_name LIKE '%plain%'), count(*) FILTER (WHERE table_name LIKE '%accounts%')
+		FROM parapply.conflicts WHERE conflict_type = 'update_missing'`).Scan(&detected, &detectedCitus); err != nil || detected != 1 || detectedCitus != 0 {
+		t.Errorf("parapply.conflicts logs %d update_missing of plain and %d of accounts (%v), want 1 and 0: detection on for the plain table only", detected, detectedCitus, err)
+	}
+	if n := strings.Count(e.log.String(), "conflict detection is off for the tables Citus manages (public.accounts, public.kinds, public.orders)"); n != 1 && !testing.Verbose() {
+		t.Errorf("the run said %d times that detection is off for the Citus tables, want once", n)
+	}
+	e.exec(e.sub, `INSERT INTO accounts VALUES (3, 1); INSERT INTO plain VALUES (2, 1)`)
+	e.verify("accounts", "plain")
 
 	// An insert meeting an existing row stops the run, naming the key.
 	e.exec(e.sub, `INSERT INTO accounts VALUES (11, 99)`)
