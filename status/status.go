@@ -64,6 +64,12 @@ type Record struct {
 	// Waiting is what parapply waits for on the target while it lacks a
 	// resource or takes no writes (nil: nothing).
 	Waiting *Wait `json:"waiting,omitempty"`
+	// Age (how long ago the row was written, by the target's clock) and
+	// LockHeld (a target session holds the slot's lock) are read with
+	// the row, never written: they tell a live run from a dead one
+	// (Liveness).
+	Age      time.Duration `json:"-"`
+	LockHeld bool          `json:"lock_held"`
 }
 
 // Wait is what parapply waits for on the target in a Record: the reason
@@ -217,22 +223,56 @@ type Copy struct {
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
 }
 
-// Stale reports whether a record that says parapply is running has not
-// been updated for longer than it should have been (the process is gone or
-// cannot reach the target).
-func (r Record) Stale(now time.Time) bool {
-	switch r.State {
-	case subscriber.StateStopped, subscriber.StateFailed:
-		return false
+// Liveness is what a Record read from the target (Read) says of its
+// process, one of the Run* values: a live parapply holds the slot's lock
+// on the target from its claim of the slot to its end and writes its row
+// every Interval; a killed one writes no more, and its target sessions
+// end as soon as their backends notice it gone, taking the lock with them.
+func (r Record) Liveness() string {
+	switch {
+	case r.State == subscriber.StateStopped || r.State == subscriber.StateFailed:
+		return RunEnded
+	case !r.LockHeld && r.Age > NotRunningAfter:
+		return RunNotRunning
+	case r.Age > StaleAfter:
+		return RunNotUpdated
 	}
-	return now.Sub(r.UpdatedAt) > StaleAfter
+	return RunLive
 }
 
-// Interval is how often a running parapply updates its record; StaleAfter
-// how old a running record may get before status calls it stale.
+// Stale reports whether a record that says parapply is running is not
+// believed: not updated for NotRunningAfter with no target session
+// holding the slot's lock, or for StaleAfter.
+func (r Record) Stale() bool {
+	l := r.Liveness()
+	return l == RunNotRunning || l == RunNotUpdated
+}
+
+// Live reports whether a parapply process is believed to run on the
+// slot: its row says so and is fresh, or the slot's lock is held on the
+// target (a process that has claimed the slot and not yet recorded
+// itself).
+func (r Record) Live() bool {
+	return r.Liveness() == RunLive || r.LockHeld
+}
+
+// What Liveness says of a record's process.
 const (
-	Interval   = time.Second
-	StaleAfter = 15 * time.Second
+	RunLive       = "live"        // its row says running and is fresh
+	RunEnded      = "ended"       // it recorded its end: stopped or failed
+	RunNotRunning = "not running" // not updated for NotRunningAfter, the slot's lock free
+	RunNotUpdated = "not updated" // not updated for StaleAfter, the slot's lock held
+)
+
+// Interval is how often a running parapply updates its record;
+// NotRunningAfter how old a running record may get, with no target
+// session holding the slot's lock, before status calls the run not
+// running (three missed updates); StaleAfter how old it may get while
+// the lock is held (a process whose recorder cannot write).
+const (
+	Interval        = time.Second
+	NotRunningAfter = 3 * Interval
+	StaleAfter      = 15 * time.Second
 )
 
 // Sample turns a subscriber status into a record; prev (the previous sample
@@ -302,16 +342,37 @@ ON CONFLICT (slot_name) DO UPDATE SET state = excluded.state, pid = excluded.pid
 	rows_per_second = excluded.rows_per_second, queue_bytes = excluded.queue_bytes, workers = excluded.workers,
 	copy = excluded.copy, last_error = excluded.last_error, last_error_at = excluded.last_error_at, health = excluded.health`
 
+const updateSQL = `UPDATE parapply.status SET (state, pid, host, version, application_name, started_at, updated_at,
+	received_lsn, applied_lsn, flushed_lsn, source_wal_end, lag_bytes, lag_seconds, last_commit_time,
+	source_txns, target_txns, rows, missing_rows, txns_per_second, rows_per_second, queue_bytes, workers, copy, last_error, last_error_at, health)
+	= ($2, $3, $4, $5, $6, $7, now(), $8::text::pg_lsn, $9::text::pg_lsn, $10::text::pg_lsn, $11::text::pg_lsn, $12, $13, $14,
+	$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)
+	WHERE slot_name = $1`
+
 // Write records r as its slot's row.
 func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
+	_, err := write(ctx, conn, r, upsertSQL)
+	return err
+}
+
+// WriteExisting records r over its slot's row if the slot has one, and
+// reports whether it had: the end of a start refused before it ran,
+// which leaves no row of its own (bad input would otherwise leave rows
+// that keep the parapply schema alive), but updates the row of a slot
+// that ran before.
+func WriteExisting(ctx context.Context, conn *pgx.Conn, r Record) (bool, error) {
+	return write(ctx, conn, r, updateSQL)
+}
+
+func write(ctx context.Context, conn *pgx.Conn, r Record, sql string) (bool, error) {
 	workers, err := json.Marshal(r.Workers)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var cp []byte
 	if r.Copy != nil {
 		if cp, err = json.Marshal(r.Copy); err != nil {
-			return err
+			return false, err
 		}
 	}
 	var lastErr *string
@@ -320,16 +381,16 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	}
 	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting})
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = conn.Exec(ctx, upsertSQL, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
+	tag, err := conn.Exec(ctx, sql, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
 		r.Received.String(), r.Applied.String(), r.Flushed.String(), r.SourceWALEnd.String(), r.LagBytes, r.LagSeconds, r.LastCommit,
 		r.SourceTxns, r.TargetTxns, r.Rows, r.Missing, r.TxnsPerSecond, r.RowsPerSecond, r.QueueBytes, string(workers), nullBytes(cp),
 		lastErr, r.LastErrorAt, string(h))
 	if err != nil {
-		return fmt.Errorf("writing parapply.status: %w", err)
+		return false, fmt.Errorf("writing parapply.status: %w", err)
 	}
-	return nil
+	return tag.RowsAffected() > 0, nil
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -364,7 +425,8 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		coalesce(flushed_lsn, '0/0')::text, coalesce(source_wal_end, '0/0')::text, coalesce(lag_bytes, 0), coalesce(lag_seconds, 0),
 		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
 		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
-		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text
+		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text,
+		pg_catalog.greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at), 0)::float8, `+target.LockHeld("slot_name")+`
 		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.status: %w", err)
@@ -375,9 +437,10 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		var r Record
 		var recv, appl, flus, end, workers, hl string
 		var cp *string
+		var age float64
 		if err := rows.Scan(&r.Slot, &r.State, &r.PID, &r.Host, &r.Version, &r.ApplicationName, &r.StartedAt, &r.UpdatedAt,
 			&recv, &appl, &flus, &end, &r.LagBytes, &r.LagSeconds, &r.LastCommit, &r.SourceTxns, &r.TargetTxns, &r.Rows, &r.Missing,
-			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt, &hl); err != nil {
+			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt, &hl, &age, &r.LockHeld); err != nil {
 			return nil, fmt.Errorf("reading parapply.status: %w", err)
 		}
 		for _, p := range []struct {
@@ -393,6 +456,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
 		}
 		r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting = h.Faults, h.Sequences, h.Apply, h.DDL, h.Waiting
+		r.Age = time.Duration(age * float64(time.Second))
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}
