@@ -426,7 +426,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
 		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
 		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text,
-		pg_catalog.greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at), 0)::float8, `+target.LockHeld("slot_name")+`
+		greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at)::float8, 0), `+target.LockHeld("slot_name")+`
 		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.status: %w", err)

@@ -70,11 +70,13 @@ type walMark struct {
 	Snapshot string // txid_current_snapshot(): xmin:xmax:xip,...
 }
 
-// readWALMark reads the publisher's WAL position and snapshot.
+// readWALMark reads the publisher's WAL insert position (the write
+// position moves a page at a time with synchronous_commit = off) and
+// snapshot.
 func readWALMark(ctx context.Context, src *pgx.Conn) (walMark, error) {
 	var m walMark
 	var snap string
-	if err := src.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::text, pg_catalog.txid_current_snapshot()::text").Scan((*lsnText)(&m.LSN), &snap); err != nil {
+	if err := src.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.txid_current_snapshot()::text").Scan((*lsnText)(&m.LSN), &snap); err != nil {
 		return m, fmt.Errorf("reading the publisher's WAL position: %w", err)
 	}
 	m.Snapshot = snap
