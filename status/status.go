@@ -342,37 +342,16 @@ ON CONFLICT (slot_name) DO UPDATE SET state = excluded.state, pid = excluded.pid
 	rows_per_second = excluded.rows_per_second, queue_bytes = excluded.queue_bytes, workers = excluded.workers,
 	copy = excluded.copy, last_error = excluded.last_error, last_error_at = excluded.last_error_at, health = excluded.health`
 
-const updateSQL = `UPDATE parapply.status SET (state, pid, host, version, application_name, started_at, updated_at,
-	received_lsn, applied_lsn, flushed_lsn, source_wal_end, lag_bytes, lag_seconds, last_commit_time,
-	source_txns, target_txns, rows, missing_rows, txns_per_second, rows_per_second, queue_bytes, workers, copy, last_error, last_error_at, health)
-	= ($2, $3, $4, $5, $6, $7, now(), $8::text::pg_lsn, $9::text::pg_lsn, $10::text::pg_lsn, $11::text::pg_lsn, $12, $13, $14,
-	$15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)
-	WHERE slot_name = $1`
-
 // Write records r as its slot's row.
 func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
-	_, err := write(ctx, conn, r, upsertSQL)
-	return err
-}
-
-// WriteExisting records r over its slot's row if the slot has one, and
-// reports whether it had: the end of a start refused before it ran,
-// which leaves no row of its own (bad input would otherwise leave rows
-// that keep the parapply schema alive), but updates the row of a slot
-// that ran before.
-func WriteExisting(ctx context.Context, conn *pgx.Conn, r Record) (bool, error) {
-	return write(ctx, conn, r, updateSQL)
-}
-
-func write(ctx context.Context, conn *pgx.Conn, r Record, sql string) (bool, error) {
 	workers, err := json.Marshal(r.Workers)
 	if err != nil {
-		return false, err
+		return err
 	}
 	var cp []byte
 	if r.Copy != nil {
 		if cp, err = json.Marshal(r.Copy); err != nil {
-			return false, err
+			return err
 		}
 	}
 	var lastErr *string
@@ -381,12 +360,36 @@ func write(ctx context.Context, conn *pgx.Conn, r Record, sql string) (bool, err
 	}
 	h, err := json.Marshal(health{r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting})
 	if err != nil {
-		return false, err
+		return err
 	}
-	tag, err := conn.Exec(ctx, sql, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
+	_, err = conn.Exec(ctx, upsertSQL, r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt),
 		r.Received.String(), r.Applied.String(), r.Flushed.String(), r.SourceWALEnd.String(), r.LagBytes, r.LagSeconds, r.LastCommit,
 		r.SourceTxns, r.TargetTxns, r.Rows, r.Missing, r.TxnsPerSecond, r.RowsPerSecond, r.QueueBytes, string(workers), nullBytes(cp),
 		lastErr, r.LastErrorAt, string(h))
+	if err != nil {
+		return fmt.Errorf("writing parapply.status: %w", err)
+	}
+	return nil
+}
+
+// WriteExisting records the end of a start refused before it ran over
+// its slot's row, if the slot has one and no other process holds the
+// slot (its lock on the target), and reports whether it did: such a start
+// leaves no row of its own (bad input would otherwise leave rows that
+// keep the parapply schema alive), but a slot that ran before shows the
+// refusal, with the positions its row held (what the target holds), the
+// totals of a run that did nothing, and no wait; the process that holds
+// the slot keeps its row.
+func WriteExisting(ctx context.Context, conn *pgx.Conn, r Record) (bool, error) {
+	var lastErr *string
+	if r.LastError != "" {
+		lastErr = &r.LastError
+	}
+	tag, err := conn.Exec(ctx, `UPDATE parapply.status SET state = $2, pid = $3, host = $4, version = $5, application_name = $6,
+		started_at = coalesce($7::timestamptz, now()), updated_at = now(), source_txns = 0, target_txns = 0, rows = 0, missing_rows = 0, txns_per_second = 0,
+		rows_per_second = 0, queue_bytes = 0, workers = '[]', copy = NULL, last_error = $8, last_error_at = $9, health = health - 'waiting'
+		WHERE slot_name = $1 AND NOT `+target.LockHeld("slot_name"),
+		r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt), lastErr, r.LastErrorAt)
 	if err != nil {
 		return false, fmt.Errorf("writing parapply.status: %w", err)
 	}

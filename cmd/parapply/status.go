@@ -447,7 +447,7 @@ func stateText(r status.Record) string {
 	age := r.Age.Round(100 * time.Millisecond)
 	switch r.Liveness() {
 	case status.RunNotRunning:
-		return fmt.Sprintf("%s (NOT RUNNING: not updated for %s and no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach the target)", r.State, age)
+		return fmt.Sprintf("%s (NOT RUNNING: not updated for %s and no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach or write to the target)", r.State, age)
 	case status.RunNotUpdated:
 		return fmt.Sprintf("%s (NOT UPDATED FOR %s: the slot's target sessions are still there, but parapply does not record its status: it is stuck, or cannot write parapply.status)", r.State, age)
 	}

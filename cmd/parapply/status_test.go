@@ -19,7 +19,7 @@ func TestStateText(t *testing.T) {
 	}{
 		{subscriber.StateStreaming, time.Second, true, "streaming"},
 		{subscriber.StateStopped, time.Hour, false, "stopped"},
-		{subscriber.StateStreaming, 3200 * time.Millisecond, false, "streaming (NOT RUNNING: not updated for 3.2s and no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach the target)"},
+		{subscriber.StateStreaming, 3200 * time.Millisecond, false, "streaming (NOT RUNNING: not updated for 3.2s and no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach or write to the target)"},
 		{subscriber.StateCopying, 20 * time.Second, true, "copying (NOT UPDATED FOR 20s: the slot's target sessions are still there, but parapply does not record its status: it is stuck, or cannot write parapply.status)"},
 	} {
 		if got := stateText(status.Record{State: c.state, Age: c.age, LockHeld: c.locked}); got != c.want {

@@ -356,7 +356,7 @@ func TestStatusLiveness(t *testing.T) {
 		t.Errorf("status said not running %s after SIGKILL, want within three status intervals (3 s)", took)
 	}
 	if text := statusText(t, "--target", dst, "--slot", "live"); !strings.Contains(text, "slot live: streaming (NOT RUNNING: not updated for ") ||
-		!strings.Contains(text, "no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach the target)") {
+		!strings.Contains(text, "no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach or write to the target)") {
 		t.Errorf("after SIGKILL, status says:\n%s", text)
 	}
 
