@@ -128,10 +128,10 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // dropNeverApplied removes, with the slot dropped, what the target holds
-// of other slots that never applied anything: starts refused by their
-// checks (a typo'd slot name, a missing publication) recorded before this
-// release left such rows, each of which kept the parapply schema alive
-// until dropped on its own. A slot qualifies when it has no progress row,
+// of other slots no run resumes from: starts refused by their checks (a
+// typo'd slot name, a missing publication) recorded before this release
+// left such rows, each of which kept the parapply schema alive until
+// dropped on its own. A slot qualifies when it has no progress row,
 // nothing only its next run can finish, no parapply holding it (its lock
 // is free; taken here until drop ends, so that no start of it begins
 // meanwhile), and no slot on the publisher (without --source, which
@@ -154,7 +154,7 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 	}
 	if src == nil {
 		if len(gone) > 0 {
-			fmt.Fprintf(out, "target: kept the rows of slots %s, which never applied anything (no progress row): with --source, drop removes them too once the publisher is seen to have no such slot\n", strings.Join(gone, ", "))
+			fmt.Fprintf(out, "target: kept the rows of slots %s, which have no progress row (no run resumes from them): with --source, drop removes them too once the publisher is seen to have no such slot\n", strings.Join(gone, ", "))
 		}
 		return nil, nil
 	}
@@ -191,7 +191,7 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 		if dry {
 			verb = "would delete"
 		}
-		fmt.Fprintf(out, "target: %s what slot %s left (%s): it never applied anything (no progress row on the target, no slot on the publisher)\n", verb, name, strings.Join(parts, ", "))
+		fmt.Fprintf(out, "target: %s what slot %s left (%s): no run resumes from it (no progress row on the target, no slot on the publisher)\n", verb, name, strings.Join(parts, ", "))
 	}
 	return gone, nil
 }

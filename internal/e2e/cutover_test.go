@@ -110,7 +110,7 @@ func TestCutoverPath(t *testing.T) {
 		t.Fatalf("parapply drop --dry-run: %v\n%s", err, out)
 	}
 	for _, w := range []string{"target: would drop", "replication origins of slot cut", "would delete 1 rows of slot cut from parapply.progress", "publisher: would drop slot cut",
-		"target: would delete what slot tried left (1 from parapply.status): it never applied anything", "target: would drop schema parapply"} {
+		"target: would delete what slot tried left (1 from parapply.status): no run resumes from it", "target: would drop schema parapply"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("drop --dry-run output lacks %q:\n%s", w, out)
 		}

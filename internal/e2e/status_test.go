@@ -426,11 +426,11 @@ func TestStatusLiveness(t *testing.T) {
 	// with the slot it retires, and the schema goes.
 	e.exec(e.sub, `INSERT INTO parapply.status (slot_name, state, updated_at, last_error) VALUES ('old_typo', 'failed', now(), 'x'), ('old_pub', 'failed', now(), 'y')`)
 	err, out = runOnce(t, "drop", "--target", dst, "--slot", "live", "--dry-run")
-	if err != nil || !strings.Contains(out, "target: kept the rows of slots old_pub, old_typo, which never applied anything (no progress row): with --source, drop removes them too") {
+	if err != nil || !strings.Contains(out, "target: kept the rows of slots old_pub, old_typo, which have no progress row (no run resumes from them): with --source, drop removes them too") {
 		t.Errorf("drop --dry-run without --source: %v\n%s", err, out)
 	}
 	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "live")
-	for _, w := range []string{"target: deleted what slot old_pub left (1 from parapply.status): it never applied anything (no progress row on the target, no slot on the publisher)",
+	for _, w := range []string{"target: deleted what slot old_pub left (1 from parapply.status): no run resumes from it (no progress row on the target, no slot on the publisher)",
 		"target: deleted what slot old_typo left (1 from parapply.status)", "target: dropped schema parapply: no slot uses it any more", "publisher: dropped slot live"} {
 		if err != nil || !strings.Contains(out, w) {
 			t.Errorf("drop: %v; output lacks %q:\n%s", err, w, out)
