@@ -352,7 +352,7 @@ func TestStatusLiveness(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("status said not running %s after SIGKILL", took.Round(time.Millisecond))
-	if took > 3*time.Second+700*time.Millisecond { // three intervals, and a status command's own time
+	if took > 4*time.Second { // three intervals, and the status commands' own time (polled every 0.1 s)
 		t.Errorf("status said not running %s after SIGKILL, want within three status intervals (3 s)", took)
 	}
 	if text := statusText(t, "--target", dst, "--slot", "live"); !strings.Contains(text, "slot live: streaming (NOT RUNNING: not updated for ") ||
