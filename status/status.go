@@ -64,6 +64,12 @@ type Record struct {
 	// Waiting is what parapply waits for on the target while it lacks a
 	// resource or takes no writes (nil: nothing).
 	Waiting *Wait `json:"waiting,omitempty"`
+	// Age (how long ago the row was written, by the target's clock) and
+	// LockHeld (a target session holds the slot's lock) are read with
+	// the row, never written: they tell a live run from a dead one
+	// (Liveness).
+	Age      time.Duration `json:"-"`
+	LockHeld bool          `json:"lock_held"`
 }
 
 // Wait is what parapply waits for on the target in a Record: the reason
@@ -217,22 +223,56 @@ type Copy struct {
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
 }
 
-// Stale reports whether a record that says parapply is running has not
-// been updated for longer than it should have been (the process is gone or
-// cannot reach the target).
-func (r Record) Stale(now time.Time) bool {
-	switch r.State {
-	case subscriber.StateStopped, subscriber.StateFailed:
-		return false
+// Liveness is what a Record read from the target (Read) says of its
+// process, one of the Run* values: a live parapply holds the slot's lock
+// on the target from its claim of the slot to its end and writes its row
+// every Interval; a killed one writes no more, and its target sessions
+// end as soon as their backends notice it gone, taking the lock with them.
+func (r Record) Liveness() string {
+	switch {
+	case r.State == subscriber.StateStopped || r.State == subscriber.StateFailed:
+		return RunEnded
+	case !r.LockHeld && r.Age > NotRunningAfter:
+		return RunNotRunning
+	case r.Age > StaleAfter:
+		return RunNotUpdated
 	}
-	return now.Sub(r.UpdatedAt) > StaleAfter
+	return RunLive
 }
 
-// Interval is how often a running parapply updates its record; StaleAfter
-// how old a running record may get before status calls it stale.
+// Stale reports whether a record that says parapply is running is not
+// believed: not updated for NotRunningAfter with no target session
+// holding the slot's lock, or for StaleAfter.
+func (r Record) Stale() bool {
+	l := r.Liveness()
+	return l == RunNotRunning || l == RunNotUpdated
+}
+
+// Live reports whether a parapply process is believed to run on the
+// slot: its row says so and is fresh, or the slot's lock is held on the
+// target (a process that has claimed the slot and not yet recorded
+// itself).
+func (r Record) Live() bool {
+	return r.Liveness() == RunLive || r.LockHeld
+}
+
+// What Liveness says of a record's process.
 const (
-	Interval   = time.Second
-	StaleAfter = 15 * time.Second
+	RunLive       = "live"        // its row says running and is fresh
+	RunEnded      = "ended"       // it recorded its end: stopped or failed
+	RunNotRunning = "not running" // not updated for NotRunningAfter, the slot's lock free
+	RunNotUpdated = "not updated" // not updated for StaleAfter, the slot's lock held
+)
+
+// Interval is how often a running parapply updates its record;
+// NotRunningAfter how old a running record may get, with no target
+// session holding the slot's lock, before status calls the run not
+// running (three missed updates); StaleAfter how old it may get while
+// the lock is held (a process whose recorder cannot write).
+const (
+	Interval        = time.Second
+	NotRunningAfter = 3 * Interval
+	StaleAfter      = 15 * time.Second
 )
 
 // Sample turns a subscriber status into a record; prev (the previous sample
@@ -332,6 +372,30 @@ func Write(ctx context.Context, conn *pgx.Conn, r Record) error {
 	return nil
 }
 
+// WriteExisting records the end of a start refused before it ran over
+// its slot's row, if the slot has one and no other process holds the
+// slot (its lock on the target), and reports whether it did: such a start
+// leaves no row of its own (bad input would otherwise leave rows that
+// keep the parapply schema alive), but a slot that ran before shows the
+// refusal, with the positions its row held (what the target holds), the
+// totals of a run that did nothing, and no wait; the process that holds
+// the slot keeps its row.
+func WriteExisting(ctx context.Context, conn *pgx.Conn, r Record) (bool, error) {
+	var lastErr *string
+	if r.LastError != "" {
+		lastErr = &r.LastError
+	}
+	tag, err := conn.Exec(ctx, `UPDATE parapply.status SET state = $2, pid = $3, host = $4, version = $5, application_name = $6,
+		started_at = coalesce($7::timestamptz, now()), updated_at = now(), source_txns = 0, target_txns = 0, rows = 0, missing_rows = 0, txns_per_second = 0,
+		rows_per_second = 0, queue_bytes = 0, workers = '[]', copy = NULL, last_error = $8, last_error_at = $9, health = health - 'waiting'
+		WHERE slot_name = $1 AND NOT `+target.LockHeld("slot_name"),
+		r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt), lastErr, r.LastErrorAt)
+	if err != nil {
+		return false, fmt.Errorf("writing parapply.status: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 func nullTime(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -364,7 +428,8 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		coalesce(flushed_lsn, '0/0')::text, coalesce(source_wal_end, '0/0')::text, coalesce(lag_bytes, 0), coalesce(lag_seconds, 0),
 		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
 		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
-		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text
+		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text,
+		greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at)::float8, 0), `+target.LockHeld("slot_name")+`
 		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.status: %w", err)
@@ -375,9 +440,10 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		var r Record
 		var recv, appl, flus, end, workers, hl string
 		var cp *string
+		var age float64
 		if err := rows.Scan(&r.Slot, &r.State, &r.PID, &r.Host, &r.Version, &r.ApplicationName, &r.StartedAt, &r.UpdatedAt,
 			&recv, &appl, &flus, &end, &r.LagBytes, &r.LagSeconds, &r.LastCommit, &r.SourceTxns, &r.TargetTxns, &r.Rows, &r.Missing,
-			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt, &hl); err != nil {
+			&r.TxnsPerSecond, &r.RowsPerSecond, &r.QueueBytes, &workers, &cp, &r.LastError, &r.LastErrorAt, &hl, &age, &r.LockHeld); err != nil {
 			return nil, fmt.Errorf("reading parapply.status: %w", err)
 		}
 		for _, p := range []struct {
@@ -393,6 +459,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 			return nil, fmt.Errorf("parapply.status of slot %s: health: %w", r.Slot, err)
 		}
 		r.Faults, r.Sequences, r.Apply, r.DDL, r.Waiting = h.Faults, h.Sequences, h.Apply, h.DDL, h.Waiting
+		r.Age = time.Duration(age * float64(time.Second))
 		if err := json.Unmarshal([]byte(workers), &r.Workers); err != nil {
 			return nil, fmt.Errorf("parapply.status of slot %s: workers: %w", r.Slot, err)
 		}

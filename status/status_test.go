@@ -46,21 +46,32 @@ func TestSample(t *testing.T) {
 	}
 }
 
-func TestStale(t *testing.T) {
-	now := time.Now()
+func TestLiveness(t *testing.T) {
 	for _, c := range []struct {
-		state string
-		age   time.Duration
-		want  bool
+		state  string
+		age    time.Duration
+		locked bool
+		want   string
+		stale  bool
+		live   bool
 	}{
-		{subscriber.StateStreaming, time.Second, false},
-		{subscriber.StateStreaming, StaleAfter + time.Second, true},
-		{subscriber.StateCopying, StaleAfter + time.Second, true},
-		{subscriber.StateStopped, time.Hour, false},
-		{subscriber.StateFailed, time.Hour, false},
+		{subscriber.StateStreaming, time.Second, true, RunLive, false, true},
+		// Killed: the lock went with its sessions; three missed updates.
+		{subscriber.StateStreaming, NotRunningAfter - 100*time.Millisecond, false, RunLive, false, true},
+		{subscriber.StateStreaming, NotRunningAfter + 100*time.Millisecond, false, RunNotRunning, true, false},
+		{subscriber.StateCopying, NotRunningAfter + 100*time.Millisecond, false, RunNotRunning, true, false},
+		{subscriber.StateReconnecting, time.Minute, false, RunNotRunning, true, false},
+		// The lock held: a process whose recorder cannot write.
+		{subscriber.StateCopying, NotRunningAfter + time.Second, true, RunLive, false, true},
+		{subscriber.StateStreaming, StaleAfter + time.Second, true, RunNotUpdated, true, true},
+		{subscriber.StateStopped, time.Hour, false, RunEnded, false, false},
+		{subscriber.StateFailed, time.Hour, false, RunEnded, false, false},
+		// Ended, and a new process has claimed the slot before it recorded itself.
+		{subscriber.StateFailed, time.Hour, true, RunEnded, false, true},
 	} {
-		if got := (Record{State: c.state, UpdatedAt: now.Add(-c.age)}).Stale(now); got != c.want {
-			t.Errorf("%s updated %s ago: stale %v, want %v", c.state, c.age, got, c.want)
+		r := Record{State: c.state, Age: c.age, LockHeld: c.locked}
+		if got, stale, live := r.Liveness(), r.Stale(), r.Live(); got != c.want || stale != c.stale || live != c.live {
+			t.Errorf("%s updated %s ago, lock held %v: %s, stale %v, live %v; want %s, %v, %v", c.state, c.age, c.locked, got, stale, live, c.want, c.stale, c.live)
 		}
 	}
 }

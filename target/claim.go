@@ -23,6 +23,16 @@ const LockKey = lockKey
 
 const lockKey = "hashtextextended('parapply slot ' || $1, 0)"
 
+// LockHeld is the SQL condition that a target session holds the slot's
+// lock, slot being the SQL expression of the slot's name: true from a
+// run's claim of the slot until its last session ends, the surest sign on
+// the target that a parapply is alive on the slot (a killed one's
+// sessions end as soon as their backends notice it gone).
+func LockHeld(slot string) string {
+	return `EXISTS (SELECT FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+		AND (l.classid::bigint << 32 | l.objid::bigint) = pg_catalog.hashtextextended('parapply slot ' || ` + slot + `, 0))`
+}
+
 // ErrClaimWait marks Claim's error when the slot's earlier sessions
 // outlast its limit, so that the caller can say who they belong to.
 var ErrClaimWait = errors.New("the slot's lock is still held")

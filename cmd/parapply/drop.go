@@ -46,6 +46,15 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	// The publisher is reached before anything changes: it also tells
+	// which other slots recorded on the target never applied anything.
+	var src *pgx.Conn
+	if c["source"] != "" {
+		if src, err = connectPlain(ctx, c["source"], "source", c["application_name"]+" drop"); err != nil {
+			return err
+		}
+		defer src.Close(context.Background())
+	}
 	would := func(future, past string) string {
 		if *dry {
 			return "would " + future
@@ -91,18 +100,17 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err := dropTombstones(ctx, conn, slot, *dry, out); err != nil {
 		return err
 	}
-	if err := dropSchemaIfLast(ctx, conn, slot, *dry, out); err != nil {
-		return err
-	}
-	if c["source"] == "" {
-		fmt.Fprintf(out, "publisher: not asked (no --source); if slot %s is still there, it holds WAL: SELECT pg_drop_replication_slot('%s') on the publisher\n", slot, slot)
-		return nil
-	}
-	src, err := connectPlain(ctx, c["source"], "source", c["application_name"]+" drop")
+	gone, err := dropNeverApplied(ctx, conn, src, slot, *dry, out)
 	if err != nil {
 		return err
 	}
-	defer src.Close(context.Background())
+	if err := dropSchemaIfLast(ctx, conn, append(gone, slot), *dry, out); err != nil {
+		return err
+	}
+	if src == nil {
+		fmt.Fprintf(out, "publisher: not asked (no --source); if slot %s is still there, it holds WAL: SELECT pg_drop_replication_slot('%s') on the publisher\n", slot, slot)
+		return nil
+	}
 	var active *bool
 	err = src.QueryRow(ctx, "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
 	switch {
@@ -121,6 +129,102 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "publisher: %s slot %s\n", would("drop", "dropped"), slot)
 	return nil
+}
+
+// dropNeverApplied removes, with the slot dropped, what the target holds
+// of other slots no run resumes from: starts refused by their checks (a
+// typo'd slot name, a missing publication) recorded before this release
+// left such rows, each of which kept the parapply schema alive until
+// dropped on its own. A slot qualifies when it has no progress row,
+// nothing only its next run can finish, no parapply holding it (its lock
+// is free; taken here until drop ends, so that no start of it begins
+// meanwhile), and no slot on the publisher (without --source, which
+// says, they are named and kept).
+func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry bool, out io.Writer) ([]string, error) {
+	names, err := neverApplied(ctx, conn, slot)
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	var gone []string
+	for _, name := range names {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", name).Scan(&free); err != nil {
+			return nil, fmt.Errorf("taking slot %s's lock on the target: %w", name, err)
+		}
+		if !free || dropBlockers(ctx, conn, name) != nil {
+			continue // a start of it runs, or its rows are more than a record
+		}
+		gone = append(gone, name)
+	}
+	if src == nil {
+		if len(gone) > 0 {
+			fmt.Fprintf(out, "target: kept the rows of slots %s, which have no progress row (no run resumes from them): with --source, drop removes them too once the publisher is seen to have no such slot\n", strings.Join(gone, ", "))
+		}
+		return nil, nil
+	}
+	rows, _ := src.Query(ctx, "SELECT slot_name::text FROM pg_catalog.pg_replication_slots WHERE slot_name = ANY ($1) ORDER BY 1", gone)
+	onPublisher, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading the publisher's slots: %w", err)
+	}
+	gone = slices.DeleteFunc(gone, func(n string) bool { return slices.Contains(onPublisher, n) })
+	for _, name := range gone {
+		origins, err := slotOrigins(ctx, conn, name)
+		if err != nil {
+			return nil, err
+		}
+		if !dry {
+			if err := dropOrigins(ctx, conn, origins); err != nil {
+				return nil, err
+			}
+		}
+		var parts []string
+		for _, t := range target.SlotTables {
+			n, err := slotRows(ctx, conn, t, name, dry)
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				parts = append(parts, fmt.Sprintf("%d from parapply.%s", n, t))
+			}
+		}
+		if len(origins) > 0 {
+			parts = append(parts, fmt.Sprintf("%d replication origins%s", len(origins), listed(origins)))
+		}
+		verb := "deleted"
+		if dry {
+			verb = "would delete"
+		}
+		fmt.Fprintf(out, "target: %s what slot %s left (%s): no run resumes from it (no progress row on the target, no slot on the publisher)\n", verb, name, strings.Join(parts, ", "))
+	}
+	return gone, nil
+}
+
+// neverApplied lists the slots other than slot that have rows in
+// parapply's tables on the target but no progress row.
+func neverApplied(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
+	var names []string
+	for _, t := range target.SlotTables {
+		if t == "progress" {
+			continue
+		}
+		rows, _ := conn.Query(ctx, "SELECT DISTINCT r.slot_name::text FROM parapply."+t+` AS r WHERE r.slot_name <> $1
+			AND NOT EXISTS (SELECT FROM parapply.progress AS p WHERE p.slot_name = r.slot_name)`, slot)
+		more, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if missingRelation(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading parapply.%s on the target: %w", t, err)
+		}
+		for _, n := range more {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // slotRows deletes (or, dry, counts) slot's rows in one of parapply's
@@ -175,17 +279,17 @@ func dropTombstones(ctx context.Context, conn *pgx.Conn, slot string, dry bool, 
 	return nil
 }
 
-// dropSchemaIfLast drops the parapply schema once no slot has rows left
-// in it, unless parapply.conflicts holds the record of conflicts resolved
-// (then it says how to drop it).
-func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, slot string, dry bool, out io.Writer) error {
+// dropSchemaIfLast drops the parapply schema once no slot but those
+// dropped has rows left in it, unless parapply.conflicts holds the record
+// of conflicts resolved (then it says how to drop it).
+func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, dropped []string, dry bool, out io.Writer) error {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'parapply')").Scan(&exists); err != nil || !exists {
 		return err
 	}
 	var others []string
 	for _, t := range target.SlotTables {
-		rows, _ := conn.Query(ctx, "SELECT DISTINCT slot_name FROM parapply."+t+" WHERE slot_name <> $1", slot)
+		rows, _ := conn.Query(ctx, "SELECT DISTINCT slot_name::text FROM parapply."+t+" WHERE slot_name <> ALL ($1)", dropped)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if missingRelation(err) {
 			continue

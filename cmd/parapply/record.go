@@ -27,6 +27,11 @@ type recorder struct {
 	prev    subscriber.Status
 	prevAt  time.Time
 	failing bool
+	// ran: the run got past starting (its checks passed, and it
+	// recorded itself). A start refused before that creates no row of
+	// its own, nor the schema for one: its end only updates the row of a
+	// slot that ran before.
+	ran bool
 }
 
 func newRecorder(dsn, slot, app string, sub *subscriber.Subscriber, log *slog.Logger, secrets [][]byte) *recorder {
@@ -57,6 +62,7 @@ func (r *recorder) run(ctx context.Context, final <-chan error) {
 			// While starting, the run itself creates parapply's schema;
 			// recording waits so as not to race it.
 			if r.sub.Status().State != subscriber.StateStarting {
+				r.ran = true
 				r.write(ctx, nil, false)
 			}
 		case <-done:
@@ -90,6 +96,10 @@ func (r *recorder) write(ctx context.Context, runErr error, last bool) {
 		}
 		rec.TxnsPerSecond, rec.RowsPerSecond = 0, 0
 	}
+	if last && !r.ran && st.Copy == nil && st.Received == 0 {
+		r.writeRefused(ctx, rec)
+		return
+	}
 	err := r.connect(ctx)
 	if err == nil {
 		err = status.Write(ctx, r.conn, rec)
@@ -107,6 +117,27 @@ func (r *recorder) write(ctx context.Context, runErr error, last bool) {
 	if r.failing {
 		r.log.Info("recording status on the target again")
 		r.failing = false
+	}
+}
+
+// writeRefused records the end of a run that never got past starting
+// over the slot's row, if the target has one; it creates nothing.
+func (r *recorder) writeRefused(ctx context.Context, rec status.Record) {
+	if r.conn == nil {
+		conn, err := connectPlain(ctx, r.dsn, "target", r.base.ApplicationName+" status")
+		if err != nil {
+			r.log.Debug("not recording the refused start on the target", "error", err)
+			return
+		}
+		r.conn = conn
+	}
+	var exists bool
+	err := r.conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass('parapply.status') IS NOT NULL").Scan(&exists)
+	if err == nil && exists {
+		_, err = status.WriteExisting(ctx, r.conn, rec)
+	}
+	if err != nil {
+		r.log.Warn("cannot record the end of the start on the target (parapply status shows the slot's last record)", "error", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -26,9 +27,10 @@ import (
 // slotReport is what `parapply status` shows of one slot.
 type slotReport struct {
 	status.Record
-	// Stale is true when the record says running but has not been
-	// updated for status.StaleAfter.
-	Stale bool `json:"stale"`
+	// Stale is true when the record says running but is not believed
+	// (status.Record.Stale); Liveness says why (status.Record.Liveness).
+	Stale    bool   `json:"stale"`
+	Liveness string `json:"liveness"`
 	// Progress is the slot's progress row: what the target holds as
 	// applied, exactly once.
 	Progress *progressReport `json:"progress,omitempty"`
@@ -49,7 +51,8 @@ type statusReport struct {
 	Slots []slotReport `json:"slots"`
 	// InactiveSlots (with --source) are the publisher's pgoutput slots
 	// named as one parapply used on this target that no one streams
-	// from: each keeps WAL on the publisher.
+	// from and no live parapply holds (a run copies before it streams):
+	// each keeps WAL on the publisher.
 	InactiveSlots []status.Slot `json:"inactive_slots,omitempty"`
 	// Hidden are the slots recorded on the target that neither run, nor
 	// applied anything, nor were updated in the last hour (shown with
@@ -173,9 +176,17 @@ func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error)
 const recentSlot = time.Hour
 
 func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all bool, sourceDSN string) (statusReport, error) {
-	recs, err := status.Read(ctx, tconn, slot)
+	// Every slot's record, for the list of inactive slots; the slot asked
+	// for, or every one, for the report.
+	every, err := status.Read(ctx, tconn, "")
 	if err != nil {
 		return statusReport{}, err
+	}
+	var recs []status.Record
+	for _, r := range every {
+		if slot == "" || r.Slot == slot {
+			recs = append(recs, r)
+		}
 	}
 	if len(recs) == 0 {
 		if slot != "" {
@@ -186,7 +197,7 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 	now := time.Now()
 	rep := statusReport{Time: now, Slots: []slotReport{}}
 	for _, r := range recs {
-		sr := slotReport{Record: r, Stale: r.Stale(now)}
+		sr := slotReport{Record: r, Stale: r.Stale(), Liveness: r.Liveness()}
 		p, ok, err := progress.Read(ctx, tconn, r.Slot)
 		if err != nil {
 			return rep, err
@@ -194,8 +205,7 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 		// Shown: a slot asked for, one that runs or has applied (its
 		// progress row), or one updated lately; the others only with
 		// --all (parapply drop removes them).
-		running := !sr.Stale && r.State != subscriber.StateStopped && r.State != subscriber.StateFailed
-		if !all && slot == "" && !running && !ok && now.Sub(r.UpdatedAt) > recentSlot {
+		if !all && slot == "" && !r.Live() && !ok && now.Sub(r.UpdatedAt) > recentSlot {
 			rep.Hidden = append(rep.Hidden, r.Slot)
 			continue
 		}
@@ -226,11 +236,28 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 		if err != nil {
 			return rep, err
 		}
-		if rep.InactiveSlots, err = status.InactiveSlots(ctx, sconn, names); err != nil {
+		inactive, err := status.InactiveSlots(ctx, sconn, names)
+		if err != nil {
 			return rep, err
 		}
+		rep.InactiveSlots = unheld(inactive, every)
+
 	}
 	return rep, nil
+}
+
+// unheld keeps the inactive slots no live parapply holds (recs: every
+// slot's record): a run copying, or between two connections, does not
+// stream from its slot, which is no less in use.
+func unheld(inactive []status.Slot, recs []status.Record) []status.Slot {
+	var out []status.Slot
+	for _, p := range inactive {
+		i := slices.IndexFunc(recs, func(r status.Record) bool { return r.Slot == p.Name })
+		if i < 0 || !recs[i].Live() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // readStandbys reads, on each host the source names besides the one
@@ -308,11 +335,7 @@ func printStatus(w io.Writer, rep statusReport) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		state := s.State
-		if s.Stale {
-			state += fmt.Sprintf(" (NOT UPDATED FOR %s: parapply is not running or cannot reach the target)", since(rep.Time, s.UpdatedAt))
-		}
-		fmt.Fprintf(w, "slot %s: %s\n", s.Slot, state)
+		fmt.Fprintf(w, "slot %s: %s\n", s.Slot, stateText(s.Record))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  process\tpid %d on %s, parapply %s, application_name %s, started %s ago, updated %s ago\n",
 			s.PID, s.Host, s.Version, s.ApplicationName, since(rep.Time, s.StartedAt), since(rep.Time, s.UpdatedAt))
@@ -375,6 +398,10 @@ func printStatus(w io.Writer, rep statusReport) {
 		if p := s.Publisher; p != nil {
 			active := "inactive"
 			switch {
+			case !p.Active && s.Live() && s.State == subscriber.StateCopying:
+				active = "not streaming yet: parapply copies the tables and streams from the slot once the copy ends (do not drop it)"
+			case !p.Active && s.Live():
+				active = fmt.Sprintf("inactive while parapply is %s; it streams from the slot again by itself (do not drop it)", s.State)
 			case p.Active && p.ReplicationState == "":
 				active = fmt.Sprintf("active (walsender pid %d; its state is hidden from the source role: GRANT pg_read_all_stats TO it)", p.ActivePID)
 			case p.Active:
@@ -410,7 +437,7 @@ func printStatus(w io.Writer, rep statusReport) {
 	}
 	if len(rep.InactiveSlots) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "inactive slots of parapply on the publisher (each keeps WAL until it is used again or dropped with pg_drop_replication_slot):")
+		fmt.Fprintln(w, "inactive slots of parapply on the publisher, which no live parapply holds (each keeps WAL until it is used again or dropped with pg_drop_replication_slot):")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, p := range rep.InactiveSlots {
 			fmt.Fprintf(tw, "  %s\tretains %s of WAL (wal_status %s); confirmed flush %s, restart %s, current WAL %s\n",
@@ -418,6 +445,19 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		tw.Flush()
 	}
+}
+
+// stateText is a slot's state as status prints it: the recorded state,
+// and, where the record is not believed, why.
+func stateText(r status.Record) string {
+	age := r.Age.Round(100 * time.Millisecond)
+	switch r.Liveness() {
+	case status.RunNotRunning:
+		return fmt.Sprintf("%s (NOT RUNNING: not updated for %s and no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach or write to the target)", r.State, age)
+	case status.RunNotUpdated:
+		return fmt.Sprintf("%s (NOT UPDATED FOR %s: the slot's target sessions are still there, but parapply does not record its status: it is stuck, or cannot write parapply.status)", r.State, age)
+	}
+	return r.State
 }
 
 // recordSequenceSync records a sync-sequences run where parapply status

@@ -36,12 +36,15 @@ const rowCompareLimit = 200_000
 // published columns (the publisher's rows those its row filters send),
 // and names the first differing row of a table that differs. Run once
 // writes have stopped and parapply has caught up; exit 0 only when every
-// table is equal.
+// table is equal. It says when the publisher wrote during the
+// comparison (the results are not final: cutover is the check once
+// writes stop) and, when tables differ, where the slot stands (no live
+// parapply streams from it, or it had not caught up).
 func verifyCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the comparison as JSON")
-	usageFor(fs, "parapply verify --source DSN --target DSN --publication NAME[,NAME] [--config FILE] [--json]")
-	c, err := loadConfig(fs, args, "source", "target", "publication", "application_name")
+	usageFor(fs, "parapply verify --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE] [--json]")
+	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "application_name")
 	if err != nil {
 		return err
 	}
@@ -54,6 +57,8 @@ func verifyCommand(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer src.Close(context.Background())
 	defer dst.Close(context.Background())
+	// Best effort: a publisher in recovery has no WAL insert position.
+	before, markErr := readWALMark(ctx, src)
 	checks, err := compareTables(ctx, src, dst, splitList(c["publication"]), func(tc tableCheck) {
 		if !*asJSON {
 			fmt.Fprintln(out, checkLine(tc))
@@ -62,14 +67,41 @@ func verifyCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var notes []string
+	if markErr == nil {
+		if after, err := readWALMark(ctx, src); err == nil {
+			if n := writesNote(before, after); n != "" {
+				notes = append(notes, n)
+			}
+		}
+	}
+	if verdict(checks) != nil && markErr == nil {
+		n, err := slotNote(ctx, src, dst, c["slot"], before.LSN)
+		if err != nil {
+			return err
+		}
+		if n != "" {
+			notes = append(notes, n)
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(checks); err != nil {
 			return err
 		}
+	} else {
+		for _, n := range notes {
+			fmt.Fprintln(out, "note: "+n)
+		}
 	}
-	return verdict(checks)
+	if err := verdict(checks); err != nil {
+		if len(notes) > 0 {
+			return fmt.Errorf("%w; %s", err, strings.Join(notes, "; "))
+		}
+		return err
+	}
+	return nil
 }
 
 // connectBoth connects to the publisher and the target as the command.
@@ -180,7 +212,7 @@ func cutoverCommand(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("reading the publisher's WAL position: %w", err)
 	}
 	fmt.Fprintf(out, "1. waiting for slot %s to confirm the publisher's WAL position %s (every change before it applied and flushed on the target)\n", slot, end)
-	if err := waitConfirmed(ctx, src, slot, end, *wait); err != nil {
+	if err := waitConfirmed(ctx, src, dst, slot, end, *wait); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "   done after %s\n", time.Since(start).Round(time.Millisecond))
@@ -217,10 +249,12 @@ func cutoverCommand(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // waitConfirmed waits, at most for, until slot's confirmed position on the
-// publisher reaches end.
-func waitConfirmed(ctx context.Context, src *pgx.Conn, slot string, end parapply.LSN, wait time.Duration) error {
+// publisher reaches end; sooner, once no live parapply has streamed from
+// the slot for noStreamerFor, it says why (notStreaming) and stops.
+func waitConfirmed(ctx context.Context, src, dst *pgx.Conn, slot string, end parapply.LSN, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	nudged := time.Time{}
+	var noneSince time.Time
 	for {
 		// An idle walsender tells where it stands once WAL follows what it
 		// sent last (else at the next running-transactions record, every
@@ -244,14 +278,33 @@ func waitConfirmed(ctx context.Context, src *pgx.Conn, slot string, end parapply
 				return nil
 			}
 		}
+		at := "nothing"
+		if confirmed != nil {
+			at = *confirmed
+		}
+		why := ""
+		if !active {
+			rec, err := slotRecord(ctx, dst, slot)
+			if err != nil {
+				return err
+			}
+			why = notStreaming(active, rec)
+		}
+		switch {
+		case why == "":
+			noneSince = time.Time{}
+		case noneSince.IsZero():
+			noneSince = time.Now()
+		case time.Since(noneSince) >= noStreamerFor:
+			return fmt.Errorf("slot %s confirmed %s, not yet %s, and no parapply streams from it: %s; start parapply on the slot (parapply run ... --slot %s), then run parapply cutover again",
+				slot, at, end, why, slot)
+		}
 		if time.Now().After(deadline) {
-			state := "parapply does not stream from it (is it running?)"
+			state := "parapply does not stream from it: " + why
 			if active {
 				state = "parapply streams from it"
-			}
-			at := "nothing"
-			if confirmed != nil {
-				at = *confirmed
+			} else if why == "" {
+				state = "parapply runs on the slot but does not stream from it now (it copies, or is between connections: parapply status says which)"
 			}
 			return fmt.Errorf("slot %s confirmed %s, not yet %s, after %s; %s", slot, at, end, wait, state)
 		}

@@ -15,8 +15,10 @@ import (
 // table; parapply verify names a row that then differs; the stop logs
 // where it stopped; parapply drop --dry-run changes nothing, and parapply
 // drop removes the slot, its origins, its rows and the parapply schema.
-// parapply status shows a slot that never applied anything only while
-// recent, and every one with --all.
+// A start refused by its checks leaves no status row; parapply status
+// shows a slot that never applied anything only while recent, and every
+// one with --all; drop removes such a slot's rows with the slot it
+// retires.
 func TestCutoverPath(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE orders (id bigserial PRIMARY KEY, v int, note text);
 		CREATE TABLE lines (order_id bigint, n int, qty int, PRIMARY KEY (order_id, n))`)
@@ -68,11 +70,15 @@ func TestCutoverPath(t *testing.T) {
 		t.Errorf("no stopped line in parapply's output:\n%s", p.out.String())
 	}
 
-	// A start refused before it made anything, an hour and more ago.
+	// A start refused before it made anything leaves no row; one that an
+	// earlier release left, an hour and more ago, is not shown.
 	if err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", "tried"); err == nil {
 		t.Fatalf("a run with a missing publication succeeded:\n%s", out)
 	}
-	e.exec(e.sub, `UPDATE parapply.status SET updated_at = now() - interval '2 hours' WHERE slot_name = 'tried'`)
+	if n := e.count(`SELECT count(*) FROM parapply.status WHERE slot_name = 'tried'`); n != 0 {
+		t.Errorf("the refused start left %d status rows", n)
+	}
+	e.exec(e.sub, `INSERT INTO parapply.status (slot_name, state, updated_at, last_error) VALUES ('tried', 'failed', now() - interval '2 hours', 'publication "nosuchpub" does not exist')`)
 	human, _ := exec.Command(parapplyBinary(t), "status", "--target", dst).CombinedOutput()
 	if strings.Contains(string(human), "slot tried:") || !strings.Contains(string(human), "1 older slots not shown, which never applied anything (tried)") || !strings.Contains(string(human), "slot cut:") {
 		t.Errorf("status without --all: want slot cut, and tried counted as not shown:\n%s", human)
@@ -103,7 +109,8 @@ func TestCutoverPath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parapply drop --dry-run: %v\n%s", err, out)
 	}
-	for _, w := range []string{"target: would drop", "replication origins of slot cut", "would delete 1 rows of slot cut from parapply.progress", "publisher: would drop slot cut", "schema parapply kept: slots tried still use it"} {
+	for _, w := range []string{"target: would drop", "replication origins of slot cut", "would delete 1 rows of slot cut from parapply.progress", "publisher: would drop slot cut",
+		"target: would delete what slot tried left (1 from parapply.status): no run resumes from it", "target: would drop schema parapply"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("drop --dry-run output lacks %q:\n%s", w, out)
 		}
@@ -117,14 +124,12 @@ func TestCutoverPath(t *testing.T) {
 	if n := count(`SELECT count(*) FROM parapply.progress WHERE slot_name = 'cut'`); n != 1 {
 		t.Errorf("drop --dry-run deleted the progress row")
 	}
-	// Both slots dropped: the schema goes with the last.
-	for _, slot := range []string{"tried", "cut"} {
-		err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", slot)
-		if err != nil {
-			t.Fatalf("parapply drop --slot %s: %v\n%s", slot, err, out)
-		}
+	// One drop: slot cut, what slot tried left, and the schema.
+	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut")
+	if err != nil {
+		t.Fatalf("parapply drop --slot cut: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "dropped schema parapply") || !strings.Contains(out, "publisher: dropped slot cut") {
+	if !strings.Contains(out, "dropped schema parapply") || !strings.Contains(out, "publisher: dropped slot cut") || !strings.Contains(out, "target: deleted what slot tried left (1 from parapply.status)") {
 		t.Errorf("the last drop's output:\n%s", out)
 	}
 	if n := count(`SELECT count(*) FROM pg_namespace WHERE nspname = 'parapply'`); n != 0 {

@@ -309,15 +309,22 @@ func testObservability(t *testing.T, workers int) {
 		t.Errorf("after SIGTERM: want state stopped, got %s", stOut)
 	}
 
-	// A run that fails records its error; an unreachable server's error
-	// does not quote the password either.
-	fail, _ := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", "obs_fail")
-	if fail == nil {
-		t.Fatal("run with a missing publication succeeded")
+	// A start refused by its checks records its error over the row of a
+	// slot that ran before, keeping the positions the target holds, and
+	// leaves no row for a slot that never ran; an unreachable server's
+	// error does not quote the password either.
+	applied := st["applied_lsn"]
+	for _, slot := range []string{"obs", "obs_fail"} {
+		if fail, _ := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", slot); fail == nil {
+			t.Fatal("run with a missing publication succeeded")
+		}
 	}
-	st, stOut = statusJSON(t, "--target", dst, "--slot", "obs_fail")
-	if st["state"] != "failed" || !strings.Contains(fmt.Sprint(st["last_error"]), "nosuchpub") {
-		t.Errorf("failed run: want state failed and the error recorded, got %s", stOut)
+	st, stOut = statusJSON(t, "--target", dst, "--slot", "obs")
+	if st["state"] != "failed" || !strings.Contains(fmt.Sprint(st["last_error"]), "nosuchpub") || st["applied_lsn"] != applied || st["source_transactions"] != float64(0) {
+		t.Errorf("refused start: want state failed, the error recorded, applied_lsn kept at %v and no transactions, got %s", applied, stOut)
+	}
+	if n := e.count(`SELECT count(*) FROM parapply.status WHERE slot_name = 'obs_fail'`); n != 0 {
+		t.Errorf("a refused start of a slot that never ran left %d status rows", n)
 	}
 	_, unreachable := runOnce(t, "run", "--source", src, "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5", "--publication", "pub", "--slot", "obs_unreach")
 	_, badStatus := runOnce(t, "status", "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 )
 
@@ -272,4 +273,167 @@ func TestStatusDuringCopy(t *testing.T) {
 		t.Errorf("after sync-sequences: the sequences line does not show it:\n%s", text)
 	}
 	p.signal(syscall.SIGTERM)
+}
+
+// TestStatusLiveness: a run that copies does not stream from its slot,
+// which the publisher calls inactive: status says it is in use and does
+// not list it among the inactive slots. Killed (SIGKILL) while streaming,
+// the run is called not running within three status intervals; cutover
+// then stops within seconds, naming why, instead of waiting its timeout;
+// verify, while the publisher writes, says its results are not final. A
+// start refused by its checks leaves no status row (nor, on a fresh
+// target, the parapply schema); drop removes, with the slot it retires,
+// what slots that never applied anything left.
+func TestStatusLiveness(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE slow (id int PRIMARY KEY); CREATE TABLE w (id serial PRIMARY KEY, v int)`)
+	ctx := context.Background()
+	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	// About 3 s of copy: a target trigger sleeps on each of 12 rows.
+	e.exec(e.pub, `INSERT INTO slow SELECT g FROM generate_series(1, 12) g`)
+	e.exec(e.sub, `CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.pg_sleep(0.25); RETURN NEW; END $$;
+		CREATE TRIGGER slow BEFORE INSERT ON slow FOR EACH ROW EXECUTE FUNCTION slow();
+		ALTER TABLE slow ENABLE ALWAYS TRIGGER slow`)
+	p := e.runProcess(t, "--publication", "pub", "--slot", "live", "--copy-workers", "1", "--sequence-sync-interval", "0")
+
+	// While it copies.
+	checked := false
+	for deadline := time.Now().Add(time.Minute); !checked; time.Sleep(100 * time.Millisecond) {
+		if err := p.alive(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never saw the run copying")
+		}
+		var state string
+		var active bool
+		if err := e.sub.QueryRow(ctx, `SELECT state FROM parapply.status WHERE slot_name = 'live'`).Scan(&state); err != nil || state != "copying" {
+			continue
+		}
+		if err := e.pub.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = 'live'`).Scan(&active); err != nil {
+			continue
+		}
+		text := statusText(t, "--target", dst, "--source", src, "--slot", "live")
+		if !strings.Contains(text, "slot live: copying\n") {
+			continue // the copy ended meanwhile
+		}
+		checked = true
+		if strings.Contains(text, "inactive slots of parapply") {
+			t.Errorf("copying: status lists the run's slot among the inactive ones:\n%s", text)
+		}
+		if !active && !strings.Contains(text, "publisher slot  not streaming yet: parapply copies the tables and streams from the slot once the copy ends (do not drop it)") {
+			t.Errorf("copying, the slot inactive on the publisher: status does not say it is in use:\n%s", text)
+		}
+		t.Logf("copying, slot active on the publisher: %v", active)
+	}
+	e.waitSlotExists(t, "live", p)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		st, out := statusJSON(t, "--target", dst, "--slot", "live")
+		if st["state"] == "streaming" && st["liveness"] == "live" && st["lock_held"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run is not recorded as streaming and live: %s", out)
+		}
+	}
+
+	// Killed: not running within three status intervals (3 s).
+	killed := time.Now()
+	p.signal(syscall.SIGKILL)
+	var took time.Duration
+	for {
+		st, out := statusJSON(t, "--target", dst, "--slot", "live")
+		if st["liveness"] == "not running" && st["stale"] == true {
+			took = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 10*time.Second {
+			t.Fatalf("10 s after SIGKILL, status does not say not running: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("status said not running %s after SIGKILL", took.Round(time.Millisecond))
+	if took > 4*time.Second { // three intervals, and the status commands' own time (polled every 0.1 s)
+		t.Errorf("status said not running %s after SIGKILL, want within three status intervals (3 s)", took)
+	}
+	if text := statusText(t, "--target", dst, "--slot", "live"); !strings.Contains(text, "slot live: streaming (NOT RUNNING: not updated for ") ||
+		!strings.Contains(text, "no target session holds the slot's lock: parapply ended without recording it (killed?), or cannot reach or write to the target)") {
+		t.Errorf("after SIGKILL, status says:\n%s", text)
+	}
+
+	// cutover: stops within seconds, naming why.
+	e.exec(e.pub, `INSERT INTO w (v) VALUES (1)`)
+	began := time.Now()
+	err, out := runOnce(t, "cutover", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live", "--timeout", "2m")
+	if err == nil || !strings.Contains(out, "and no parapply streams from it: the slot is inactive on the publisher and no target session holds its lock; its last run (pid ") ||
+		!strings.Contains(out, "was streaming when it stopped recording") || !strings.Contains(out, "start parapply on the slot (parapply run ... --slot live), then run parapply cutover again") {
+		t.Errorf("cutover with parapply killed: %v, want it to say no parapply streams from the slot and why:\n%s", err, out)
+	}
+	if d := time.Since(began); d > 20*time.Second {
+		t.Errorf("cutover with parapply killed took %s, want seconds", d)
+	}
+
+	// verify while the publisher writes.
+	wctx, stop := context.WithCancel(ctx)
+	wrote := make(chan int)
+	go func() {
+		c, err := pgx.Connect(wctx, src)
+		n := 0
+		for err == nil && wctx.Err() == nil {
+			if _, err = c.Exec(wctx, `INSERT INTO w (v) VALUES (2)`); err == nil {
+				n++
+			}
+		}
+		if c != nil {
+			c.Close(context.Background())
+		}
+		wrote <- n
+	}()
+	time.Sleep(200 * time.Millisecond)
+	err, out = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live")
+	stop()
+	t.Logf("the writer inserted %d rows", <-wrote)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Errorf("verify while the publisher writes, parapply killed: %v, want exit status 1\n%s", err, out)
+	}
+	for _, w := range []string{"note: the publisher wrote during the comparison (its WAL moved from ", "writes are running, so these results are not final; stop the writes, then run parapply cutover",
+		"note: no parapply streams from slot live: the slot is inactive on the publisher"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("verify output lacks %q:\n%s", w, out)
+		}
+	}
+
+	// Refused starts leave no row; on a fresh target, no schema.
+	e.exec(e.sub, `CREATE DATABASE fresh`)
+	for _, target := range []string{dst, e.pair.Subscriber.DSN("fresh")} {
+		if err, out := runOnce(t, "run", "--source", src, "--target", target, "--publication", "nosuchpub", "--slot", "typo_slot"); err == nil {
+			t.Fatalf("a run with a missing publication succeeded:\n%s", out)
+		}
+	}
+	var rows int
+	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM parapply.status WHERE slot_name = 'typo_slot'`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("a refused start left %d status rows (%v)", rows, err)
+	}
+	fresh, err := pgx.Connect(ctx, e.pair.Subscriber.DSN("fresh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close(ctx)
+	if err := fresh.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = 'parapply'`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("a refused start on a fresh target created the parapply schema (%v)", err)
+	}
+
+	// Rows an earlier release left for refused starts: drop removes them
+	// with the slot it retires, and the schema goes.
+	e.exec(e.sub, `INSERT INTO parapply.status (slot_name, state, updated_at, last_error) VALUES ('old_typo', 'failed', now(), 'x'), ('old_pub', 'failed', now(), 'y')`)
+	err, out = runOnce(t, "drop", "--target", dst, "--slot", "live", "--dry-run")
+	if err != nil || !strings.Contains(out, "target: kept the rows of slots old_pub, old_typo, which have no progress row (no run resumes from them): with --source, drop removes them too") {
+		t.Errorf("drop --dry-run without --source: %v\n%s", err, out)
+	}
+	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "live")
+	for _, w := range []string{"target: deleted what slot old_pub left (1 from parapply.status): no run resumes from it (no progress row on the target, no slot on the publisher)",
+		"target: deleted what slot old_typo left (1 from parapply.status)", "target: dropped schema parapply: no slot uses it any more", "publisher: dropped slot live"} {
+		if err != nil || !strings.Contains(out, w) {
+			t.Errorf("drop: %v; output lacks %q:\n%s", err, w, out)
+		}
+	}
 }
