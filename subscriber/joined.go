@@ -127,6 +127,15 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 			l.warnJoined(name, err)
 			continue
 		}
+		var may bool
+		var role string
+		if err := l.app.Conn().QueryRow(ctx, `SELECT pg_catalog.has_table_privilege($1::regclass, 'SELECT, INSERT, UPDATE, DELETE'), current_user::text`, name).Scan(&may, &role); err != nil {
+			return nil, err
+		}
+		if !may {
+			l.warnJoined(name, errNoGrant{name, pt.Schema, role})
+			continue
+		}
 		if l.s.cfg.CopyData {
 			var may bool
 			var role string
@@ -156,7 +165,11 @@ func (l *loop) warnJoined(name string, err error) {
 	}
 	l.joinWarned[name] = true
 	var ns errNoSelect
+	var ng errNoGrant
 	switch {
+	case errors.As(err, &ng):
+		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target role %s may not write it: its changes are skipped until it may; on the target: GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLES TO %s;), and parapply copies it without a restart",
+			name, ng.role, name, parapply.QuoteIdent(ng.role), parapply.QuoteIdent(ng.schema), parapply.QuoteIdent(ng.role)))
 	case errors.As(err, &ns):
 		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
 			name, ns.role, name, parapply.QuoteIdent(ns.role), parapply.QuoteIdent(ns.schema), parapply.QuoteIdent(ns.role)))
@@ -173,6 +186,11 @@ func (l *loop) warnJoined(name string, err error) {
 type errNoSelect struct{ table, schema, role string }
 
 func (e errNoSelect) Error() string { return "the source role may not read " + e.table }
+
+// errNoGrant is a joined table the target role may not write.
+type errNoGrant struct{ table, schema, role string }
+
+func (e errNoGrant) Error() string { return "the target role may not write " + e.table }
 
 // copyJoined copies the tables that joined the publication, with
 // everything before committed, and has every applier take them as synced.
