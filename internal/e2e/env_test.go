@@ -172,7 +172,8 @@ func (e *env) superTarget() string { return e.pair.Subscriber.DSN("postgres") }
 // schema public (partitions too) and may create in it, as
 // docs/operations.md asks of the features that change a table's
 // definition: copy_defer_indexes drops and rebuilds indexes (made in the
-// table's schema), detect_update_deleted adds a trigger.
+// table's schema), detect_update_deleted adds a trigger, ddl = apply
+// alters the tables and creates beside them.
 func (e *env) applyOwnsTables() {
 	e.t.Helper()
 	e.exec(e.sub, `GRANT CREATE ON SCHEMA public TO `+applyRole+`;
