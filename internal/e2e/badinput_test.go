@@ -37,7 +37,7 @@ func TestBadInput(t *testing.T) {
 	e.exec(e.sub, `CREATE ROLE plain LOGIN; GRANT ALL ON SCHEMA public TO plain`)
 	e.exec(e.sub, `CREATE ROLE noorigin LOGIN; GRANT ALL ON SCHEMA public TO noorigin; GRANT SET ON PARAMETER session_replication_role TO noorigin`)
 	e.exec(e.pub, `CREATE PUBLICATION pub_origin FOR TABLE items`)
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	src, dst := e.sourceDSN(), e.targetDSN()
 	// A target database of its own, where a role that may apply does not
 	// own the published table (created by a superuser).
 	e.exec(e.pub, `CREATE TABLE owned (id int PRIMARY KEY); CREATE PUBLICATION pub_owned FOR TABLE owned`)
@@ -79,11 +79,11 @@ func TestBadInput(t *testing.T) {
 			[]string{"public.only_on_publisher: does not exist on the target", "create it"}},
 		{"column missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_narrow", "--slot", "s_narrow"},
 			[]string{"column b is missing on the target", "ADD COLUMN b integer"}},
-		{"source role without replication", []string{"--source", strings.Replace(src, "user=postgres", "user=norepl", 1), "--target", dst, "--publication", "pub"},
+		{"source role without replication", []string{"--source", strings.Replace(src, "user="+replRole, "user=norepl", 1), "--target", dst, "--publication", "pub"},
 			[]string{"REPLICATION"}},
-		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
+		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user="+applyRole, "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
 			[]string{"session_replication_role", "GRANT SET ON PARAMETER"}},
-		{"target role without replication origins", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=noorigin", 1), "--publication", "pub_origin", "--slot", "s_noorigin"},
+		{"target role without replication origins", []string{"--source", src, "--target", strings.Replace(dst, "user="+applyRole, "user=noorigin", 1), "--publication", "pub_origin", "--slot", "s_noorigin"},
 			[]string{"replication origins", "GRANT EXECUTE ON FUNCTION", "pg_replication_origin_session_setup"}},
 		{"bad origin", []string{"--source", src, "--target", dst, "--publication", "pub", "--origin", "local"},
 			[]string{"origin", "any or none"}},
