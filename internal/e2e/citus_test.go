@@ -69,7 +69,8 @@ func newCitusEnv(t *testing.T, schema, distribute string) (*env, *pgtest.Cluster
 		}
 		t.Fatal(errC, errP)
 	}
-	e := &env{t: t, pair: &pgtest.Pair{Publisher: pub, Subscriber: cl.Coordinator}, log: &logTail{}, nodes: cl.Workers}
+	e := &env{t: t, pair: &pgtest.Pair{Publisher: pub, Subscriber: cl.Coordinator}, log: &logTail{}, nodes: cl.Workers,
+		superuser: "a Citus target: the apply role's grants would have to reach every worker's shards (docs/operations.md has no Citus block)"}
 	t.Cleanup(func() {
 		if t.Failed() {
 			if tail := e.log.String(); tail != "" {

@@ -36,6 +36,9 @@ type env struct {
 	// nodes are a Citus target's workers, whose sessions a failure shows
 	// too.
 	nodes []*pgtest.Server
+	// superuser, when set, says why parapply runs as superuser on these
+	// servers rather than as the least-privilege roles.
+	superuser string
 }
 
 // logTail keeps the last logTailSize bytes written to it: the subscribers'
@@ -154,11 +157,23 @@ func rolesSQL(t *testing.T, side string) string {
 // replaces.
 var docNames = regexp.MustCompile(`\b(shop|app|repl|apply)\b`)
 
-// sourceDSN is the publisher's connection string as the replication role.
-func (e *env) sourceDSN() string { return e.pair.Publisher.DSNAs("postgres", replRole) }
+// sourceDSN is the publisher's connection string as the replication role
+// (as superuser where e.superuser says why).
+func (e *env) sourceDSN() string {
+	if e.superuser != "" {
+		return e.superSource()
+	}
+	return e.pair.Publisher.DSNAs("postgres", replRole)
+}
 
-// targetDSN is the target's connection string as the apply role.
-func (e *env) targetDSN() string { return e.pair.Subscriber.DSNAs("postgres", applyRole) }
+// targetDSN is the target's connection string as the apply role (as
+// superuser where e.superuser says why).
+func (e *env) targetDSN() string {
+	if e.superuser != "" {
+		return e.superTarget()
+	}
+	return e.pair.Subscriber.DSNAs("postgres", applyRole)
+}
 
 // superSource is the publisher's connection string as superuser, for a
 // test whose parapply needs it (the test says why).
