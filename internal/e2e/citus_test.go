@@ -262,7 +262,7 @@ func TestCitusConflicts(t *testing.T) {
 		detect, twoPhase bool
 		want             preflight.Status
 	}{{true, false, preflight.Failed}, {false, true, preflight.Failed}, {false, false, preflight.OK}} {
-		rep := preflight.Run(ctx, preflight.Config{Source: e.pair.Publisher.DSN("postgres"), Target: e.pair.Subscriber.DSN("postgres"),
+		rep := preflight.Run(ctx, preflight.Config{Source: e.sourceDSN(), Target: e.targetDSN(),
 			Publications: []string{"pub"}, Slot: "checked", CopyData: true, DetectConflicts: c.detect, TwoPhase: c.twoPhase, ExistingData: "error"})
 		found := false
 		for _, res := range rep.Results {
