@@ -16,6 +16,7 @@ import (
 type targetTable struct {
 	kind                string
 	schemaUsage         bool
+	schemaCreate        bool // CREATE on its schema: copy_defer_indexes rebuilds indexes there
 	privileges          map[string]bool
 	owns                bool
 	owner               string
@@ -76,6 +77,12 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 				why = "copy_defer_indexes drops and rebuilds its indexes"
 			}
 			tableProbs = append(tableProbs, fail(name, why+": role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
+		}
+		if !tt.schemaCreate && cfg.CopyDeferIndexes {
+			// Checked before the copy drops them: an index is
+			// made in its table's schema.
+			tableProbs = append(tableProbs, fail(name, "copy_defer_indexes rebuilds its indexes in schema "+t.Schema+": role "+role+" may not create there",
+				"GRANT CREATE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
 		}
 		for _, p := range compareColumns(name, t.columns, tt) {
 			colProbs = append(colProbs, pending(cfg, pub, p))
@@ -221,11 +228,11 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 	var oid uint32
 	var sel, ins, upd, del, trunc bool
 	err = conn.QueryRow(ctx, `SELECT c.oid, c.relkind::text, pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
-			pg_catalog.has_table_privilege(c.oid, 'SELECT'), pg_catalog.has_table_privilege(c.oid, 'INSERT'),
+			pg_catalog.has_schema_privilege(n.oid, 'CREATE'), pg_catalog.has_table_privilege(c.oid, 'SELECT'), pg_catalog.has_table_privilege(c.oid, 'INSERT'),
 			pg_catalog.has_table_privilege(c.oid, 'UPDATE'), pg_catalog.has_table_privilege(c.oid, 'DELETE'),
 			pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'), pg_catalog.pg_has_role(c.relowner, 'USAGE'), pg_catalog.pg_get_userbyid(c.relowner)::text
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &sel, &ins, &upd, &del, &trunc, &tt.owns, &tt.owner)
+		schema, name).Scan(&oid, &tt.kind, &tt.schemaUsage, &tt.schemaCreate, &sel, &ins, &upd, &del, &trunc, &tt.owns, &tt.owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tt, false, nil
 	}

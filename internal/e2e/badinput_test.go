@@ -39,10 +39,11 @@ func TestBadInput(t *testing.T) {
 	e.exec(e.sub, `CREATE ROLE plain LOGIN; GRANT ALL ON SCHEMA public TO plain`)
 	e.exec(e.sub, `CREATE ROLE noorigin LOGIN; GRANT ALL ON SCHEMA public TO noorigin; GRANT SET ON PARAMETER session_replication_role TO noorigin`)
 	e.exec(e.pub, `CREATE PUBLICATION pub_origin FOR TABLE items`)
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	src, dst := e.sourceDSN(), e.targetDSN()
 	// A target database of its own, where a role that may apply does not
 	// own the published table (created by a superuser).
 	e.exec(e.pub, `CREATE TABLE owned (id int PRIMARY KEY); CREATE PUBLICATION pub_owned FOR TABLE owned`)
+	e.exec(e.pub, `CREATE SCHEMA locked; CREATE TABLE locked.kept (id int PRIMARY KEY); CREATE PUBLICATION pub_locked FOR TABLE locked.kept`)
 	e.exec(e.sub, `CREATE ROLE notowner LOGIN; GRANT SET ON PARAMETER session_replication_role TO notowner`)
 	e.exec(e.sub, `CREATE DATABASE notowner OWNER notowner`)
 	other, err := pgx.Connect(context.Background(), e.pair.Subscriber.DSN("notowner"))
@@ -52,7 +53,8 @@ func TestBadInput(t *testing.T) {
 	e.exec(other, `CREATE TABLE owned (id int PRIMARY KEY); GRANT ALL ON owned TO notowner;
 		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup(text),
 			pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_replication_origin_drop(text),
-			pg_replication_origin_session_reset(), pg_replication_origin_progress(text, boolean) TO notowner`)
+			pg_replication_origin_session_reset(), pg_replication_origin_progress(text, boolean) TO notowner;
+		CREATE SCHEMA locked; GRANT USAGE ON SCHEMA locked TO notowner; CREATE TABLE locked.kept (id int PRIMARY KEY); ALTER TABLE locked.kept OWNER TO notowner`)
 	other.Close(context.Background())
 	notOwner := strings.Replace(e.pair.Subscriber.DSN("notowner"), "user=postgres", "user=notowner", 1)
 
@@ -83,11 +85,11 @@ func TestBadInput(t *testing.T) {
 			[]string{"public.only_on_publisher: does not exist on the target", "create it"}},
 		{"column missing on target", []string{"--source", src, "--target", dst, "--publication", "pub_narrow", "--slot", "s_narrow"},
 			[]string{"column b is missing on the target", "ADD COLUMN b integer"}},
-		{"source role without replication", []string{"--source", strings.Replace(src, "user=postgres", "user=norepl", 1), "--target", dst, "--publication", "pub"},
+		{"source role without replication", []string{"--source", strings.Replace(src, "user="+replRole, "user=norepl", 1), "--target", dst, "--publication", "pub"},
 			[]string{"REPLICATION"}},
-		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
+		{"target role without privileges", []string{"--source", src, "--target", strings.Replace(dst, "user="+applyRole, "user=plain", 1), "--publication", "pub", "--slot", "s_plain"},
 			[]string{"session_replication_role", "GRANT SET ON PARAMETER"}},
-		{"target role without replication origins", []string{"--source", src, "--target", strings.Replace(dst, "user=postgres", "user=noorigin", 1), "--publication", "pub_origin", "--slot", "s_noorigin"},
+		{"target role without replication origins", []string{"--source", src, "--target", strings.Replace(dst, "user="+applyRole, "user=noorigin", 1), "--publication", "pub_origin", "--slot", "s_noorigin"},
 			[]string{"replication origins", "GRANT EXECUTE ON FUNCTION", "pg_replication_origin_session_setup"}},
 		{"bad origin", []string{"--source", src, "--target", dst, "--publication", "pub", "--origin", "local"},
 			[]string{"origin", "any or none"}},
@@ -105,6 +107,8 @@ func TestBadInput(t *testing.T) {
 			[]string{"detect_update_deleted is on, but detect_conflicts is off"}},
 		{"update_deleted on a table the target role does not own", []string{"--source", src, "--target", notOwner, "--publication", "pub_owned", "--slot", "s_owned", "--detect-update-deleted", "on"},
 			[]string{"detect_update_deleted", "public.owned", "must own the table", "OWNER TO"}},
+		{"copy_defer_indexes on a table whose schema the target role may not create in", []string{"--source", src, "--target", notOwner, "--publication", "pub_locked", "--slot", "s_locked", "--copy-defer-indexes", "on"},
+			[]string{"locked.kept", "copy_defer_indexes rebuilds its indexes in schema locked", "GRANT CREATE ON SCHEMA locked TO notowner"}},
 		{"wal_level not logical", []string{"--source", replica.DSN("postgres"), "--target", dst, "--publication", "pub"},
 			[]string{"wal_level", "logical"}},
 		{"no publication flag", []string{"--source", src, "--target", dst},

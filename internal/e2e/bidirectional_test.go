@@ -42,7 +42,10 @@ func TestBidirectional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aDSN, bDSN := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	// Each server is a publisher and a target: both roles on both.
+	e.exec(a, rolesSQL(t, "target"))
+	e.exec(b, rolesSQL(t, "publisher"))
+	aDSN, bDSN := e.pair.Publisher.DSNAs("postgres", applyRole), e.pair.Subscriber.DSNAs("postgres", replRole)
 	ab := e.config("a_to_b")
 	ab.Source.Publications, ab.Source.Origin, ab.Conflicts = []string{"both_ways"}, source.OriginNone, rules
 	ab.Workers, ab.AutoWorkers = 0, false

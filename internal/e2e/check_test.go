@@ -239,7 +239,7 @@ func TestCheckSettings(t *testing.T) {
 	e := newEnvSettings(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`,
 		map[string]string{"max_replication_slots": "1", "fsync": "off"}, map[string]string{"max_prepared_transactions": "0", "fsync": "off"})
 	e.exec(e.pub, `SELECT pg_create_logical_replication_slot('other', 'pgoutput')`)
-	rep, code, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub",
+	rep, code, out := runCheck(t, "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub",
 		"--slot", "new", "--two-phase", "on", "--conflict-resolution", "update_origin_differs=last_update_wins")
 	if code != 3 {
 		t.Fatalf("exit status %d, want 3:\n%s", code, out)

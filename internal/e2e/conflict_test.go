@@ -167,6 +167,9 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 		t.Fatal(err)
 	}
 	t.Logf("conflict_resolution = %s", cfg.Conflicts)
+	if cfg.DetectUpdateDeleted {
+		e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
+	}
 	r := e.start(cfg)
 	e.waitCaughtUp(r)
 	r.stop()

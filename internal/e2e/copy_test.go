@@ -185,6 +185,7 @@ func TestInitialCopy(t *testing.T) {
 	e := copyEnv(t)
 	stop := e.writer(t)
 	cfg := e.config("copy")
+	e.applyOwnsTables() // copy_defer_indexes drops and rebuilds the indexes: the apply role owns the tables (docs/operations.md)
 	cfg.CopyData, cfg.CopyWorkers, cfg.CopyDeferIndexes = true, 3, true
 	r := e.start(cfg)
 	time.Sleep(time.Second)
@@ -206,6 +207,7 @@ func TestInitialCopy(t *testing.T) {
 func TestInitialCopyKilled(t *testing.T) {
 	e := copyEnv(t)
 	stop := e.writer(t)
+	e.applyOwnsTables() // copy_defer_indexes drops and rebuilds the indexes: the apply role owns the tables (docs/operations.md)
 	args := []string{"--publication", "pub", "--slot", "copykill", "--copy-workers", "2", "--copy-defer-indexes", "on", "--status-interval", "200ms"}
 	for k, wait := range []time.Duration{150 * time.Millisecond, 400 * time.Millisecond, 700 * time.Millisecond} {
 		p := e.runProcess(t, args...)

@@ -53,9 +53,11 @@ type proc struct {
 	err    error
 }
 
+// runProcess starts parapply run as a process, as the least-privilege
+// roles (a --source or --target in args takes their place).
 func (e *env) runProcess(t *testing.T, args ...string) *proc {
 	t.Helper()
-	return startProcess(t, append([]string{"run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--workers", strconv.Itoa(testWorkers())}, args...)...)
+	return startProcess(t, append([]string{"run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--workers", strconv.Itoa(testWorkers())}, args...)...)
 }
 
 // startProcess starts the parapply binary with args; a test that fails

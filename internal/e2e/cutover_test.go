@@ -23,7 +23,7 @@ func TestCutoverPath(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE orders (id bigserial PRIMARY KEY, v int, note text);
 		CREATE TABLE lines (order_id bigint, n int, qty int, PRIMARY KEY (order_id, n))`)
 	ctx := context.Background()
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	src, dst := e.sourceDSN(), e.targetDSN()
 	e.exec(e.pub, `INSERT INTO orders (v, note) SELECT g, 'before' FROM generate_series(1, 300) g`)
 	p := e.runProcess(t, "--publication", "pub", "--slot", "cut")
 	e.waitSlotExists(t, "cut", p)

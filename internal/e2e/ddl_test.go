@@ -82,6 +82,7 @@ func TestDDLMigration(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg := e.config(fmt.Sprintf("ddl%d", workers))
+			e.applyOwnsTables() // ddl = apply alters the tables and creates in their schema: the apply role owns them (docs/operations.md)
 			cfg.Workers, cfg.AutoWorkers, cfg.DDL = workers, false, subscriber.DDLApply
 			r := e.start(cfg)
 
@@ -91,7 +92,9 @@ func TestDDLMigration(t *testing.T) {
 				_, err := e.pub.Exec(ctx, step)
 				for try := 1; err != nil && strings.Contains(err.Error(), "SQLSTATE 40P01") && try < 5; try++ {
 					// A step that locks rows the clients update, then
-					// takes the table's lock: a migration tool retries.
+					// takes the table's lock: a migration tool retries
+					// (a step that opens a transaction left it aborted).
+					_, _ = e.pub.Exec(ctx, "ROLLBACK")
 					_, err = e.pub.Exec(ctx, step)
 				}
 				if err != nil {
@@ -222,7 +225,7 @@ func TestDDLInTransactions(t *testing.T) {
 	ctx := context.Background()
 	ddlCheck := func(want string) {
 		t.Helper()
-		rep, _, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"),
+		rep, _, out := runCheck(t, "--source", e.sourceDSN(), "--target", e.targetDSN(),
 			"--publication", "pub", "--slot", "ddlcheck", "--ddl", "apply")
 		for _, r := range rep.Results {
 			if r.Check == "DDL capture" {
@@ -244,6 +247,7 @@ func TestDDLInTransactions(t *testing.T) {
 	}
 	ddlCheck("event triggers follow pub")
 	cfg := e.config("ddltx")
+	e.applyOwnsTables() // ddl = apply alters the tables and creates in their schema: the apply role owns them (docs/operations.md)
 	cfg.DDL = subscriber.DDLApply
 	cfg.Source.TwoPhase, cfg.Source.Streaming, cfg.Source.DecodingWorkMem = true, true, "64kB"
 	r := e.start(cfg)
@@ -355,7 +359,7 @@ func TestDDLInTransactions(t *testing.T) {
 	// stream: parapply check warns (no refusal), and the run starts and
 	// applies it.
 	e.exec(e.pub, `ALTER TABLE big ADD COLUMN later int; INSERT INTO big (id, v, later) VALUES (7501, 'later', 1)`)
-	rep, _, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"),
+	rep, _, out := runCheck(t, "--source", e.sourceDSN(), "--target", e.targetDSN(),
 		"--publication", "pub", "--slot", "ddltx", "--ddl", "apply")
 	warned := false
 	for _, res := range rep.Results {
@@ -523,7 +527,9 @@ func TestDDLCapture(t *testing.T) {
 func TestDDLCommands(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE shop (id int PRIMARY KEY, name text)`)
 	ctx := context.Background()
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	// parapply ddl install makes event triggers: a superuser's command.
+	src, dst := e.superSource(), e.targetDSN()
+	e.applyOwnsTables() // ddl = apply alters the tables and creates in their schema: the apply role owns them (docs/operations.md)
 	mustRun := func(want string, args ...string) string {
 		t.Helper()
 		err, out := runOnce(t, args...)

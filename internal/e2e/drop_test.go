@@ -32,7 +32,7 @@ func TestDrop(t *testing.T) {
 	if origins() < 2 {
 		t.Fatalf("the slot's run made %d origins; the test needs the reader's and a worker's", origins())
 	}
-	args := []string{"drop", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--slot", "dropme"}
+	args := []string{"drop", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--slot", "dropme"}
 	err, out := runOnce(t, args...)
 	if err == nil || !strings.Contains(out, "slot dropme is in use") {
 		t.Fatalf("drop while parapply runs: %v, want a refusal; output:\n%s", err, out)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,9 @@ type env struct {
 	// nodes are a Citus target's workers, whose sessions a failure shows
 	// too.
 	nodes []*pgtest.Server
+	// superuser, when set, says why parapply runs as superuser on these
+	// servers rather than as the least-privilege roles.
+	superuser string
 }
 
 // logTail keeps the last logTailSize bytes written to it: the subscribers'
@@ -109,11 +113,89 @@ func newEnvWith(t *testing.T, schema string, pubOpts, subOpts pgtest.Options) *e
 	if e.sub, err = pgx.Connect(ctx, pair.Subscriber.DSN("postgres")); err != nil {
 		t.Fatal(err)
 	}
+	e.exec(e.pub, rolesSQL(t, "publisher"))
+	e.exec(e.sub, rolesSQL(t, "target"))
 	if schema != "" {
 		e.both(schema)
 		e.exec(e.pub, "CREATE PUBLICATION pub FOR ALL TABLES")
 	}
 	return e
+}
+
+// The least-privilege roles parapply runs as in the tests (named apart
+// from docs/operations.md's repl and apply, which TestOperationsRoles
+// makes on the same servers).
+const (
+	replRole  = "e2e_repl"
+	applyRole = "e2e_apply"
+)
+
+// rolesSQL is docs/operations.md's block for side ("publisher" or
+// "target") as the harness runs it on every pair: database postgres,
+// schema public, the roles replRole and applyRole, no publication (newEnv
+// makes its own), and the default privileges for every schema of the
+// database rather than one, since tests make schemas of their own.
+func rolesSQL(t *testing.T, side string) string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(operationsSQL(t, side), "\n") {
+		if strings.HasPrefix(line, "CREATE PUBLICATION") {
+			continue
+		}
+		out = append(out, line)
+	}
+	sql := strings.Join(out, "\n")
+	sql = strings.ReplaceAll(sql, "ALTER DEFAULT PRIVILEGES IN SCHEMA shop", "ALTER DEFAULT PRIVILEGES")
+	sql = docNames.ReplaceAllStringFunc(sql, func(w string) string {
+		return map[string]string{"shop": "public", "app": "postgres", "repl": replRole, "apply": applyRole}[w]
+	})
+	role := map[string]string{"publisher": replRole, "target": applyRole}[side]
+	return sql + "\nALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO " + role
+}
+
+// docNames are the names docs/operations.md's blocks use that the harness
+// replaces.
+var docNames = regexp.MustCompile(`\b(shop|app|repl|apply)\b`)
+
+// sourceDSN is the publisher's connection string as the replication role
+// (as superuser where e.superuser says why).
+func (e *env) sourceDSN() string {
+	if e.superuser != "" {
+		return e.superSource()
+	}
+	return e.pair.Publisher.DSNAs("postgres", replRole)
+}
+
+// targetDSN is the target's connection string as the apply role (as
+// superuser where e.superuser says why).
+func (e *env) targetDSN() string {
+	if e.superuser != "" {
+		return e.superTarget()
+	}
+	return e.pair.Subscriber.DSNAs("postgres", applyRole)
+}
+
+// superSource is the publisher's connection string as superuser, for a
+// test whose parapply needs it (the test says why).
+func (e *env) superSource() string { return e.pair.Publisher.DSN("postgres") }
+
+// superTarget is the target's connection string as superuser, as
+// superSource.
+func (e *env) superTarget() string { return e.pair.Subscriber.DSN("postgres") }
+
+// applyOwnsTables makes the apply role own every table of the target's
+// schema public (partitions too) and may create in it, as
+// docs/operations.md asks of the features that change a table's
+// definition: copy_defer_indexes drops and rebuilds indexes (made in the
+// table's schema), detect_update_deleted adds a trigger, ddl = apply
+// alters the tables and creates beside them.
+func (e *env) applyOwnsTables() {
+	e.t.Helper()
+	e.exec(e.sub, `GRANT CREATE ON SCHEMA public TO `+applyRole+`;
+		DO $$ DECLARE r regclass; BEGIN
+		FOR r IN SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') LOOP
+			EXECUTE format('ALTER TABLE %s OWNER TO `+applyRole+`', r);
+		END LOOP; END $$`)
 }
 
 func (e *env) exec(c *pgx.Conn, sql string, args ...any) {
@@ -129,14 +211,16 @@ func (e *env) both(sql string) {
 	e.exec(e.sub, sql)
 }
 
+// config is a subscriber's configuration for slot, running as the
+// least-privilege roles of docs/operations.md (sourceDSN, targetDSN).
 func (e *env) config(slot string) subscriber.Config {
 	var w io.Writer = e.log
 	if testing.Verbose() || os.Getenv("PARAPPLY_TEST_LOG") != "" {
 		w = os.Stderr
 	}
 	cfg := subscriber.Config{
-		Source:        source.Config{DSN: e.pair.Publisher.DSN("postgres"), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
-		Target:        apply.Config{DSN: e.pair.Subscriber.DSN("postgres"), AppName: "parapply test apply", Slot: slot},
+		Source:        source.Config{DSN: e.sourceDSN(), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},
+		Target:        apply.Config{DSN: e.targetDSN(), AppName: "parapply test apply", Slot: slot},
 		Log:           slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Workers:       testWorkers(),
 		StreamWorkers: 2,

@@ -66,18 +66,24 @@ func publisherFailover(t *testing.T, workers int) {
 	pc := mustConnect(t, primary.DSN("postgres"))
 	tc := mustConnect(t, target.DSN("postgres"))
 	sc := mustConnect(t, standby.DSN("postgres"))
+	mustExec(t, pc, rolesSQL(t, "publisher"))
+	mustExec(t, tc, rolesSQL(t, "target"))
 	for _, c := range []*pgx.Conn{pc, tc} {
 		mustExec(t, c, failoverSchema)
 	}
 	mustExec(t, pc, `INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 100) g; CREATE PUBLICATION pub FOR ALL TABLES`)
 	mustExec(t, pc, `ALTER SYSTEM SET synchronized_standby_slots = 'sb1'`)
 	mustExec(t, pc, `SELECT pg_reload_conf()`)
-	both := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=primary connect_timeout=5", primary.Port, standby.Port)
+	// Both servers, the primary first: the writers' (superuser, the
+	// application) and parapply's (the replication role).
+	both := func(user string) string {
+		return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=%s dbname=postgres sslmode=disable target_session_attrs=primary connect_timeout=5", primary.Port, standby.Port, user)
+	}
 	metricsPort, err := pgtest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProcess(t, "run", "--source", both, "--target", target.DSN("postgres"), "--publication", "pub", "--slot", "fo",
+	p := startProcess(t, "run", "--source", both(replRole), "--target", target.DSNAs("postgres", applyRole), "--publication", "pub", "--slot", "fo",
 		"--workers", strconv.Itoa(workers), "--reconnect-timeout", "2min", "--status-interval", "1s", "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort))
 	defer func() { _ = p.cmd.Process.Kill() }()
 
@@ -96,7 +102,7 @@ func publisherFailover(t *testing.T, workers int) {
 			for n := int64(1); !stop.Load(); n++ {
 				if c == nil {
 					var err error
-					if c, err = pgx.Connect(ctx, both); err != nil {
+					if c, err = pgx.Connect(ctx, both("postgres")); err != nil {
 						time.Sleep(100 * time.Millisecond)
 						continue
 					}
@@ -154,7 +160,7 @@ func publisherFailover(t *testing.T, workers int) {
 	}
 	t.Logf("slot fo synchronized on the standby after %s", time.Since(began).Round(time.Millisecond))
 	// parapply status shows the slot's copy on the standby.
-	st, stOut := statusJSON(t, "--target", target.DSN("postgres"), "--source", both, "--slot", "fo")
+	st, stOut := statusJSON(t, "--target", target.DSNAs("postgres", applyRole), "--source", both(replRole), "--slot", "fo")
 	pubSlot, _ := st["publisher"].(map[string]any)
 	standbys, _ := pubSlot["standbys"].([]any)
 	if pubSlot["failover"] != true || len(standbys) != 1 || standbys[0].(map[string]any)["synced"] != true || pubSlot["synchronized_standby_slots"] != "sb1" {
@@ -286,7 +292,7 @@ func TestFailoverSlot(t *testing.T) {
 			t.Errorf("slot %s: failover %v, want %v", c.slot, got, c.want)
 		}
 	}
-	rep, _, out := runCheck(t, "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub", "--slot", "created")
+	rep, _, out := runCheck(t, "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "created")
 	found := false
 	for _, r := range rep.Results {
 		if r.Check == "failover slot" {
@@ -315,7 +321,7 @@ func TestDivergedTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.exec(e.sub, `UPDATE parapply.progress SET commit_lsn = '7/0', end_lsn = '7/10' WHERE slot_name = 'div'`)
-	err, out := runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub", "--slot", "div")
+	err, out := runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "div")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("start on a diverged target: %v, want exit status 3:\n%s", err, out)
 	}

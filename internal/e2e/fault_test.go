@@ -323,7 +323,7 @@ func TestNetworkCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(toSub.Close)
-			fr.sourceDSN, fr.targetDSN = toPub.DSN("postgres"), toSub.DSN("postgres")
+			fr.sourceDSN, fr.targetDSN = toPub.DSNAs("postgres", replRole), toSub.DSNAs("postgres", applyRole)
 			fr.faults = faultCount()
 			fr.fault = func(t *testing.T, n int) {
 				var cut []string

@@ -134,8 +134,8 @@ func testObservability(t *testing.T, workers int) {
 	e := newEnv(t, `CREATE TABLE obs_a (id int PRIMARY KEY, v text); CREATE TABLE obs_b (id bigint PRIMARY KEY, n int)`)
 	ctx := context.Background()
 	const password = "Obs-s3cret-7Qx"
-	src := e.pair.Publisher.DSN("postgres") + " password=" + password
-	dst := e.pair.Subscriber.DSN("postgres") + " password=" + password
+	src := e.sourceDSN() + " password=" + password
+	dst := e.targetDSN() + " password=" + password
 	addr := freeAddr(t)
 	p := &proc{exited: make(chan struct{})}
 	p.cmd = exec.Command(parapplyBinary(t), "run", "--source", src, "--target", dst, "--publication", "pub", "--slot", "obs",

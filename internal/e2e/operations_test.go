@@ -225,13 +225,13 @@ func TestTLS(t *testing.T) {
 	tls := func(dsn, ca string) string {
 		return strings.Replace(dsn, "sslmode=disable", "sslmode=verify-full sslrootcert="+ca, 1)
 	}
-	src, dst := tls(e.pair.Publisher.DSN("postgres"), caPath), tls(e.pair.Subscriber.DSN("postgres"), caPath)
+	src, dst := tls(e.sourceDSN(), caPath), tls(e.targetDSN(), caPath)
 	e.exec(e.pub, `INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 100) g`)
 
 	if _, code, out := runCheck(t, "--source", src, "--target", dst, "--publication", "pub", "--slot", "tls"); code != 0 {
 		t.Fatalf("parapply check over TLS: exit status %d:\n%s", code, out)
 	}
-	_, code, out := runCheck(t, "--source", tls(e.pair.Publisher.DSN("postgres"), otherPath), "--target", dst, "--publication", "pub", "--slot", "tls")
+	_, code, out := runCheck(t, "--source", tls(e.sourceDSN(), otherPath), "--target", dst, "--publication", "pub", "--slot", "tls")
 	if code == 0 || !strings.Contains(out, "certificate") {
 		t.Errorf("parapply check with a CA that did not sign the publisher's certificate: exit status %d, want a certificate error:\n%s", code, out)
 	}

@@ -73,6 +73,7 @@ func (p *phaseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 func TestSetupInOrder(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE a (id int PRIMARY KEY, v text)`)
 	e.exec(e.pub, `INSERT INTO a SELECT g, 'row ' || g FROM generate_series(1, 200) g`)
+	e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
 	want := []string{"target", "tombstones", "progress", "tablesync"}
 	for i, start := range []string{"first start", "restart"} {
 		tr := &phaseTracer{}

@@ -72,8 +72,8 @@ func TestSequences(t *testing.T) {
 	}
 
 	// The cut-over command, for every sequence.
-	out, err := exec.CommandContext(ctx, parapplyBinary(t), "sync-sequences", "--source", e.pair.Publisher.DSN("postgres"),
-		"--target", e.pair.Subscriber.DSN("postgres"), "--publication", "pub", "--sequences", "all").CombinedOutput()
+	out, err := exec.CommandContext(ctx, parapplyBinary(t), "sync-sequences", "--source", e.sourceDSN(),
+		"--target", e.targetDSN(), "--publication", "pub", "--sequences", "all").CombinedOutput()
 	t.Logf("parapply sync-sequences --sequences all:\n%s", out)
 	if err != nil {
 		t.Fatalf("sync-sequences: %v", err)
@@ -199,7 +199,7 @@ func TestSequenceSafety(t *testing.T) {
 	// parapply sync-sequences: the same, and says so sequence by sequence.
 	e.exec(e.pub, `INSERT INTO plain (v) VALUES (11)`)
 	want["plain_id_seq"] = 11
-	err, out := runOnce(t, "sync-sequences", "--source", e.pair.Publisher.DSN("postgres"), "--target", target, "--publication", "pub_owners,pub_root")
+	err, out := runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", target, "--publication", "pub_owners,pub_root")
 	t.Logf("parapply sync-sequences:\n%s", out)
 	if err == nil {
 		t.Errorf("sync-sequences exited 0 with a sequence refused")

@@ -40,7 +40,7 @@ func TestSkip(t *testing.T) {
 	cfg := e.config("skipper")
 	cfg.CopyData = false
 	cfg.Source.Streaming, cfg.Source.DecodingWorkMem = true, "64kB"
-	dst := e.pair.Subscriber.DSN("postgres")
+	dst := e.targetDSN()
 	commitLSN := regexp.MustCompile(`\(commit ([0-9A-F]+/[0-9A-F]+)`)
 	skipNext := func(what string) {
 		t.Helper()
@@ -173,7 +173,7 @@ func TestSkipGroup(t *testing.T) {
 
 	cfg := e.config("grouped")
 	cfg.CopyData = false
-	dst := e.pair.Subscriber.DSN("postgres")
+	dst := e.targetDSN()
 	commitLSN := regexp.MustCompile(`\(commit ([0-9A-F]+/[0-9A-F]+)`)
 	// stops runs parapply until it stops on a transaction and checks that
 	// the error names key; it returns that transaction's commit LSN and

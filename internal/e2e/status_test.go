@@ -59,7 +59,7 @@ func (e *env) slotLSNs(t *testing.T, slot string) (confirmed, progressEnd parapp
 // the slot, inactive once parapply stopped, with the WAL it retains.
 func TestStatusKeptAfterExit(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE kept (id int PRIMARY KEY, v int)`)
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	src, dst := e.sourceDSN(), e.targetDSN()
 	args := []string{"--publication", "pub", "--slot", "kept", "--status-interval", "1s"}
 	p := e.runProcess(t, args...)
 	e.waitSlotExists(t, "kept", p)
@@ -185,7 +185,7 @@ func TestStatusDuringCopy(t *testing.T) {
 	e.exec(e.sub, `CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.pg_sleep(0.0004); RETURN NEW; END $$;
 		CREATE TRIGGER slow BEFORE INSERT ON big FOR EACH ROW EXECUTE FUNCTION slow();
 		ALTER TABLE big ENABLE ALWAYS TRIGGER slow`)
-	src, dst := e.pair.Publisher.DSN("postgres"), e.pair.Subscriber.DSN("postgres")
+	src, dst := e.sourceDSN(), e.targetDSN()
 	addr := freeAddr(t)
 	p := e.runProcess(t, "--publication", "pub", "--slot", "cp", "--copy-workers", "1", "--metrics-addr", addr, "--sequence-sync-interval", "0")
 

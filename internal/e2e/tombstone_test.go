@@ -63,6 +63,7 @@ func TestTombstones(t *testing.T) {
 		CREATE TRIGGER own AFTER DELETE ON kept FOR EACH STATEMENT EXECUTE FUNCTION own_trigger()`)
 	e.exec(e.pub, `INSERT INTO kept SELECT g, 'x' FROM generate_series(1, 10) g; INSERT INTO fullid VALUES (1, 'x')`)
 	cfg := e.config("tombs")
+	e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
 	cfg.CopyData, cfg.DetectUpdateDeleted, cfg.MaxClockSkew = true, true, 0
 	r := e.start(cfg)
 	e.waitCaughtUp(r)
@@ -111,6 +112,7 @@ func TestTombstones(t *testing.T) {
 	for _, c := range []*pgx.Conn{e.pub, e.sub} {
 		e.exec(c, `CREATE TABLE added (id int PRIMARY KEY)`)
 	}
+	e.applyOwnsTables()
 	cfg.MaxClockSkew, cfg.MaxRetention = time.Hour, time.Second
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
@@ -187,6 +189,7 @@ func TestUpdateDeletedKilled(t *testing.T) {
 		e.exec(c, `INSERT INTO ux SELECT g, 'both' FROM generate_series(1, $1::int) g`, rows)
 	}
 	extra := []string{"--detect-update-deleted", "on", "--max-clock-skew", "1h"}
+	e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
 	// A first run installs the trigger; the target then deletes rows.
 	p := e.runProcess(t, append([]string{"--publication", "pub", "--slot", "udk", "--copy-data", "off"}, extra...)...)
 	e.waitSlotExists(t, "udk", p)

@@ -441,8 +441,15 @@ func (s *Server) waitReady(ctx context.Context) error {
 func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // DSN returns a connection string for database db as superuser postgres.
-func (s *Server) DSN(db string) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", s.Port, db)
+func (s *Server) DSN(db string) string { return s.DSNAs(db, "postgres") }
+
+// DSNAs returns a connection string for database db as role user: the
+// server trusts loopback connections, so a role needs no password, and a
+// test can run parapply as a least-privilege role.
+func (s *Server) DSNAs(db, user string) string { return dsn(s.Port, db, user) }
+
+func dsn(port int, db, user string) string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", port, user, db)
 }
 
 // Stop shuts the server down (fast shutdown, then immediate after 30s) and

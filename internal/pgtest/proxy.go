@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -37,9 +36,10 @@ func NewProxy(port int) (*Proxy, error) {
 }
 
 // DSN is s's connection string for database db through the proxy.
-func (p *Proxy) DSN(db string) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", p.Port, db)
-}
+func (p *Proxy) DSN(db string) string { return p.DSNAs(db, "postgres") }
+
+// DSNAs is DSN as role user, as Server.DSNAs.
+func (p *Proxy) DSNAs(db, user string) string { return dsn(p.Port, db, user) }
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
