@@ -16,6 +16,7 @@ import (
 const (
 	checkDDLOwner  = "owner of published tables (ddl = apply)"
 	checkDDLCreate = "CREATE on published schemas (ddl = apply)"
+	checkDDLTypes  = "owner of published columns' types (ddl = apply)"
 )
 
 // checkDDLTarget: with ddl = apply, the role owns every published table
@@ -91,4 +92,43 @@ func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg Config, pub publish
 	}
 	rep.add(sideTarget, checkDDLOwner, fmt.Sprintf("%d tables; ALTER TABLE and CREATE INDEX need their owner", n), owned...)
 	rep.add(sideTarget, checkDDLCreate, "schema "+strings.Join(counted, ", ")+"; CREATE TABLE and CREATE INDEX need CREATE there", create...)
+	checkDDLTypesOwned(ctx, conn, schemas, names, role, rep)
+}
+
+// checkDDLTypesOwned warns about the user-defined types (enums, domains,
+// composites; as arrays too) of published columns that the role does not
+// own: the publisher's ALTER TYPE of them (an enum's new label, above all)
+// then stops parapply on the target. A warning: most types never change.
+func checkDDLTypesOwned(ctx context.Context, conn *pgx.Conn, schemas, names []string, role string, rep *Report) {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT n.nspname::text, t.typname::text, pg_catalog.pg_get_userbyid(t.typowner)::text
+		FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) p(s, r)
+		JOIN pg_catalog.pg_namespace pn ON pn.nspname = p.s
+		JOIN pg_catalog.pg_class c ON c.relnamespace = pn.oid AND c.relname = p.r
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		JOIN pg_catalog.pg_type at ON at.oid = a.atttypid
+		JOIN pg_catalog.pg_type t ON t.oid = CASE WHEN at.typcategory = 'A' THEN at.typelem ELSE at.oid END
+		JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+		WHERE t.typtype IN ('e', 'd', 'c') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+		  AND NOT pg_catalog.pg_has_role(t.typowner, 'USAGE')
+		ORDER BY 1, 2`, schemas, names)
+	if err != nil {
+		rep.add(sideTarget, checkDDLTypes, "", broken("", "reading the published columns' types", err))
+		return
+	}
+	var problems []Problem
+	for rows.Next() {
+		var schema, typ, owner string
+		if err := rows.Scan(&schema, &typ, &owner); err != nil {
+			rows.Close()
+			rep.add(sideTarget, checkDDLTypes, "", broken("", "reading the published columns' types", err))
+			return
+		}
+		problems = append(problems, warn(quoteName(schema, typ), "owned by role "+owner+": the publisher's ALTER TYPE of it (an enum's new label) would stop parapply, since only its owner may run it",
+			"ALTER TYPE "+quoteName(schema, typ)+" OWNER TO "+ident(role)+";"))
+	}
+	if err := rows.Err(); err != nil {
+		rep.add(sideTarget, checkDDLTypes, "", broken("", "reading the published columns' types", err))
+		return
+	}
+	rep.add(sideTarget, checkDDLTypes, "ALTER TYPE needs the type's owner", problems...)
 }

@@ -124,7 +124,7 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 			if !errors.Is(err, target.ErrSchema) && !errors.Is(err, target.ErrNoTable) {
 				return nil, err
 			}
-			l.warnJoined(name, err)
+			l.warnJoined(name, pt, err)
 			continue
 		}
 		var may bool
@@ -133,7 +133,7 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 			return nil, err
 		}
 		if !may {
-			l.warnJoined(name, errNoGrant{name, pt.Schema, role})
+			l.warnJoined(name, pt, errNoGrant{role})
 			continue
 		}
 		if l.s.cfg.CopyData {
@@ -143,7 +143,7 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 				return nil, err
 			}
 			if !may {
-				l.warnJoined(name, errNoSelect{name, pt.Schema, role})
+				l.warnJoined(name, pt, errNoSelect{role})
 				continue
 			}
 		}
@@ -156,41 +156,44 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 // publication cannot be copied yet. With ddl = apply a table the target
 // lacks may be made by DDL still in the stream: the applier warns if its
 // changes arrive with none.
-func (l *loop) warnJoined(name string, err error) {
-	if l.joinWarned == nil {
-		l.joinWarned = map[string]bool{}
-	}
-	if l.joinWarned[name] {
-		return
-	}
-	l.joinWarned[name] = true
+func (l *loop) warnJoined(key string, pt source.PublishedTable, err error) {
+	name, schema := parapply.TableName(pt.Schema, pt.Name), parapply.Ident(pt.Schema)
 	var ns errNoSelect
 	var ng errNoGrant
+	var msg string
 	switch {
 	case errors.As(err, &ng):
-		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target role %s may not write it: its changes are skipped until it may; on the target: GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLES TO %s;), and parapply copies it without a restart",
-			name, ng.role, name, parapply.QuoteIdent(ng.role), parapply.QuoteIdent(ng.schema), parapply.QuoteIdent(ng.role)))
+		msg = fmt.Sprintf("table %s joined the publication, but the target role %s may not write it: its changes are skipped until it may; on the target: GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLES TO %s;), and parapply copies it without a restart",
+			name, ng.role, name, parapply.Ident(ng.role), schema, parapply.Ident(ng.role))
 	case errors.As(err, &ns):
-		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
-			name, ns.role, name, parapply.QuoteIdent(ns.role), parapply.QuoteIdent(ns.schema), parapply.QuoteIdent(ns.role)))
+		msg = fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
+			name, ns.role, name, parapply.Ident(ns.role), schema, parapply.Ident(ns.role))
 	case errors.Is(err, target.ErrNoTable) && l.s.cfg.DDL == DDLApply:
-		l.s.log.Debug("a table that joined the publication is not on the target yet; its DDL may be still in the stream", "table", name)
+		msg = "" // the applier warns if its changes come with no DDL that makes it
 	case errors.Is(err, target.ErrNoTable):
-		l.s.log.Warn(fmt.Sprintf("table %s joined the publication but does not exist on the target: its changes are skipped until it does; create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target), and parapply copies it without a restart", name, parapply.QuoteLiteral(name)))
+		msg = fmt.Sprintf("table %s joined the publication but does not exist on the target: its changes are skipped until it does; create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target), and parapply copies it without a restart", name, parapply.QuoteLiteral(name))
 	default:
-		l.s.log.Warn(fmt.Sprintf("table %s joined the publication, but the target's table cannot take it: %v; its changes are skipped until it can, and parapply then copies it without a restart", name, err))
+		msg = fmt.Sprintf("table %s joined the publication, but the target's table cannot take it: %v; its changes are skipped until it can, and parapply then copies it without a restart", name, err)
 	}
+	if l.joinWarned == nil {
+		l.joinWarned = map[string]string{}
+	}
+	if l.joinWarned[key] == msg || msg == "" {
+		return
+	}
+	l.joinWarned[key] = msg
+	l.s.log.Warn(msg)
 }
 
 // errNoSelect is a joined table the source role may not read.
-type errNoSelect struct{ table, schema, role string }
+type errNoSelect struct{ role string }
 
-func (e errNoSelect) Error() string { return "the source role may not read " + e.table }
+func (e errNoSelect) Error() string { return "role " + e.role + " may not read the table" }
 
 // errNoGrant is a joined table the target role may not write.
-type errNoGrant struct{ table, schema, role string }
+type errNoGrant struct{ role string }
 
-func (e errNoGrant) Error() string { return "the target role may not write " + e.table }
+func (e errNoGrant) Error() string { return "role " + e.role + " may not write the table" }
 
 // copyJoined copies the tables that joined the publication, with
 // everything before committed, and has every applier take them as synced.

@@ -77,10 +77,10 @@ type loop struct {
 	// that made it.
 	ddlRan bool
 	// refreshAt is when the publication's tables are next read for ones
-	// that joined it (see joined.go); joinWarned, the tables that joined
-	// that the target cannot take yet, warned about once.
+	// that joined it (see joined.go); joinWarned, what was last said of
+	// each that cannot be copied yet (said again only when it changes).
 	refreshAt  time.Time
-	joinWarned map[string]bool
+	joinWarned map[string]string
 	// lastBegin is the commit time of the transaction whose changes the
 	// loop takes (see noteTime).
 	lastBegin time.Time

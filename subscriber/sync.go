@@ -2,6 +2,7 @@ package subscriber
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -26,6 +27,12 @@ func (s *Subscriber) copyProgress(p tablesync.Progress) {
 // of the tables not synced yet; then it tells the applier each table's
 // sync position.
 func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Applier, published []source.PublishedTable) error {
+	if s.cfg.DDL == DDLApply {
+		var err error
+		if published, err = onTarget(ctx, app.Conn(), published); err != nil {
+			return err
+		}
+	}
 	res, err := tablesync.Sync(ctx, app.Conn(), s.syncRequest(src, published))
 	if src.Missing && s.cfg.ExistingData == tablesync.ExistingKeep {
 		s.runs.keptRows = res.Held
@@ -36,6 +43,29 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 	app.SetSynced(res.Tables)
 	app.Warn = func(msg string) { s.log.Warn(msg) }
 	return nil
+}
+
+// onTarget keeps the published tables the target has: with ddl = apply,
+// one it lacks is made by DDL still in the stream (which records it as
+// synced from the start of the stream), not copied now.
+func onTarget(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) ([]source.PublishedTable, error) {
+	schemas, names := make([]string, len(published)), make([]string, len(published))
+	for i, pt := range published {
+		schemas[i], names[i] = pt.Schema, pt.Name
+	}
+	var present []bool
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = t.s AND c.relname = t.n) ORDER BY t.i), '{}') FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) WITH ORDINALITY t(s, n, i)`,
+		schemas, names).Scan(&present); err != nil {
+		return nil, fmt.Errorf("reading which published tables the target has: %w", err)
+	}
+	var out []source.PublishedTable
+	for i, pt := range published {
+		if present[i] {
+			out = append(out, pt)
+		}
+	}
+	return out, nil
 }
 
 // syncRequest is what tablesync.Sync is asked for the published tables: at

@@ -216,7 +216,7 @@ func (e *env) both(sql string) {
 func (e *env) config(slot string) subscriber.Config {
 	var w io.Writer = e.log
 	if testing.Verbose() || os.Getenv("PARAPPLY_TEST_LOG") != "" {
-		w = os.Stderr
+		w = io.MultiWriter(os.Stderr, e.log) // e.log: what a test reads back
 	}
 	cfg := subscriber.Config{
 		Source:        source.Config{DSN: e.sourceDSN(), Slot: slot, Publications: []string{"pub"}, AppName: "parapply test", StatusInterval: time.Second},

@@ -44,6 +44,11 @@ func TestLiveChanges(t *testing.T) {
 				INSERT INTO extra SELECT g, 'x' || g FROM generate_series(1, 300) g;
 				CREATE PUBLICATION pub FOR TABLE orders, fresh, TABLES IN SCHEMA shop`)
 			if c.ddl {
+				// As docs/operations.md has it for ddl = apply: the
+				// apply role owns the published tables and their
+				// types, and may create in their schemas.
+				e.applyOwnsTables()
+				e.exec(e.sub, `GRANT CREATE ON SCHEMA shop TO `+applyRole+`; ALTER TYPE order_status OWNER TO `+applyRole)
 				if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
 					t.Fatal(err)
 				}
