@@ -110,6 +110,7 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		return err
 	}
 	names := make([]string, 0, len(rels))
+	oids := make([]uint32, 0, len(rels))
 	onCitus := false
 	for _, id := range rels {
 		t, err := a.table(id)
@@ -124,6 +125,7 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 			continue
 		}
 		names = append(names, t.Target())
+		oids = append(oids, t.OID)
 		a.count(t, tallyTruncate)
 		onCitus = onCitus || t.Citus != nil
 	}
@@ -135,13 +137,37 @@ func (a *Applier) Truncate(ctx context.Context, rels []uint32, cascade, restart 
 		// session_replication_role = replica keeps from firing.
 		a.queue(citusOriginRole, "letting Citus truncate the shards", -1)
 	}
+	resets := false
+	if restart && !onCitus {
+		// RESTART IDENTITY needs the tables' owner; a role that applies
+		// without owning them (docs/operations.md) restarts their
+		// sequences with setval, which UPDATE on them allows.
+		owns := true
+		if err := a.wait(); err != nil {
+			return err
+		}
+		if err := a.conn.QueryRow(ctx, `SELECT coalesce(bool_and(pg_catalog.pg_has_role(relowner, 'USAGE')), true) FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[])`, oids).Scan(&owns); err != nil {
+			return failed(a, fmt.Errorf("reading the owners of the tables a TRUNCATE ... RESTART IDENTITY truncates: %w", err))
+		}
+		restart, resets = owns, !owns
+	}
 	a.queue(TruncateSQL(names, cascade, restart), "truncate", -1)
+	if resets {
+		a.queue(restartSequencesSQL, "restarting the sequences of truncated tables (RESTART IDENTITY, without their owner)", -1, oids)
+	}
 	if onCitus {
 		a.queue(citusReplicaRole, "setting session_replication_role for the shards", -1)
 	}
 	a.Stats.Truncates.Add(1)
 	return nil
 }
+
+// restartSequencesSQL restarts the sequences the tables $1 own (serial and
+// identity columns), as TRUNCATE ... RESTART IDENTITY does, with setval.
+const restartSequencesSQL = `SELECT pg_catalog.setval(d.objid::regclass, s.seqstart, false)
+	FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_sequence s ON s.seqrelid = d.objid
+	WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
+	AND d.refobjid = ANY ($1::oid[]) AND d.deptype IN ('a', 'i')`
 
 // maybeFlush queues the statements of the runs the batcher closed, and
 // sends them once enough parameter bytes wait.

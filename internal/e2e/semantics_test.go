@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -122,27 +123,43 @@ func (e *env) streamBackends() []int {
 
 // TestSchemaChangeAndTruncate changes a published table's columns while
 // parapply runs (relation messages announce the change) and truncates with
-// CASCADE and RESTART IDENTITY.
+// CASCADE and RESTART IDENTITY: with the apply role owning the tables, and
+// without (the documented role: the sequences are restarted with setval).
 func TestSchemaChangeAndTruncate(t *testing.T) {
-	e := newEnv(t, `CREATE TABLE parent (id serial PRIMARY KEY, name text);
-		CREATE TABLE child (id int PRIMARY KEY, parent int REFERENCES parent, note text)`)
-	e.applyOwnsTables() // TRUNCATE ... RESTART IDENTITY restarts the tables' sequences: the apply role owns them (docs/operations.md)
-	r := e.start(e.config("schema"))
-	e.exec(e.pub, `INSERT INTO parent (name) SELECT 'p' || g FROM generate_series(1, 100) g; INSERT INTO child SELECT g, g, 'c' FROM generate_series(1, 100) g`)
-	e.waitCaughtUp(r)
-	// Add a column on the target first, then on the publisher, as a DBA would.
-	e.exec(e.sub, `ALTER TABLE child ADD COLUMN extra int`)
-	e.exec(e.pub, `ALTER TABLE child ADD COLUMN extra int`)
-	e.exec(e.pub, `UPDATE child SET extra = id * 2 WHERE id <= 50; INSERT INTO child VALUES (101, 1, 'new', 7)`)
-	// Drop a column on the publisher: later changes no longer carry it.
-	e.exec(e.pub, `ALTER TABLE child DROP COLUMN note`)
-	e.exec(e.pub, `UPDATE child SET extra = 0 WHERE id > 90`)
-	e.waitCaughtUp(r)
-	e.exec(e.sub, `ALTER TABLE child DROP COLUMN note`)
-	e.verify("public.parent", "public.child")
-	e.exec(e.pub, `TRUNCATE parent RESTART IDENTITY CASCADE; INSERT INTO parent (name) VALUES ('after')`)
-	e.waitCaughtUp(r)
-	e.verify("public.parent", "public.child")
+	for _, owns := range []bool{true, false} {
+		t.Run(fmt.Sprintf("owner=%v", owns), func(t *testing.T) {
+			e := newEnv(t, `CREATE TABLE parent (id serial PRIMARY KEY, name text);
+				CREATE TABLE child (id int PRIMARY KEY, parent int REFERENCES parent, note text)`)
+			if owns {
+				e.applyOwnsTables()
+			}
+			r := e.start(e.config("schema"))
+			e.exec(e.pub, `INSERT INTO parent (name) SELECT 'p' || g FROM generate_series(1, 100) g; INSERT INTO child SELECT g, g, 'c' FROM generate_series(1, 100) g`)
+			e.waitCaughtUp(r)
+			e.exec(e.sub, `SELECT setval('parent_id_seq', 100)`) // as sequence sync leaves it
+			// Add a column on the target first, then on the publisher, as a DBA would.
+			e.exec(e.sub, `ALTER TABLE child ADD COLUMN extra int`)
+			e.exec(e.pub, `ALTER TABLE child ADD COLUMN extra int`)
+			e.exec(e.pub, `UPDATE child SET extra = id * 2 WHERE id <= 50; INSERT INTO child VALUES (101, 1, 'new', 7)`)
+			// Drop a column on the publisher: later changes no longer carry it.
+			e.exec(e.pub, `ALTER TABLE child DROP COLUMN note`)
+			e.exec(e.pub, `UPDATE child SET extra = 0 WHERE id > 90`)
+			e.waitCaughtUp(r)
+			e.exec(e.sub, `ALTER TABLE child DROP COLUMN note`)
+			e.verify("public.parent", "public.child")
+			e.exec(e.pub, `TRUNCATE parent RESTART IDENTITY CASCADE; INSERT INTO parent (name) VALUES ('after')`)
+			e.waitCaughtUp(r)
+			e.verify("public.parent", "public.child")
+			var last int64
+			var called bool
+			if err := e.sub.QueryRow(context.Background(), `SELECT last_value, is_called FROM parent_id_seq`).Scan(&last, &called); err != nil {
+				t.Fatal(err)
+			}
+			if last != 1 || called {
+				t.Fatalf("the target's parent_id_seq after RESTART IDENTITY: last_value %d, is_called %v; want 1, false", last, called)
+			}
+		})
+	}
 }
 
 // TestTargetLayouts applies to target tables shaped differently from the
