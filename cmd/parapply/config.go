@@ -314,8 +314,9 @@ func known(name string) bool {
 	return false
 }
 
-// readConfigFile parses "name = value" lines; values may be single-quoted
-// with ” for a quote, and # starts a comment, as in postgresql.conf.
+// readConfigFile parses "name = value" lines; values may be single-quoted,
+// a quote inside written twice, and # starts a comment, as in
+// postgresql.conf.
 func readConfigFile(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -334,12 +335,12 @@ func readConfigFile(path string) (map[string]string, error) {
 		if end < 0 {
 			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)
 		}
-		name, rest, ok := line[:end], strings.TrimLeft(line[end:], " \t"), true
+		name, rest := line[:end], strings.TrimLeft(line[end:], " \t")
 		if strings.HasPrefix(rest, "=") {
 			rest = rest[1:]
 		}
 		name = strings.ToLower(strings.TrimSpace(name))
-		if !ok || name == "" {
+		if name == "" {
 			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)
 		}
 		if !known(name) {
