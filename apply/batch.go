@@ -60,7 +60,7 @@ type run struct {
 	applied atomic.Bool
 	// reading counts its key sets offered to the prefetcher and not read
 	// yet.
-	reading atomic.Int32
+	reading pendingReads
 }
 
 // sqlFor returns the statement for a run of one table, kind and column

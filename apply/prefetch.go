@@ -64,14 +64,56 @@ type prefetchJob struct {
 	stale *atomic.Bool
 	// pending counts the run's key sets not read yet (see readAhead.await);
 	// the job takes one off once read, skipped or dropped.
-	pending *atomic.Int32
+	pending *pendingReads
 }
 
 // finished takes the job off its run's pending count.
 func (j *prefetchJob) finished() {
 	if j.pending != nil {
-		j.pending.Add(-1)
+		j.pending.add(-1)
 	}
+}
+
+// pendingReads counts a run's key sets offered to the prefetcher and not
+// read yet, so that the statement that changes the rows can wait for them
+// (readAhead.await) without polling.
+type pendingReads struct {
+	mu sync.Mutex
+	n  int32
+	// drained is made by a waiter and closed when n falls to zero.
+	drained chan struct{}
+}
+
+// add changes the count by d, waking the waiters once none is left.
+func (p *pendingReads) add(d int32) {
+	p.mu.Lock()
+	p.n += d
+	if p.n == 0 && p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+	p.mu.Unlock()
+}
+
+// count is how many key sets are not read yet.
+func (p *pendingReads) count() int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// done returns a channel closed once no key set is left to read, or nil
+// if none is now.
+func (p *pendingReads) done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		return nil
+	}
+	if p.drained == nil {
+		p.drained = make(chan struct{})
+	}
+	return p.drained
 }
 
 // prefetchChunk is how many keys of a run are read ahead at a time: the
@@ -357,7 +399,7 @@ func (p *prefetcher) offer(j prefetchJob) {
 		return
 	}
 	if j.pending != nil {
-		j.pending.Add(1)
+		j.pending.add(1)
 	}
 	select {
 	case p.jobs <- j:
@@ -625,10 +667,7 @@ func probe(pf *prefetcher, r *run, from, to int) {
 // statement being applied (that round trip, and the next being built) fits
 // well within shared_buffers. The wait is bounded by readAheadWaitMax;
 // past it the statement reads what is left itself.
-const (
-	readAheadWaitMax = time.Second
-	readAheadPoll    = 200 * time.Microsecond
-)
+const readAheadWaitMax = time.Second
 
 // readAheadRows is how many rows a round trip holds while statements wait
 // for their rows to be read ahead, given shared_buffers in pages: an
@@ -669,21 +708,28 @@ func (ra *readAhead) await(ctx context.Context, ops []op, waited *atomic.Int64) 
 		return
 	}
 	var began time.Time
+	var bound *time.Timer
+	defer func() {
+		if bound != nil {
+			bound.Stop()
+			waited.Add(int64(time.Since(began)))
+		}
+	}()
 	for _, o := range ops {
 		if o.run == nil {
 			continue
 		}
-		for o.run.reading.Load() > 0 {
-			if began.IsZero() {
-				began = time.Now()
-			} else if time.Since(began) > readAheadWaitMax || ctx.Err() != nil {
-				waited.Add(int64(time.Since(began)))
+		for done := o.run.reading.done(); done != nil; done = o.run.reading.done() {
+			if bound == nil {
+				began, bound = time.Now(), time.NewTimer(readAheadWaitMax)
+			}
+			select {
+			case <-done:
+			case <-bound.C:
+				return
+			case <-ctx.Done():
 				return
 			}
-			time.Sleep(readAheadPoll)
 		}
-	}
-	if !began.IsZero() {
-		waited.Add(int64(time.Since(began)))
 	}
 }

@@ -1,9 +1,12 @@
 package apply
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestShouldGrow checks when the prefetcher opens another connection: only
@@ -92,9 +95,112 @@ func TestReadAheadPieces(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("key sets of %v rows, want %v", got, tc.want)
 			}
-			if n := r.reading.Load(); n != int32(len(tc.want)) {
+			if n := r.reading.count(); n != int32(len(tc.want)) {
 				t.Errorf("the run counts %d key sets being read, want %d", n, len(tc.want))
 			}
 		})
+	}
+}
+
+// TestAwait checks the wait of a statement for its rows to be read ahead:
+// none while reads do not wait on a disk or nothing is pending; else until
+// the last key set of its runs is read, the context ends, or
+// readAheadWaitMax passes, the time waited counted in each case.
+func TestAwait(t *testing.T) {
+	const release = 30 * time.Millisecond
+	tests := []struct {
+		name    string
+		slow    bool
+		pending []int32 // key sets not read yet, per run
+		finish  bool    // the key sets are read after release
+		cancel  bool    // the context ends after release
+		atLeast time.Duration
+		atMost  time.Duration // 0: no wait at all
+	}{
+		{"cached reads do not wait", false, []int32{2}, false, false, 0, 0},
+		{"nothing pending", true, []int32{0, 0}, false, false, 0, 0},
+		{"until the last key set is read", true, []int32{1, 0, 2}, true, false, release, readAheadWaitMax / 2},
+		{"until the context ends", true, []int32{1}, false, true, release, readAheadWaitMax / 2},
+		{"at most readAheadWaitMax", true, []int32{1}, false, false, readAheadWaitMax, 3 * readAheadWaitMax},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ra := readAhead{on: true, shared: &sharedPrefetcher{}}
+			ra.shared.slow.Store(tc.slow)
+			ops := []op{{sql: "BEGIN"}}
+			var runs []*run
+			for _, n := range tc.pending {
+				r := &run{}
+				r.reading.add(n)
+				runs = append(runs, r)
+				ops = append(ops, op{run: r})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.finish || tc.cancel {
+				go func() {
+					time.Sleep(release)
+					if tc.cancel {
+						cancel()
+						return
+					}
+					for i, r := range runs {
+						for range tc.pending[i] {
+							j := prefetchJob{pending: &r.reading}
+							j.finished()
+						}
+					}
+				}()
+			}
+			var waited atomic.Int64
+			began := time.Now()
+			ra.await(ctx, ops, &waited)
+			took, w := time.Since(began), time.Duration(waited.Load())
+			if tc.atMost == 0 {
+				if w != 0 {
+					t.Errorf("waited %v, want no wait", w)
+				}
+				return
+			}
+			if took < tc.atLeast || took > tc.atMost {
+				t.Errorf("await took %v, want between %v and %v", took, tc.atLeast, tc.atMost)
+			}
+			if w < tc.atLeast || w > took {
+				t.Errorf("waited %v counted, want between %v and %v", w, tc.atLeast, took)
+			}
+		})
+	}
+}
+
+// TestPendingReads checks that a waiter is woken when the count falls to
+// zero, and that a count rising again gives a new wait.
+func TestPendingReads(t *testing.T) {
+	var p pendingReads
+	if p.done() != nil {
+		t.Fatal("done() with nothing pending is not nil")
+	}
+	p.add(2)
+	first := p.done()
+	p.add(-1)
+	select {
+	case <-first:
+		t.Fatal("woken with a key set still pending")
+	default:
+	}
+	p.add(-1)
+	select {
+	case <-first:
+	default:
+		t.Fatal("not woken once no key set is pending")
+	}
+	p.add(1)
+	second := p.done()
+	select {
+	case <-second:
+		t.Fatal("a count risen again gives a closed channel")
+	default:
+	}
+	if n := p.count(); n != 1 {
+		t.Errorf("count() = %d, want 1", n)
 	}
 }
