@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -135,13 +136,13 @@ type Stats struct {
 }
 
 // Absorb adds o's totals to s: the totals of a run's appliers carry on into
-// the next run after a fault.
+// the next run after a fault. It adds every field, so that a total added to
+// Stats cannot be left out; every field is an atomic.Int64 (TestAbsorb).
 func (s *Stats) Absorb(o *Stats) {
-	for _, p := range [][2]*atomic.Int64{{&s.Txns, &o.Txns}, {&s.Inserts, &o.Inserts}, {&s.Updates, &o.Updates}, {&s.Deletes, &o.Deletes},
-		{&s.Truncates, &o.Truncates}, {&s.Statements, &o.Statements}, {&s.Replays, &o.Replays}, {&s.Missing, &o.Missing},
-		{&s.Collapsed, &o.Collapsed}, {&s.Groups, &o.Groups}, {&s.Executed, &o.Executed},
-		{&s.ConflictReplays, &o.ConflictReplays}, {&s.Conflicts, &o.Conflicts}, {&s.PrefetchWait, &o.PrefetchWait}} {
-		p[0].Add(p[1].Load())
+	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
+	for i := range sv.NumField() {
+		total := sv.Field(i).Addr().Interface().(*atomic.Int64)
+		total.Add(ov.Field(i).Addr().Interface().(*atomic.Int64).Load())
 	}
 }
 
