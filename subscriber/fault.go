@@ -55,8 +55,8 @@ func Permanent(err error) error {
 // permanent marks err as ErrPermanent, keeping its text.
 type permanent struct{ error }
 
-func (p permanent) Unwrap() error      { return p.error }
-func (permanent) Is(target error) bool { return target == ErrPermanent }
+func (p permanent) Unwrap() error   { return p.error }
+func (permanent) Is(err error) bool { return err == ErrPermanent }
 
 // errLockStall marks a lock wait on the target that passed lock_timeout
 // where no retry in place can help: the transaction was the oldest in
