@@ -106,7 +106,9 @@ type Source struct {
 	Proto         int // negotiated pgoutput protocol version
 	// Missing is true when Connect found no slot of the name: CreateSlot
 	// creates it, once every check that can refuse the start has passed
-	// (a slot left behind by a refused start holds WAL for nobody).
+	// (a slot left behind by a refused start holds WAL for nobody). Connect
+	// changes nothing on the publisher: an existing slot is made a
+	// failover slot by MakeFailover, after those checks too.
 	Missing bool
 	// Created is true once CreateSlot created the slot.
 	Created bool
@@ -149,8 +151,9 @@ func (s *Source) sawWALEnd(l uint64) {
 
 // Connect opens the replication connection and checks everything that would
 // otherwise fail later: wal_level, the publications, the slot and whether
-// another client holds it. A missing slot is not created here (Missing):
-// the caller creates it with CreateSlot once its own checks have passed.
+// another client holds it. It changes nothing on the publisher: the caller
+// creates a missing slot (Missing) with CreateSlot, or makes an existing
+// one a failover slot with MakeFailover, once its own checks have passed.
 func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	pc, err := pgconn.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -290,15 +293,22 @@ func (s *Source) check(ctx context.Context) error {
 		}
 	}
 	s.FailoverSlot = string(r[5]) == "t"
-	if s.cfg.Failover && s.ServerVersion >= failoverVersion && !s.FailoverSlot {
-		// A slot made before failover was asked for (or by an older
-		// release): made a failover slot, as ALTER SUBSCRIPTION ... SET
-		// (failover = true) does.
-		if _, err := s.query(ctx, "ALTER_REPLICATION_SLOT "+parapply.QuoteIdent(s.cfg.Slot)+" (FAILOVER true)"); err != nil {
-			return fmt.Errorf("making slot %s a failover slot on the source: %w (or set failover = off)", s.cfg.Slot, err)
-		}
-		s.FailoverSlot = true
+	return nil
+}
+
+// MakeFailover makes the slot Connect found a failover slot if the config
+// asks for one and it is not (made before failover was asked for, or by an
+// older release), as ALTER SUBSCRIPTION ... SET (failover = true) does. The
+// caller calls it once its own checks have passed, as it does CreateSlot:
+// a refused start leaves the slot as it was.
+func (s *Source) MakeFailover(ctx context.Context) error {
+	if s.Missing || !s.cfg.Failover || s.ServerVersion < failoverVersion || s.FailoverSlot {
+		return nil
 	}
+	if _, err := s.query(ctx, "ALTER_REPLICATION_SLOT "+parapply.QuoteIdent(s.cfg.Slot)+" (FAILOVER true)"); err != nil {
+		return fmt.Errorf("making slot %s a failover slot on the source: %w (or set failover = off)", s.cfg.Slot, err)
+	}
+	s.FailoverSlot = true
 	return nil
 }
 

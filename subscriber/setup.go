@@ -27,9 +27,10 @@ type setUp struct {
 // before the slot's creation, the one step that costs the publisher
 // something): the target (prepareTarget: origins, parapply's schema, the
 // table claims, what detection reads), the tombstone triggers, the slot's
-// progress record (progress.Open), the tables (tablesync.Sync: its checks,
-// the slot's creation, the copy), and the sequences. A start refused after
-// it recorded the slot undoes that (see abandonSlot).
+// progress record (progress.Open), an existing slot made a failover slot
+// if asked (makeFailover), the tables (tablesync.Sync: its checks, the
+// slot's creation, the copy), and the sequences. A start refused after it
+// recorded the slot undoes that (see abandonSlot).
 func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	su := setUp{claimed: c}
 	conn := c.app.Conn()
@@ -63,11 +64,28 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 		return su, errDiverged(s.cfg.Source.Slot, pos.EndLSN, end)
 	}
 	s.logSkips(su.opened)
+	if err := s.makeFailover(ctx, c.src); err != nil {
+		return su, err
+	}
 	if err := s.sync(ctx, c.src, c.app, c.published); err != nil {
 		return su, err
 	}
 	s.syncSequences(ctx, c.published)
 	return su, nil
+}
+
+// makeFailover makes the existing slot a failover slot if the run asks for
+// one (source.MakeFailover): after the target's checks, so that a start
+// they refuse leaves the slot as it was.
+func (s *Subscriber) makeFailover(ctx context.Context, src *source.Source) error {
+	was := src.FailoverSlot
+	if err := src.MakeFailover(ctx); err != nil {
+		return onPublisher(err)
+	}
+	if src.FailoverSlot && !was {
+		s.log.Info("made the slot a failover slot", "slot", s.cfg.Source.Slot)
+	}
+	return nil
 }
 
 // prepareTarget is setup's step on the target: its replication origins

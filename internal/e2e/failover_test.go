@@ -276,6 +276,21 @@ func TestFailoverSlot(t *testing.T) {
 		}
 		return f
 	}
+	// A start the target refuses (a published table it lacks) leaves an
+	// existing slot as it was: the slot is made a failover slot only once
+	// the target's checks have passed.
+	e.exec(e.pub, `CREATE TABLE only_here (id int PRIMARY KEY)`)
+	e.exec(e.pub, `CREATE PUBLICATION pub_only_here FOR TABLE only_here`)
+	e.exec(e.pub, `SELECT pg_create_logical_replication_slot('refused', 'pgoutput')`)
+	cfg := e.config("refused")
+	cfg.Source.Publications, cfg.Source.Failover = []string{"pub_only_here"}, true
+	if err := e.failStart(cfg); !strings.Contains(err.Error(), "only_here") {
+		t.Errorf("the start was refused with %v, want the missing table only_here named", err)
+	}
+	if failover("refused") {
+		t.Error("a start the target refused made slot refused a failover slot")
+	}
+	e.exec(e.pub, `DROP PUBLICATION pub_only_here; DROP TABLE only_here`)
 	for _, c := range []struct {
 		slot string
 		args []string
