@@ -2,6 +2,7 @@ package pgoutput
 
 import (
 	"encoding/binary"
+
 	"github.com/parapply/parapply"
 )
 
