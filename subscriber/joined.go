@@ -61,9 +61,10 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 		every = publicationRefreshEvery
 	}
 	l.refreshAt = now.Add(every)
-	if err := l.commitTaken(ctx); err != nil {
-		return err
-	}
+	// Everything taken is committed only when there is a table to copy:
+	// a wait for the workers here (a unit held by a lock on the target)
+	// would stop the loop from handing over the units that may commit
+	// meanwhile.
 	pending, err := l.joinedTables(ctx)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, ErrPermanent) {
@@ -74,6 +75,9 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 	}
 	if len(pending) == 0 {
 		return nil
+	}
+	if err := l.commitTaken(ctx); err != nil {
+		return err
 	}
 	return l.copyJoined(ctx, pending)
 }
