@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -265,7 +266,7 @@ func nearestEnv(name string) string {
 	}
 	best, bestD := "", limit+1
 	try := func(cand string) {
-		if d := editDistance(name, cand); d < bestD {
+		if d := nearest.Distance(name, cand); d < bestD {
 			best, bestD = cand, d
 		}
 	}
@@ -276,33 +277,6 @@ func nearestEnv(name string) string {
 		try(o)
 	}
 	return best
-}
-
-// editDistance is the edit distance of a and b, counting an insertion, a
-// deletion, a substitution or a swap of two neighbouring letters (hots for
-// host) as one edit (optimal string alignment).
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
 
 func known(name string) bool {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/parapply/parapply/internal/nearest"
 )
 
 // libpqKeywords are the connection keywords libpq knows (PostgreSQL 18's,
@@ -68,7 +70,7 @@ func nearestKeyword(name string) string {
 	}
 	best, bestD := "", limit+1
 	for _, k := range libpqKeywords {
-		if d := editDistance(name, k); d < bestD {
+		if d := nearest.Distance(name, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
