@@ -96,3 +96,46 @@ func TestOnePackageMakesTheSchema(t *testing.T) {
 		t.Error("no CREATE of parapply's objects found in target/: the pattern no longer matches how migrations are written")
 	}
 }
+
+// maxFuncLines is the longest a function of parapply may be: past it, what
+// a function does no longer reads at a glance.
+const maxFuncLines = 80
+
+// longFuncExceptions are the functions allowed past maxFuncLines, each with
+// its reason.
+var longFuncExceptions = map[string]string{
+	// One case per pgoutput message type, each a few lines that read the
+	// message's fields in wire order: split, the protocol's list of messages
+	// would no longer read in one place.
+	"pgoutput/decode.go:Decode": "the decoder's one switch over the message types",
+}
+
+// TestFunctionsShort: no function of any package of the module (commands,
+// tools and tests' harness included) is longer than maxFuncLines lines,
+// but the exceptions named in longFuncExceptions.
+func TestFunctionsShort(t *testing.T) {
+	seen := map[string]bool{}
+	eachSourceFile(t, func(path string, fset *token.FileSet, file *ast.File) {
+		for _, d := range file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			key := path + ":" + fd.Name.Name
+			start, end := fset.Position(fd.Pos()), fset.Position(fd.End())
+			n := end.Line - start.Line + 1
+			if _, ok := longFuncExceptions[key]; ok {
+				seen[key] = true
+				continue
+			}
+			if n > maxFuncLines {
+				t.Errorf("%s: %s is %d lines long, more than %d: split it into functions whose names say what they do", start, fd.Name.Name, n, maxFuncLines)
+			}
+		}
+	})
+	for key := range longFuncExceptions {
+		if !seen[key] {
+			t.Errorf("%s is named an exception but no such function is found: remove it from longFuncExceptions", key)
+		}
+	}
+}

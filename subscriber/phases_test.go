@@ -31,30 +31,6 @@ func parseDir(t *testing.T, fset *token.FileSet, dir string) []*ast.File {
 	return files
 }
 
-// maxFuncLines is the longest a function of the packages that make up a
-// run may be: past it, what a function does no longer reads at a glance.
-const maxFuncLines = 100
-
-// TestFunctionsShort: no function of subscriber, source or tablesync is
-// longer than maxFuncLines lines.
-func TestFunctionsShort(t *testing.T) {
-	fset := token.NewFileSet()
-	for _, dir := range []string{".", "../apply", "../source", "../tablesync", "../target"} {
-		for _, f := range parseDir(t, fset, dir) {
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok {
-					continue
-				}
-				start, end := fset.Position(fd.Pos()), fset.Position(fd.End())
-				if n := end.Line - start.Line + 1; n > maxFuncLines {
-					t.Errorf("%s: %s is %d lines long, more than %d: split it into functions whose names say what they do", start, fd.Name.Name, n, maxFuncLines)
-				}
-			}
-		}
-	}
-}
-
 // TestRunInPhases: a run is its phases, called in order, each a method of
 // its own file (see connect.go), and its setup reads the slot's record on
 // the target with one call into progress (progress.Open).
