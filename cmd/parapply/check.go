@@ -13,11 +13,17 @@ import (
 	"github.com/parapply/parapply/subscriber"
 )
 
-// checkCommand checks everything a run with these settings needs of the
+// CheckCommand checks everything a run with these settings needs of the
 // publisher and the target, as pg_upgrade --check does: one line per
 // check, ok or what is wrong and the exact fix; exit 0 only when none
 // fails (warnings do not count).
-func checkCommand(ctx context.Context, args []string, out io.Writer) error {
+type CheckCommand struct {
+	out io.Writer
+}
+
+// Run is parapply check: it takes every setting of run, and --json.
+func (cmd *CheckCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	usageFor(fs, "parapply check --source DSN --target DSN --publication NAME[,NAME] [--config FILE] [--json]   (takes every setting of run)")

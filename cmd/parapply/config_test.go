@@ -1065,7 +1065,7 @@ func TestLoadConfigDSNKeyword(t *testing.T) {
 		t.Fatalf("loadConfig: %v", err)
 	}
 	var out strings.Builder
-	err = statusCommand(context.Background(), []string{"--target", "host=sub", "--source", "hots=pub"}, &out)
+	err = (&StatusCommand{out: &out}).Run(context.Background(), []string{"--target", "host=sub", "--source", "hots=pub"})
 	if err == nil || err.Error() != "unknown connection keyword hots in source (did you mean host?)" {
 		t.Fatalf("status: %v", err)
 	}

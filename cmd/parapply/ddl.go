@@ -12,10 +12,17 @@ import (
 	"github.com/parapply/parapply/ddl"
 )
 
-// ddlCommand installs or removes, on the publisher, the capture that sends
+// DDLCommand installs or removes, on the publisher, the capture that sends
 // DDL on published tables to parapply (applied with ddl = apply), or shows
 // whether it is there.
-func ddlCommand(ctx context.Context, args []string, out io.Writer) error {
+type DDLCommand struct {
+	out io.Writer
+}
+
+// Run is parapply ddl install, uninstall or status: args starts with
+// which.
+func (cmd *DDLCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	if len(args) == 0 || (args[0] != "install" && args[0] != "uninstall" && args[0] != "status") {
 		return usageError{fmt.Errorf("ddl needs install, uninstall or status: parapply ddl install --source DSN --publication NAME")}
 	}

@@ -39,24 +39,35 @@ ALTER TABLE notes REPLICA IDENTITY FULL;
 
 var demoTables = []string{"public.accounts", "public.events", "public.notes"}
 
-func demoCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	usageFor(fs, "parapply demo [--duration 10s] [--clients 4] [--workers auto]")
-	duration := fs.Duration("duration", 10*time.Second, "how long the publisher's workload runs")
-	clients := fs.Int("clients", 4, "concurrent writers on the publisher")
-	workersFlag := fs.String("workers", "auto", "parapply's apply workers (0: the stream reader applies; auto: as 0 until reads wait, then 8)")
-	if err := parseFlags(fs, args); err != nil {
+// DemoCommand runs parapply between two embedded servers while a
+// workload writes on the publisher, then verifies the target and shows
+// what an operator sees: the quickest way to watch parapply work.
+type DemoCommand struct {
+	out      io.Writer
+	duration time.Duration
+	clients  int
+	workers  int
+	auto     bool
+}
+
+// newDemoCommand is the demo command, printing to out.
+func newDemoCommand(out io.Writer) *DemoCommand { return &DemoCommand{out: out} }
+
+// demoSlot is the demo's slot, and demoApp the application_name of its
+// sessions (as run's default).
+const (
+	demoSlot = "parapply_demo"
+	demoApp  = "parapply"
+)
+
+// Run is parapply demo: the servers, the schema and its first rows, the
+// subscriber, the workload with the live line, then the comparison, the
+// metrics and the status.
+func (cmd *DemoCommand) Run(ctx context.Context, args []string) error {
+	if err := cmd.parse(args); err != nil {
 		return err
 	}
-	workers, auto := 8, true
-	if *workersFlag != "auto" {
-		n, err := strconv.Atoi(*workersFlag)
-		if err != nil || n < 0 || n > 64 {
-			return fmt.Errorf("invalid value for --workers: %q (0 to 64, or auto)", *workersFlag)
-		}
-		workers, auto = n, false
-	}
-	out := os.Stdout
+	out := cmd.out
 	fmt.Fprintln(out, "parapply demo: starting an embedded publisher and subscriber (the first run downloads PostgreSQL)...")
 	pair, err := pgtest.StartPair(ctx, nil, nil)
 	if err != nil {
@@ -77,86 +88,143 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer sub.Close(context.Background())
+	if err := makeDemoSchema(ctx, pub, sub); err != nil {
+		return err
+	}
+	d, err := cmd.startSubscriber(ctx, pair)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	select {
+	case <-d.s.Ready():
+	case err := <-d.done:
+		d.done <- err
+		return err
+	}
+	fmt.Fprintln(out, "parapply copied the publisher's 1000 existing accounts and is streaming; metrics at "+d.metricsURL)
+	elapsed, err := cmd.writeWhileApplying(ctx, pair.Publisher.DSN("postgres"), pub, d)
+	if err != nil {
+		return err
+	}
+	return cmd.show(ctx, pub, sub, d, elapsed)
+}
+
+// parse reads the demo's flags.
+func (cmd *DemoCommand) parse(args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	usageFor(fs, "parapply demo [--duration 10s] [--clients 4] [--workers auto]")
+	fs.DurationVar(&cmd.duration, "duration", 10*time.Second, "how long the publisher's workload runs")
+	fs.IntVar(&cmd.clients, "clients", 4, "concurrent writers on the publisher")
+	workersFlag := fs.String("workers", "auto", "parapply's apply workers (0: the stream reader applies; auto: as 0 until reads wait, then 8)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cmd.workers, cmd.auto = 8, true
+	if *workersFlag != "auto" {
+		n, err := strconv.Atoi(*workersFlag)
+		if err != nil || n < 0 || n > 64 {
+			return fmt.Errorf("invalid value for --workers: %q (0 to 64, or auto)", *workersFlag)
+		}
+		cmd.workers, cmd.auto = n, false
+	}
+	return nil
+}
+
+// makeDemoSchema makes the demo's tables on both servers, and on the
+// publisher its first accounts and the publication.
+func makeDemoSchema(ctx context.Context, pub, sub *pgx.Conn) error {
 	for _, c := range []*pgx.Conn{pub, sub} {
 		if _, err := c.Exec(ctx, demoSchema); err != nil {
 			return fmt.Errorf("creating the demo schema: %w", err)
 		}
 	}
-	if _, err := pub.Exec(ctx, `INSERT INTO accounts SELECT g, 'owner ' || g, 100, ARRAY['new'], 'calm', now() FROM generate_series(1, 1000) g;
-		CREATE PUBLICATION demo FOR TABLE accounts, events, notes`); err != nil {
-		return err
-	}
+	_, err := pub.Exec(ctx, `INSERT INTO accounts SELECT g, 'owner ' || g, 100, ARRAY['new'], 'calm', now() FROM generate_series(1, 1000) g;
+		CREATE PUBLICATION demo FOR TABLE accounts, events, notes`)
+	return err
+}
 
+// demoRun is the demo's running subscriber: its metrics' address, and
+// Run's outcome (done) until stop ends it and records it.
+type demoRun struct {
+	s          *subscriber.Subscriber
+	metricsURL string
+	done       chan error
+	stop       func()
+}
+
+// startSubscriber starts parapply between the pair as run would, with
+// its metrics and status record.
+func (cmd *DemoCommand) startSubscriber(ctx context.Context, pair *pgtest.Pair) (*demoRun, error) {
 	var logs io.Writer = io.Discard
 	if os.Getenv("PARAPPLY_DEMO_LOG") != "" {
 		logs = os.Stderr
 	}
 	s := subscriber.New(subscriber.Config{
-		Source: withSourceEnv(source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: "parapply_demo", Publications: []string{"demo"}, AppName: "parapply", StatusInterval: time.Second, Failover: true}), // as run's default
-		Target: apply.Config{DSN: pair.Subscriber.DSN("postgres"), AppName: "parapply apply", Slot: "parapply_demo"},
+		Source: withSourceEnv(source.Config{DSN: pair.Publisher.DSN("postgres"), Slot: demoSlot, Publications: []string{"demo"}, AppName: demoApp, StatusInterval: time.Second, Failover: true}), // as run's default
+		Target: apply.Config{DSN: pair.Subscriber.DSN("postgres"), AppName: demoApp + " apply", Slot: demoSlot},
 		Log:    slog.New(slog.NewTextHandler(logs, nil)),
 		// The publisher's existing accounts reach the empty subscriber by
 		// the initial copy.
 		CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true,
-		Workers: workers, AutoWorkers: auto, Binary: true,
+		Workers: cmd.workers, AutoWorkers: cmd.auto, Binary: true,
 	})
 	// Metrics and the status record, as parapply run has them.
 	ln, err := metrics.Listen("127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	metricsURL := "http://" + ln.Addr().String() + "/metrics"
-	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: "parapply_demo", ApplicationName: "parapply"}))))
-	rec := newRecorder(pair.Subscriber.DSN("postgres"), "parapply_demo", "parapply", s, slog.New(slog.NewTextHandler(logs, nil)), nil)
+	d := &demoRun{s: s, metricsURL: "http://" + ln.Addr().String() + "/metrics", done: make(chan error, 1)}
+	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: demoSlot, ApplicationName: demoApp}))))
+	rec := newRecorder(pair.Subscriber.DSN("postgres"), demoSlot, demoApp, s, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	final := make(chan error, 1)
 	recorded := make(chan struct{})
 	go func() { rec.run(ctx, final); close(recorded) }()
 	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(sctx) }()
-	defer func() {
+	go func() { d.done <- s.Run(sctx) }()
+	d.stop = func() {
 		cancel()
-		final <- <-done
+		final <- <-d.done
 		<-recorded
-	}()
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		done <- err
-		return err
 	}
+	return d, nil
+}
 
-	fmt.Fprintln(out, "parapply copied the publisher's 1000 existing accounts and is streaming; metrics at "+metricsURL)
-	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies (the line parapply run shows on a terminal, every second):\n", *duration, *clients)
+// writeWhileApplying runs the workload for the demo's duration with the
+// live line, then waits for parapply to make the publisher's last
+// position durable; it returns how long that took.
+func (cmd *DemoCommand) writeWhileApplying(ctx context.Context, dsn string, pub *pgx.Conn, d *demoRun) (time.Duration, error) {
+	out := cmd.out
+	fmt.Fprintf(out, "writing for %s with %d clients while parapply applies (the line parapply run shows on a terminal, every second):\n", cmd.duration, cmd.clients)
 	con := newConsole(out)
 	var txns atomic.Int64
-	wctx, wcancel := context.WithTimeout(ctx, *duration)
+	wctx, wcancel := context.WithTimeout(ctx, cmd.duration)
 	defer wcancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, *clients)
+	errs := make(chan error, cmd.clients)
 	var nextEvent atomic.Int64
-	for w := 0; w < *clients; w++ {
+	for w := 0; w < cmd.clients; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			if err := demoWriter(wctx, pair.Publisher.DSN("postgres"), w, &nextEvent, &txns); err != nil && !errors.Is(err, context.DeadlineExceeded) && wctx.Err() == nil {
+			if err := demoWriter(wctx, dsn, w, &nextEvent, &txns); err != nil && !errors.Is(err, context.DeadlineExceeded) && wctx.Err() == nil {
 				errs <- err
 			}
 		}(w)
 	}
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
-	prev, prevAt := s.Status(), time.Now()
+	prev, prevAt := d.s.Status(), time.Now()
 	writing := true
 	var target parapply.LSN
-	for writing || s.Status().Durable < target {
+	for writing || d.s.Status().Durable < target {
 		select {
-		case err := <-done:
-			return fmt.Errorf("parapply stopped: %w", err)
+		case err := <-d.done:
+			return 0, fmt.Errorf("parapply stopped: %w", err)
 		case err := <-errs:
-			return fmt.Errorf("demo workload: %w", err)
+			return 0, fmt.Errorf("demo workload: %w", err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-tick.C:
 		}
 		if writing && wctx.Err() != nil {
@@ -164,13 +232,13 @@ func demoCommand(ctx context.Context, args []string) error {
 			writing = false
 			var l string
 			if err := pub.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&l); err != nil {
-				return err
+				return 0, err
 			}
 			target, _ = parapply.ParseLSN(l)
 			con.EndLive()
 			fmt.Fprintf(out, "  publisher done: %d transactions in %.1fs; waiting for parapply to reach %s\n", txns.Load(), time.Since(start).Seconds(), target)
 		}
-		st, now := s.Status(), time.Now()
+		st, now := d.s.Status(), time.Now()
 		line := fmt.Sprintf("  %5.1fs  %s", now.Sub(start).Seconds(), liveLine(st, prev, now.Sub(prevAt)))
 		if con.tty {
 			con.SetLive(line)
@@ -180,7 +248,13 @@ func demoCommand(ctx context.Context, args []string) error {
 		prev, prevAt = st, now
 	}
 	con.EndLive()
-	elapsed := time.Since(start)
+	return time.Since(start), nil
+}
+
+// show compares the subscriber with the publisher row for row, sums up,
+// and shows a few metrics and parapply status.
+func (cmd *DemoCommand) show(ctx context.Context, pub, sub *pgx.Conn, d *demoRun, elapsed time.Duration) error {
+	out := cmd.out
 	fmt.Fprintln(out, "caught up; comparing the subscriber with the publisher row for row:")
 	results, verr := verify.Tables(ctx, pub, sub, demoTables...)
 	for _, r := range results {
@@ -193,18 +267,18 @@ func demoCommand(ctx context.Context, args []string) error {
 	if verr != nil {
 		return verr
 	}
-	st := s.Status()
+	st := d.s.Status()
 	fmt.Fprintf(out, "summary: %d transactions, %d row changes (%d inserts, %d updates, %d deletes) in %d statements, applied in %.1fs; target verified equal to the publisher\n",
 		st.Txns, st.Rows, st.Inserts, st.Updates, st.Deletes, st.Statements, elapsed.Seconds())
 
 	// What an operator sees: a few of the metrics, and parapply status.
 	time.Sleep(status.Interval + 200*time.Millisecond) // let the status record catch up
-	fmt.Fprintln(out, "\nsome of the metrics (curl "+metricsURL+"):")
-	if err := printMetrics(ctx, out, metricsURL, "parapply_lag_seconds", "parapply_rows_total", "parapply_commit_delay_seconds_count", "parapply_target_transactions_total"); err != nil {
+	fmt.Fprintln(out, "\nsome of the metrics (curl "+d.metricsURL+"):")
+	if err := printMetrics(ctx, out, d.metricsURL, "parapply_lag_seconds", "parapply_rows_total", "parapply_commit_delay_seconds_count", "parapply_target_transactions_total"); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "\nparapply status --target ... --source ...:")
-	rep, err := collectStatus(ctx, sub, pub, "parapply_demo", false, "")
+	rep, err := collectStatus(ctx, sub, pub, demoSlot, false, "")
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/parapply/parapply/tombstones"
 )
 
-// dropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
+// DropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
 // origins, its rows in parapply's tables and its delete-record triggers on
 // the target, the parapply schema once no slot is left in it, and, with
 // --source, the slot on the publisher, which otherwise holds WAL there for
@@ -25,9 +25,17 @@ import (
 // holds what only the slot's next run can finish (prepared transactions,
 // indexes a copy dropped and has not rebuilt yet). --dry-run says what it
 // would do and changes nothing.
-func dropCommand(ctx context.Context, args []string, out io.Writer) error {
+type DropCommand struct {
+	out io.Writer
+	dry bool
+}
+
+// Run is parapply drop: a line for each thing dropped (or, with
+// --dry-run, that would be), the target's first, then the publisher's.
+func (cmd *DropCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
-	dry := fs.Bool("dry-run", false, "say what would be dropped and deleted, change nothing")
+	fs.BoolVar(&cmd.dry, "dry-run", false, "say what would be dropped and deleted, change nothing")
 	usageFor(fs, "parapply drop --target DSN --slot NAME [--source DSN] [--dry-run] [--config FILE]")
 	c, err := loadConfig(fs, args, "target", "source", "slot", "application_name")
 	if err != nil {
@@ -40,7 +48,7 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 	// A target made read-only (default_transaction_read_only) is written
 	// all the same; dropping the slot on the publisher writes nothing a
 	// read-only transaction refuses.
-	connect := connector("parapply drop", !*dry)
+	connect := connector("parapply drop", !cmd.dry)
 	conn, err := connect(ctx, c["target"], "target", c["application_name"]+" drop")
 	if err != nil {
 		return err
@@ -55,79 +63,102 @@ func dropCommand(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer src.Close(context.Background())
 	}
-	would := func(future, past string) string {
-		if *dry {
-			return "would " + future
-		}
-		return past
-	}
-	// Held while dropping: no run of the slot starts meanwhile. The
-	// sessions of a run that just stopped may take a moment to end.
-	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
-		var free bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", slot).Scan(&free); err != nil {
-			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
-		}
-		if free {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("slot %s is in use: parapply runs on it (target sessions hold its lock, still after %s); stop it first", slot, dropLockWait)
-		}
+	if err := lockSlot(ctx, conn, slot); err != nil {
+		return err
 	}
 	if err := dropBlockers(ctx, conn, slot); err != nil {
 		return err
 	}
-	origins, err := slotOrigins(ctx, conn, slot)
-	if err != nil {
-		return err
-	}
-	if !*dry {
-		if err := dropOrigins(ctx, conn, origins); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(out, "target: %s %d replication origins of slot %s%s\n", would("drop", "dropped"), len(origins), slot, listed(origins))
-	for _, t := range target.SlotTables {
-		n, err := slotRows(ctx, conn, t, slot, *dry)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			fmt.Fprintf(out, "target: %s %d rows of slot %s from parapply.%s\n", would("delete", "deleted"), n, slot, t)
-		}
-	}
-	if err := dropTombstones(ctx, conn, slot, *dry, out); err != nil {
-		return err
-	}
-	gone, err := dropNeverApplied(ctx, conn, src, slot, *dry, out)
-	if err != nil {
-		return err
-	}
-	if err := dropSchemaIfLast(ctx, conn, append(gone, slot), *dry, out); err != nil {
+	if err := cmd.dropOnTarget(ctx, conn, src, slot); err != nil {
 		return err
 	}
 	if src == nil {
 		fmt.Fprintf(out, "publisher: not asked (no --source); if slot %s is still there, it holds WAL: SELECT pg_drop_replication_slot('%s') on the publisher\n", slot, slot)
 		return nil
 	}
+	return cmd.dropOnPublisher(ctx, src, slot)
+}
+
+// would says what drop did, or with --dry-run what it would do.
+func (cmd *DropCommand) would(future, past string) string {
+	if cmd.dry {
+		return "would " + future
+	}
+	return past
+}
+
+// lockSlot takes the slot's lock on the target, held while dropping: no
+// run of the slot starts meanwhile. The sessions of a run that just
+// stopped may take a moment to end.
+func lockSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", slot).Scan(&free); err != nil {
+			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
+		}
+		if free {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s is in use: parapply runs on it (target sessions hold its lock, still after %s); stop it first", slot, dropLockWait)
+		}
+	}
+}
+
+// dropOnTarget drops what the target holds of the slot: its origins, its
+// rows, its delete records, what slots that never applied left, and the
+// parapply schema if no slot is left in it.
+func (cmd *DropCommand) dropOnTarget(ctx context.Context, conn, src *pgx.Conn, slot string) error {
+	out := cmd.out
+	origins, err := slotOrigins(ctx, conn, slot)
+	if err != nil {
+		return err
+	}
+	if !cmd.dry {
+		if err := dropOrigins(ctx, conn, origins); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "target: %s %d replication origins of slot %s%s\n", cmd.would("drop", "dropped"), len(origins), slot, listed(origins))
+	for _, t := range target.SlotTables {
+		n, err := slotRows(ctx, conn, t, slot, cmd.dry)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			fmt.Fprintf(out, "target: %s %d rows of slot %s from parapply.%s\n", cmd.would("delete", "deleted"), n, slot, t)
+		}
+	}
+	if err := dropTombstones(ctx, conn, slot, cmd.dry, out); err != nil {
+		return err
+	}
+	gone, err := dropNeverApplied(ctx, conn, src, slot, cmd.dry, out)
+	if err != nil {
+		return err
+	}
+	return dropSchemaIfLast(ctx, conn, append(gone, slot), cmd.dry, out)
+}
+
+// dropOnPublisher drops the slot on the publisher, unless a walsender
+// streams from it.
+func (cmd *DropCommand) dropOnPublisher(ctx context.Context, src *pgx.Conn, slot string) error {
 	var active *bool
-	err = src.QueryRow(ctx, "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+	err := src.QueryRow(ctx, "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		fmt.Fprintf(out, "publisher: no slot %s\n", slot)
+		fmt.Fprintf(cmd.out, "publisher: no slot %s\n", slot)
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading slot %s on the publisher: %w", slot, err)
 	case active != nil && *active:
 		return fmt.Errorf("slot %s is in use on the publisher (a walsender streams from it): stop what reads it, then drop it with SELECT pg_drop_replication_slot('%s')", slot, slot)
 	}
-	if !*dry {
+	if !cmd.dry {
 		if _, err := src.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", slot); err != nil {
 			return fmt.Errorf("dropping slot %s on the publisher: %w", slot, err)
 		}
 	}
-	fmt.Fprintf(out, "publisher: %s slot %s\n", would("drop", "dropped"), slot)
+	fmt.Fprintf(cmd.out, "publisher: %s slot %s\n", cmd.would("drop", "dropped"), slot)
 	return nil
 }
 

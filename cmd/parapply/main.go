@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -86,38 +87,72 @@ func oneLine(s string) string {
 // and the exit status is 2, as for any other usage error.
 var errUsage = errors.New("no command given")
 
+// command is one of parapply's commands, as each file of this package
+// defines one: Run reads the command's own flags from args (what follows
+// its name on the command line; -h prints its usage) and does its work.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+// newCommand is the command called name, printing to stdout (run and
+// demo log to standard error, as ever); nil when parapply has none of
+// that name.
+func newCommand(name string, stdout io.Writer) command {
+	switch name {
+	case "run":
+		return &RunCommand{stderr: os.Stderr}
+	case "check":
+		return &CheckCommand{out: stdout}
+	case "status":
+		return &StatusCommand{out: stdout}
+	case "sync-sequences":
+		return &SyncSequencesCommand{out: stdout}
+	case "verify":
+		return &VerifyCommand{out: stdout}
+	case "cutover":
+		return &CutoverCommand{out: stdout}
+	case "skip":
+		return &SkipCommand{out: stdout}
+	case "drop":
+		return &DropCommand{out: stdout}
+	case "ddl":
+		return &DDLCommand{out: stdout}
+	case "demo":
+		return newDemoCommand(stdout)
+	case "version", "--version":
+		return &VersionCommand{out: stdout}
+	}
+	return nil
+}
+
+// run dispatches the command line to its command: the usage when none
+// is named (or help is asked for), a usage error for a name no command
+// has.
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return errUsage
 	}
 	switch args[0] {
-	case "run":
-		return runCommand(ctx, args[1:])
-	case "check":
-		return checkCommand(ctx, args[1:], os.Stdout)
-	case "status":
-		return statusCommand(ctx, args[1:], os.Stdout)
-	case "sync-sequences":
-		return syncSequencesCommand(ctx, args[1:], os.Stdout)
-	case "verify":
-		return verifyCommand(ctx, args[1:], os.Stdout)
-	case "cutover":
-		return cutoverCommand(ctx, args[1:], os.Stdout)
-	case "skip":
-		return skipCommand(ctx, args[1:], os.Stdout)
-	case "drop":
-		return dropCommand(ctx, args[1:], os.Stdout)
-	case "ddl":
-		return ddlCommand(ctx, args[1:], os.Stdout)
-	case "demo":
-		return demoCommand(ctx, args[1:])
-	case "version", "--version":
-		fmt.Println(versionLine())
-		return nil
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
 	}
+	if cmd := newCommand(args[0], os.Stdout); cmd != nil {
+		return cmd.Run(ctx, args[1:])
+	}
 	return usageError{fmt.Errorf("unknown command %q (parapply help lists the commands)", args[0])}
+}
+
+// VersionCommand prints the version: parapply version (or --version),
+// for bug reports and for checking what a host runs.
+type VersionCommand struct {
+	out io.Writer
+}
+
+// Run prints the version line; arguments are ignored, as they always
+// were.
+func (cmd *VersionCommand) Run(_ context.Context, _ []string) error {
+	fmt.Fprintln(cmd.out, versionLine())
+	return nil
 }

@@ -90,7 +90,17 @@ func newLogger(c config, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
-func runCommand(ctx context.Context, args []string) error {
+// RunCommand replicates the publication to the target until stopped:
+// parapply run, the command every other one serves. Its logs and, on a
+// terminal, its live line go to stderr.
+type RunCommand struct {
+	stderr io.Writer
+}
+
+// Run is parapply run: it takes every setting, starts the metrics
+// endpoint and the status recorder, gates the start on the pre-flight
+// checks, and reports progress until the run ends or is interrupted.
+func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	usageFor(fs, "parapply run --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE]")
 	c, err := loadConfig(fs, args)
@@ -100,29 +110,12 @@ func runCommand(ctx context.Context, args []string) error {
 		}
 		return subscriber.Permanent(err)
 	}
-	if path := os.Getenv("PARAPPLY_CPU_PROFILE"); path != "" {
-		// Developer aid: a CPU profile of the whole run, written at exit.
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	stopProfiles, err := startProfiles()
+	if err != nil {
+		return err
 	}
-	if path := os.Getenv("PARAPPLY_ALLOC_PROFILE"); path != "" {
-		// Developer aid: where the run's memory was allocated (bytes and
-		// objects since the start), written at exit.
-		runtime.MemProfileRate = 64 << 10
-		defer func() {
-			if f, err := os.Create(path); err == nil {
-				_ = pprof.Lookup("allocs").WriteTo(f, 0)
-				f.Close()
-			}
-		}()
-	}
-	con := newConsole(os.Stderr, c["source"], c["target"])
+	defer stopProfiles()
+	con := newConsole(cmd.stderr, c["source"], c["target"])
 	log, err := newLogger(c, con)
 	if err != nil {
 		return subscriber.Permanent(err)
@@ -138,22 +131,9 @@ func runCommand(ctx context.Context, args []string) error {
 	}
 	sub := subscriber.New(cfg)
 	if addr := c["metrics_addr"]; addr != "" {
-		ln, err := metrics.Listen(addr)
-		if err != nil {
+		if err := serveMetrics(ctx, addr, sub, cfg.Source, c["application_name"], log); err != nil {
 			return err
 		}
-		col := metrics.NewCollector(sub.Status, metrics.Info{Version: buildVersion(), Slot: cfg.Source.Slot, ApplicationName: c["application_name"]})
-		if cfg.Source.Failover {
-			fw := &failoverWatch{dsn: cfg.Source.DSN, slot: cfg.Source.Slot, app: c["application_name"] + " failover", every: max(cfg.Source.StatusInterval, time.Second)}
-			go fw.run(ctx, log)
-			col.WithFailover(fw.state.Load)
-		}
-		go func() {
-			if err := metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(col))); err != nil {
-				log.Error("metrics endpoint stopped", "error", err)
-			}
-		}()
-		log.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
 	}
 	rec := newRecorder(cfg.Target.DSN, cfg.Source.Slot, c["application_name"], sub, log, con.secrets)
 	final := make(chan error, 1)
@@ -169,21 +149,80 @@ func runCommand(ctx context.Context, args []string) error {
 		}
 		done <- sub.Run(ctx)
 	}()
-	finish := func(err error) error {
-		con.EndLive()
-		st := sub.Status()
-		attrs := []any{"applied", st.Applied.String(), "flushed", st.Durable.String(), "txns", st.Txns, "rows", st.Rows, "conflicts", st.Conflicts}
-		if err != nil && ctx.Err() == nil {
-			attrs = append(attrs, "error", pgerr.Text(err))
+	err = followRun(ctx, sub, con, log, cfg.Source.StatusInterval, done)
+	con.EndLive()
+	st := sub.Status()
+	attrs := []any{"applied", st.Applied.String(), "flushed", st.Durable.String(), "txns", st.Txns, "rows", st.Rows, "conflicts", st.Conflicts}
+	if err != nil && ctx.Err() == nil {
+		attrs = append(attrs, "error", pgerr.Text(err))
+	}
+	log.Info(stoppedLine(st, ctx.Err() != nil, err), attrs...)
+	final <- err
+	<-recorded
+	return err
+}
+
+// startProfiles starts the developer aids the environment asks for, each
+// written at exit (the returned function): PARAPPLY_CPU_PROFILE, a CPU
+// profile of the whole run, and PARAPPLY_ALLOC_PROFILE, where the run's
+// memory was allocated (bytes and objects since the start).
+func startProfiles() (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
 		}
-		log.Info(stoppedLine(st, ctx.Err() != nil, err), attrs...)
-		final <- err
-		<-recorded
+	}
+	if path := os.Getenv("PARAPPLY_CPU_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return stop, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return stop, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if path := os.Getenv("PARAPPLY_ALLOC_PROFILE"); path != "" {
+		runtime.MemProfileRate = 64 << 10
+		stops = append(stops, func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		})
+	}
+	return stop, nil
+}
+
+// serveMetrics serves the run's metrics at addr until ctx ends, with, for
+// a failover slot, its failover state read on a connection of its own.
+func serveMetrics(ctx context.Context, addr string, sub *subscriber.Subscriber, src source.Config, app string, log *slog.Logger) error {
+	ln, err := metrics.Listen(addr)
+	if err != nil {
 		return err
 	}
-	// On a terminal, a live line redrawn every second; otherwise a log
-	// line every status_interval.
-	every := cfg.Source.StatusInterval
+	col := metrics.NewCollector(sub.Status, metrics.Info{Version: buildVersion(), Slot: src.Slot, ApplicationName: app})
+	if src.Failover {
+		fw := &failoverWatch{dsn: src.DSN, slot: src.Slot, app: app + " failover", every: max(src.StatusInterval, time.Second)}
+		go fw.run(ctx, log)
+		col.WithFailover(fw.state.Load)
+	}
+	go func() {
+		if err := metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(col))); err != nil {
+			log.Error("metrics endpoint stopped", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+	return nil
+}
+
+// followRun shows the run's progress until it ends (done) and returns
+// why it ended: on a terminal, a live line redrawn every second;
+// otherwise a log line every status_interval (every) while it streams.
+// Interrupted, it waits for Run, which returns once it has rolled back
+// any open transaction and closed its connections.
+func followRun(ctx context.Context, sub *subscriber.Subscriber, con *console, log *slog.Logger, every time.Duration, done <-chan error) error {
 	if con.tty {
 		every = time.Second
 	}
@@ -193,11 +232,9 @@ func runCommand(ctx context.Context, args []string) error {
 	for {
 		select {
 		case err := <-done:
-			return finish(err)
+			return err
 		case <-ctx.Done():
-			// Run returns once it has rolled back any open transaction and
-			// closed its connections.
-			return finish(<-done)
+			return <-done
 		case now := <-tick.C:
 			st := sub.Status()
 			dt := now.Sub(prevAt)

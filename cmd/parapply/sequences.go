@@ -13,10 +13,16 @@ import (
 	"github.com/parapply/parapply/source"
 )
 
-// syncSequencesCommand brings the publisher's sequences to the target once
+// SyncSequencesCommand brings the publisher's sequences to the target once
 // and says what it did to each: the cut-over step of a migration, run once
 // writes on the publisher have stopped and parapply has caught up.
-func syncSequencesCommand(ctx context.Context, args []string, out io.Writer) error {
+type SyncSequencesCommand struct {
+	out io.Writer
+}
+
+// Run is parapply sync-sequences: a line per sequence, then the sums.
+func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("sync-sequences", flag.ContinueOnError)
 	usageFor(fs, "parapply sync-sequences --source DSN --target DSN --publication NAME[,NAME] [--sequences owned|all] [--config FILE]")
 	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "sequences", "application_name")

@@ -14,13 +14,20 @@ import (
 	"github.com/parapply/parapply/progress"
 )
 
-// skipCommand records on the target that the runs of a slot are to skip the
+// SkipCommand records on the target that the runs of a slot are to skip the
 // source transaction committed at --lsn, as ALTER SUBSCRIPTION ... SKIP
 // does: the way past a transaction that cannot be applied (the error that
 // stopped parapply names its commit LSN). Requests add up (two failing
 // transactions applied in one group are named one after the other);
 // --list shows them and which are done with.
-func skipCommand(ctx context.Context, args []string, out io.Writer) error {
+type SkipCommand struct {
+	out io.Writer
+}
+
+// Run is parapply skip: --lsn (with --ddl) adds a request, --list shows
+// them.
+func (cmd *SkipCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("skip", flag.ContinueOnError)
 	lsnFlag := fs.String("lsn", "", "commit LSN of the source transaction to skip (the one the error names, e.g. 0/1A2B3C4)")
 	ddlOnly := fs.Bool("ddl", false, "skip only the DDL statements the publisher sent in that transaction (ddl = apply), not its row changes: after running them, or what stands for them, on the target by hand")

@@ -60,96 +60,129 @@ type statusReport struct {
 	Hidden []string `json:"hidden_slots,omitempty"`
 }
 
-func statusCommand(ctx context.Context, args []string, stdout io.Writer) error {
+// StatusCommand shows, from the target's records, the progress, lag and
+// workers of the runs of each slot, running or past, and with --source
+// the slot as the publisher sees it; --watch refreshes it.
+type StatusCommand struct {
+	out                        io.Writer
+	target, source, slot, file string
+	all, asJSON, watch         bool
+	interval                   time.Duration
+}
+
+// flags is status's flag set: target, source and slot as flags of their
+// own (status takes none of run's other settings), bound to cmd's fields.
+func (cmd *StatusCommand) flags() *flag.FlagSet {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	usageFor(fs, "parapply status --target DSN [--source DSN] [--slot NAME] [--watch [--interval 2s]] [--json]")
-	target := fs.String("target", "", "connection string of the target database (default: target from --config or PARAPPLY_TARGET)")
-	source := fs.String("source", "", "connection string of the publisher: also show the slot as the publisher sees it (default: source from --config or PARAPPLY_SOURCE, if set)")
-	slot := fs.String("slot", "", "show only this slot (default: every slot recorded on the target)")
-	file := fs.String("config", os.Getenv("PARAPPLY_CONFIG"), "configuration file to take target, source and slot from")
-	all := fs.Bool("all", false, "show every slot recorded on the target, also those neither running, nor applied from, nor updated in the last hour")
-	asJSON := fs.Bool("json", false, "print JSON (one object per refresh with --watch)")
-	watch := fs.Bool("watch", false, "refresh until interrupted")
-	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
+	fs.StringVar(&cmd.target, "target", "", "connection string of the target database (default: target from --config or PARAPPLY_TARGET)")
+	fs.StringVar(&cmd.source, "source", "", "connection string of the publisher: also show the slot as the publisher sees it (default: source from --config or PARAPPLY_SOURCE, if set)")
+	fs.StringVar(&cmd.slot, "slot", "", "show only this slot (default: every slot recorded on the target)")
+	fs.StringVar(&cmd.file, "config", os.Getenv("PARAPPLY_CONFIG"), "configuration file to take target, source and slot from")
+	fs.BoolVar(&cmd.all, "all", false, "show every slot recorded on the target, also those neither running, nor applied from, nor updated in the last hour")
+	fs.BoolVar(&cmd.asJSON, "json", false, "print JSON (one object per refresh with --watch)")
+	fs.BoolVar(&cmd.watch, "watch", false, "refresh until interrupted")
+	fs.DurationVar(&cmd.interval, "interval", 2*time.Second, "refresh interval with --watch")
+	return fs
+}
+
+// Run is parapply status: one report, or with --watch one per interval
+// until interrupted.
+func (cmd *StatusCommand) Run(ctx context.Context, args []string) error {
+	fs := cmd.flags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	// Settings not given as flags come from the config file, then the
-	// environment, as for run.
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if *file != "" {
-		vals, err := readConfigFile(*file)
-		if err != nil {
-			return err
-		}
-		for name, p := range map[string]*string{"target": target, "source": source, "slot": slot} {
-			if v, ok := vals[name]; ok && !given[name] {
-				*p = v
-			}
-		}
-	}
-	for name, p := range map[string]*string{"target": target, "source": source, "slot": slot} {
-		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(name)); ok && !given[name] && *p == "" {
-			*p = v
-		}
-	}
-	if err := checkDSN("target", *target); err != nil {
+	if err := cmd.resolve(fs); err != nil {
 		return err
 	}
-	if err := checkDSN("source", *source); err != nil {
-		return err
-	}
-	if *target == "" {
-		return errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
-	}
-	if *watch && *interval <= 0 {
-		return fmt.Errorf("invalid value for interval: %s (a duration above zero, such as 2s)", *interval)
-	}
-	tconn, err := connectPlain(ctx, *target, "target", "parapply status")
+	tconn, err := connectPlain(ctx, cmd.target, "target", "parapply status")
 	if err != nil {
 		return err
 	}
 	defer tconn.Close(context.Background())
 	var sconn *pgx.Conn
-	if *source != "" {
-		if sconn, err = connectPlain(ctx, *source, "source", "parapply status"); err != nil {
+	if cmd.source != "" {
+		if sconn, err = connectPlain(ctx, cmd.source, "source", "parapply status"); err != nil {
 			return err
 		}
 		defer sconn.Close(context.Background())
 	}
-	tty := isTerminal(stdout)
+	tty := isTerminal(cmd.out)
 	for {
-		rep, err := collectStatus(ctx, tconn, sconn, *slot, *all, *source)
-		if err != nil {
+		if err := cmd.report(ctx, tconn, sconn, tty); err != nil {
 			return err
 		}
-		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			if !*watch {
-				enc.SetIndent("", "  ")
-			}
-			if err := enc.Encode(rep); err != nil {
-				return err
-			}
-		} else {
-			if *watch && tty {
-				fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen, as watch(1) does
-			}
-			printStatus(stdout, rep)
-		}
-		if !*watch {
+		if !cmd.watch {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(*interval):
+		case <-time.After(cmd.interval):
 		}
-		if !tty && !*asJSON {
-			fmt.Fprintln(stdout)
+		if !tty && !cmd.asJSON {
+			fmt.Fprintln(cmd.out)
 		}
 	}
+}
+
+// resolve takes target, source and slot not given as flags from the
+// config file, then the environment, as run does, and checks them.
+func (cmd *StatusCommand) resolve(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fields := map[string]*string{"target": &cmd.target, "source": &cmd.source, "slot": &cmd.slot}
+	if cmd.file != "" {
+		vals, err := readConfigFile(cmd.file)
+		if err != nil {
+			return err
+		}
+		for name, p := range fields {
+			if v, ok := vals[name]; ok && !given[name] {
+				*p = v
+			}
+		}
+	}
+	for name, p := range fields {
+		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(name)); ok && !given[name] && *p == "" {
+			*p = v
+		}
+	}
+	if err := checkDSN("target", cmd.target); err != nil {
+		return err
+	}
+	if err := checkDSN("source", cmd.source); err != nil {
+		return err
+	}
+	if cmd.target == "" {
+		return errors.New("no target given: set --target (or target in the config file, or PARAPPLY_TARGET) to the target's connection string")
+	}
+	if cmd.watch && cmd.interval <= 0 {
+		return fmt.Errorf("invalid value for interval: %s (a duration above zero, such as 2s)", cmd.interval)
+	}
+	return nil
+}
+
+// report prints one report, as JSON or as text (with --watch on a
+// terminal, on a cleared screen).
+func (cmd *StatusCommand) report(ctx context.Context, tconn, sconn *pgx.Conn, tty bool) error {
+	rep, err := collectStatus(ctx, tconn, sconn, cmd.slot, cmd.all, cmd.source)
+	if err != nil {
+		return err
+	}
+	if cmd.asJSON {
+		enc := json.NewEncoder(cmd.out)
+		if !cmd.watch {
+			enc.SetIndent("", "  ")
+		}
+		return enc.Encode(rep)
+	}
+	if cmd.watch && tty {
+		fmt.Fprint(cmd.out, "\033[H\033[2J") // clear the screen, as watch(1) does
+	}
+	printStatus(cmd.out, rep)
+	return nil
 }
 
 // connectPlain opens an ordinary connection to one side for a command,
@@ -330,6 +363,9 @@ func failoverText(p status.Slot) string {
 	return strings.Join(parts, "; ")
 }
 
+// printStatus prints the report as text: each slot's lines, its
+// workers' table, then the slots not shown and the publisher's inactive
+// slots.
 func printStatus(w io.Writer, rep statusReport) {
 	for i, s := range rep.Slots {
 		if i > 0 {
@@ -337,81 +373,10 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		fmt.Fprintf(w, "slot %s: %s\n", s.Slot, stateText(s.Record))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  process\tpid %d on %s, parapply %s, application_name %s, started %s ago, updated %s ago\n",
-			s.PID, s.Host, s.Version, s.ApplicationName, since(rep.Time, s.StartedAt), since(rep.Time, s.UpdatedAt))
-		fmt.Fprintf(tw, "  positions\treceived %s, applied %s, flushed %s, publisher WAL end %s\n", s.Received, s.Applied, s.Flushed, s.SourceWALEnd)
-		last := "none yet"
-		if s.LastCommit != nil {
-			last = s.LastCommit.Local().Format("2006-01-02 15:04:05.000 MST")
-		}
-		if s.State == subscriber.StateCopying {
-			fmt.Fprintf(tw, "  lag\t%s of WAL retained by the slot while the copy runs (streaming starts after it; last applied source commit %s)\n", bytesText(s.LagBytes), last)
-		} else {
-			fmt.Fprintf(tw, "  lag\t%s, %.1f s (last applied source commit %s)\n", bytesText(s.LagBytes), s.LagSeconds, last)
-		}
-		fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
-		fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
-		fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
-		if a := s.Apply; a != nil {
-			fmt.Fprintf(tw, "  applied by\t%s\n", applyText(*a))
-		}
-		if s.DDL > 0 {
-			fmt.Fprintf(tw, "  schema changes\t%d DDL statements from the publisher run on the target (ddl = apply)\n", s.DDL)
-		}
-		if w := s.Waiting; w != nil {
-			fmt.Fprintf(tw, "  waiting\t%s since %s ago: %s (%s); fix: %s\n", w.Reason, since(rep.Time, w.Since), w.What, w.Error, w.Fix)
-		}
-		if len(s.Faults) > 0 {
-			var parts []string
-			for _, c := range subscriber.FaultCauses {
-				if n := s.Faults[c]; n > 0 {
-					parts = append(parts, fmt.Sprintf("%s %d", c, n))
-				}
-			}
-			fmt.Fprintf(tw, "  faults\tridden out since start: %s\n", strings.Join(parts, ", "))
-		}
-		if q := s.Sequences; q != nil {
-			by := ""
-			if q.By == status.SyncedByCommand {
-				by = " by parapply sync-sequences"
-			}
-			line := fmt.Sprintf("%d checked %s ago%s (%d moved forward, %d already there, %d ahead of the publisher, %d refused by the target role, %d missing on the target, %d not readable)",
-				q.Sequences, since(rep.Time, q.At), by, q.Moved, q.Unchanged, q.Ahead, q.Refused, q.Missing, q.Unreadable)
-			if q.At.IsZero() {
-				line = "not synced yet"
-			}
-			if q.Error != "" {
-				line += "; last sync failed: " + q.Error
-			}
-			fmt.Fprintf(tw, "  sequences\t%s\n", line)
-		}
-		if c := s.Copy; c != nil {
-			done := ""
-			if c.Percent != nil && c.ETASeconds != nil {
-				done = fmt.Sprintf(" (%.0f%%, about %s left)", *c.Percent, (time.Duration(*c.ETASeconds) * time.Second).String())
-			}
-			fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows%s, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, done, bytesText(c.Bytes), c.ElapsedSeconds)
-		}
-		if p := s.Progress; p != nil {
-			fmt.Fprintf(tw, "  progress row\tlast applied source transaction %d, commit %s, resume at %s\n", p.XID, p.CommitLSN, p.EndLSN)
-		}
+		printSlotProgress(tw, rep.Time, s)
+		printSlotWork(tw, rep.Time, s)
 		if p := s.Publisher; p != nil {
-			active := "inactive"
-			switch {
-			case !p.Active && s.Live() && s.State == subscriber.StateCopying:
-				active = "not streaming yet: parapply copies the tables and streams from the slot once the copy ends (do not drop it)"
-			case !p.Active && s.Live():
-				active = fmt.Sprintf("inactive while parapply is %s; it streams from the slot again by itself (do not drop it)", s.State)
-			case p.Active && p.ReplicationState == "":
-				active = fmt.Sprintf("active (walsender pid %d; its state is hidden from the source role: GRANT pg_read_all_stats TO it)", p.ActivePID)
-			case p.Active:
-				active = fmt.Sprintf("active (pid %d, application_name %s, %s, sync_state %s)", p.ActivePID, p.ApplicationName, p.ReplicationState, p.SyncState)
-			}
-			fmt.Fprintf(tw, "  publisher slot\t%s; confirmed flush %s, restart %s, current WAL %s; retains %s of WAL (wal_status %s)\n",
-				active, p.ConfirmedLSN, p.RestartLSN, p.CurrentLSN, bytesText(p.RetainedBytes), p.WALStatus)
-			if f := failoverText(*p); f != "" {
-				fmt.Fprintf(tw, "  failover\t%s\n", f)
-			}
+			printPublisherSlot(tw, s, *p)
 		}
 		if s.LastError != "" {
 			at := ""
@@ -421,15 +386,7 @@ func printStatus(w io.Writer, rep statusReport) {
 			fmt.Fprintf(tw, "  last error\t%s%s\n", s.LastError, at)
 		}
 		tw.Flush()
-		if len(s.Workers) > 0 {
-			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "  worker\tsource txns\ttarget txns\trows\tbusy\tdependency wait\tcommit order wait\tretries\t")
-			for _, wk := range s.Workers {
-				fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%.1fs\t%.1fs\t%.1fs\t%d\t\n", wk.Worker, wk.SourceTxns, wk.TargetTxns, wk.Rows,
-					wk.BusySeconds, wk.DependencyWaitSecs, wk.CommitWaitSecs, wk.Retries)
-			}
-			tw.Flush()
-		}
+		printWorkers(w, s.Workers)
 	}
 	if len(rep.Hidden) > 0 {
 		fmt.Fprintln(w)
@@ -445,6 +402,118 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		tw.Flush()
 	}
+}
+
+// printSlotProgress prints where a slot's run stands: its process, its
+// positions, lag and rate, and what it did since it started.
+func printSlotProgress(tw io.Writer, now time.Time, s slotReport) {
+	fmt.Fprintf(tw, "  process\tpid %d on %s, parapply %s, application_name %s, started %s ago, updated %s ago\n",
+		s.PID, s.Host, s.Version, s.ApplicationName, since(now, s.StartedAt), since(now, s.UpdatedAt))
+	fmt.Fprintf(tw, "  positions\treceived %s, applied %s, flushed %s, publisher WAL end %s\n", s.Received, s.Applied, s.Flushed, s.SourceWALEnd)
+	last := "none yet"
+	if s.LastCommit != nil {
+		last = s.LastCommit.Local().Format("2006-01-02 15:04:05.000 MST")
+	}
+	if s.State == subscriber.StateCopying {
+		fmt.Fprintf(tw, "  lag\t%s of WAL retained by the slot while the copy runs (streaming starts after it; last applied source commit %s)\n", bytesText(s.LagBytes), last)
+	} else {
+		fmt.Fprintf(tw, "  lag\t%s, %.1f s (last applied source commit %s)\n", bytesText(s.LagBytes), s.LagSeconds, last)
+	}
+	fmt.Fprintf(tw, "  rate\t%.0f txn/s, %.0f rows/s\n", s.TxnsPerSecond, s.RowsPerSecond)
+	fmt.Fprintf(tw, "  since start\t%d source transactions in %d target transactions, %d rows, %d missing rows\n", s.SourceTxns, s.TargetTxns, s.Rows, s.Missing)
+	fmt.Fprintf(tw, "  queued\t%s\n", bytesText(s.QueueBytes))
+}
+
+// printSlotWork prints, where the record has them, who applies, the DDL
+// run, what the run waits for, the faults ridden out, the sequences'
+// sync, the copy's progress and the progress row.
+func printSlotWork(tw io.Writer, now time.Time, s slotReport) {
+	if a := s.Apply; a != nil {
+		fmt.Fprintf(tw, "  applied by\t%s\n", applyText(*a))
+	}
+	if s.DDL > 0 {
+		fmt.Fprintf(tw, "  schema changes\t%d DDL statements from the publisher run on the target (ddl = apply)\n", s.DDL)
+	}
+	if w := s.Waiting; w != nil {
+		fmt.Fprintf(tw, "  waiting\t%s since %s ago: %s (%s); fix: %s\n", w.Reason, since(now, w.Since), w.What, w.Error, w.Fix)
+	}
+	if len(s.Faults) > 0 {
+		var parts []string
+		for _, c := range subscriber.FaultCauses {
+			if n := s.Faults[c]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", c, n))
+			}
+		}
+		fmt.Fprintf(tw, "  faults\tridden out since start: %s\n", strings.Join(parts, ", "))
+	}
+	if q := s.Sequences; q != nil {
+		fmt.Fprintf(tw, "  sequences\t%s\n", sequencesText(now, *q))
+	}
+	if c := s.Copy; c != nil {
+		done := ""
+		if c.Percent != nil && c.ETASeconds != nil {
+			done = fmt.Sprintf(" (%.0f%%, about %s left)", *c.Percent, (time.Duration(*c.ETASeconds) * time.Second).String())
+		}
+		fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows%s, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, done, bytesText(c.Bytes), c.ElapsedSeconds)
+	}
+	if p := s.Progress; p != nil {
+		fmt.Fprintf(tw, "  progress row\tlast applied source transaction %d, commit %s, resume at %s\n", p.XID, p.CommitLSN, p.EndLSN)
+	}
+}
+
+// sequencesText says when the sequences were last synced, by whom and
+// with what outcome.
+func sequencesText(now time.Time, q status.Sequences) string {
+	by := ""
+	if q.By == status.SyncedByCommand {
+		by = " by parapply sync-sequences"
+	}
+	line := fmt.Sprintf("%d checked %s ago%s (%d moved forward, %d already there, %d ahead of the publisher, %d refused by the target role, %d missing on the target, %d not readable)",
+		q.Sequences, since(now, q.At), by, q.Moved, q.Unchanged, q.Ahead, q.Refused, q.Missing, q.Unreadable)
+	if q.At.IsZero() {
+		line = "not synced yet"
+	}
+	if q.Error != "" {
+		line += "; last sync failed: " + q.Error
+	}
+	return line
+}
+
+// printPublisherSlot prints the slot as the publisher sees it (with
+// --source): whether it is streamed from, its positions, the WAL it
+// keeps, and whether it survives a failover.
+func printPublisherSlot(tw io.Writer, s slotReport, p status.Slot) {
+	active := "inactive"
+	switch {
+	case !p.Active && s.Live() && s.State == subscriber.StateCopying:
+		active = "not streaming yet: parapply copies the tables and streams from the slot once the copy ends (do not drop it)"
+	case !p.Active && s.Live():
+		active = fmt.Sprintf("inactive while parapply is %s; it streams from the slot again by itself (do not drop it)", s.State)
+	case p.Active && p.ReplicationState == "":
+		active = fmt.Sprintf("active (walsender pid %d; its state is hidden from the source role: GRANT pg_read_all_stats TO it)", p.ActivePID)
+	case p.Active:
+		active = fmt.Sprintf("active (pid %d, application_name %s, %s, sync_state %s)", p.ActivePID, p.ApplicationName, p.ReplicationState, p.SyncState)
+	}
+	fmt.Fprintf(tw, "  publisher slot\t%s; confirmed flush %s, restart %s, current WAL %s; retains %s of WAL (wal_status %s)\n",
+		active, p.ConfirmedLSN, p.RestartLSN, p.CurrentLSN, bytesText(p.RetainedBytes), p.WALStatus)
+	if f := failoverText(p); f != "" {
+		fmt.Fprintf(tw, "  failover\t%s\n", f)
+	}
+}
+
+// printWorkers prints the apply workers' table, a row each, numbers
+// aligned right.
+func printWorkers(w io.Writer, workers []status.Worker) {
+	if len(workers) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  worker\tsource txns\ttarget txns\trows\tbusy\tdependency wait\tcommit order wait\tretries\t")
+	for _, wk := range workers {
+		fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%.1fs\t%.1fs\t%.1fs\t%d\t\n", wk.Worker, wk.SourceTxns, wk.TargetTxns, wk.Rows,
+			wk.BusySeconds, wk.DependencyWaitSecs, wk.CommitWaitSecs, wk.Retries)
+	}
+	tw.Flush()
 }
 
 // stateText is a slot's state as status prints it: the recorded state,

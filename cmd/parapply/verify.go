@@ -31,7 +31,7 @@ type tableCheck struct {
 // names (reading every row of both sides); above it, the counts and sums.
 const rowCompareLimit = 200_000
 
-// verifyCommand compares every published table on the publisher and the
+// VerifyCommand compares every published table on the publisher and the
 // target: row counts and a checksum of every row's text over the
 // published columns (the publisher's rows those its row filters send),
 // and names the first differing row of a table that differs. Run once
@@ -40,7 +40,14 @@ const rowCompareLimit = 200_000
 // comparison (the results are not final: cutover is the check once
 // writes stop) and, when tables differ, where the slot stands (no live
 // parapply streams from it, or it had not caught up).
-func verifyCommand(ctx context.Context, args []string, out io.Writer) error {
+type VerifyCommand struct {
+	out io.Writer
+}
+
+// Run is parapply verify: a line per table as it is compared, then notes
+// on what the comparison may have missed.
+func (cmd *VerifyCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the comparison as JSON")
 	usageFor(fs, "parapply verify --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE] [--json]")
@@ -179,12 +186,18 @@ func verdict(checks []tableCheck) error {
 	return nil
 }
 
-// cutoverCommand is the cut-over once the publisher's writes have
+// CutoverCommand is the cut-over once the publisher's writes have
 // stopped: it waits until parapply has made every change up to the
 // publisher's current WAL position durable on the target (the slot
 // confirms it), brings the sequences over, verifies every published
 // table, and says how long it took: the write downtime it added.
-func cutoverCommand(ctx context.Context, args []string, out io.Writer) error {
+type CutoverCommand struct {
+	out io.Writer
+}
+
+// Run is parapply cutover: its three steps, each said as it starts.
+func (cmd *CutoverCommand) Run(ctx context.Context, args []string) error {
+	out := cmd.out
 	fs := flag.NewFlagSet("cutover", flag.ContinueOnError)
 	wait := fs.Duration("timeout", 5*time.Minute, "how long to wait for parapply to catch up")
 	usageFor(fs, "parapply cutover --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--sequences owned|all] [--timeout 5m] [--config FILE]")
