@@ -18,6 +18,7 @@ import (
 
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // Info labels the parapply_info series.
@@ -132,152 +133,187 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.status()
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	e := emitter(ch)
+	e.gauge(infoDesc, 1, c.info.Version, c.info.Slot, c.info.ApplicationName)
+	collectState(e, st)
+	collectPositions(e, st)
+	collectApplied(e, st)
+	collectPipeline(e, st)
+	collectWorkers(e, st)
+	collectSequences(e, st)
+	if c.failover != nil {
+		if f := c.failover(); f != nil {
+			e.gauge(foSlotDesc, b2f(f.Slot))
+			e.gauge(foSyncSetDesc, b2f(f.SyncStandbySlots))
+			for host, synced := range f.Synced {
+				e.gauge(foSyncedDesc, b2f(synced), host)
+			}
+		}
 	}
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	if p := st.Copy; p != nil {
+		collectCopy(e, *p)
 	}
-	gauge(infoDesc, 1, c.info.Version, c.info.Slot, c.info.ApplicationName)
+}
+
+// emitter sends the metrics Collect makes, each a constant read from the
+// status.
+type emitter chan<- prometheus.Metric
+
+func (e emitter) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func (e emitter) counter(d *prometheus.Desc, v float64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+// collectState emits the run's state, what it waits for and since when,
+// when it started, and its modes (synchronous standby, binary, behind).
+func collectState(e emitter, st subscriber.Status) {
 	for _, s := range states {
 		v := 0.0
 		if s == st.State {
 			v = 1
 		}
-		gauge(stateDesc, v, s)
+		e.gauge(stateDesc, v, s)
 	}
 	waitStart, reason := 0.0, ""
 	if w := st.Waiting; w != nil {
 		waitStart, reason = float64(w.Since.UnixNano())/1e9, w.Reason
 	}
 	for _, r := range subscriber.WaitReasons {
-		gauge(waitingDesc, b2f(r == reason), r)
+		e.gauge(waitingDesc, b2f(r == reason), r)
 	}
-	gauge(waitStartDesc, waitStart)
+	e.gauge(waitStartDesc, waitStart)
 	if !st.Started.IsZero() {
-		gauge(startDesc, float64(st.Started.UnixNano())/1e9)
+		e.gauge(startDesc, float64(st.Started.UnixNano())/1e9)
 	}
-	gauge(lsnDesc, float64(st.Received), "received")
-	gauge(lsnDesc, float64(st.Applied), "applied")
-	gauge(lsnDesc, float64(st.Durable), "flushed")
-	gauge(lsnDesc, float64(st.SourceWALEnd), "source_wal_end")
-	gauge(lagBytesDesc, float64(st.LagBytes()))
-	gauge(lagSecondsDesc, st.Lag.Seconds())
-	sync := 0.0
-	if st.SyncStandby {
-		sync = 1
-	}
-	gauge(syncDesc, sync)
-	binary := 0.0
-	if st.Binary {
-		binary = 1
-	}
-	gauge(binaryDesc, binary)
-	behind := 0.0
-	if st.Behind {
-		behind = 1
-	}
-	gauge(behindDesc, behind)
+	e.gauge(syncDesc, b2f(st.SyncStandby))
+	e.gauge(binaryDesc, b2f(st.Binary))
+	e.gauge(behindDesc, b2f(st.Behind))
+}
+
+// collectPositions emits the stream's positions, the lag, and the commit
+// delay's histogram.
+func collectPositions(e emitter, st subscriber.Status) {
+	e.gauge(lsnDesc, float64(st.Received), "received")
+	e.gauge(lsnDesc, float64(st.Applied), "applied")
+	e.gauge(lsnDesc, float64(st.Durable), "flushed")
+	e.gauge(lsnDesc, float64(st.SourceWALEnd), "source_wal_end")
+	e.gauge(lagBytesDesc, float64(st.LagBytes()))
+	e.gauge(lagSecondsDesc, st.Lag.Seconds())
 	h := st.CommitDelay
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {
 		buckets[b] = h.Counts[i]
 	}
-	ch <- prometheus.MustNewConstHistogram(delayDesc, h.Count, h.Sum, buckets)
-	counter(srcTxnsDesc, float64(st.Txns))
-	counter(tgtTxnsDesc, float64(st.Groups))
+	e <- prometheus.MustNewConstHistogram(delayDesc, h.Count, h.Sum, buckets)
+}
+
+// collectApplied emits what was applied: transactions, and each table's
+// rows, truncates and conflicts.
+func collectApplied(e emitter, st subscriber.Status) {
+	e.counter(srcTxnsDesc, float64(st.Txns))
+	e.counter(tgtTxnsDesc, float64(st.Groups))
 	for _, t := range st.Tables {
-		counter(rowsDesc, float64(t.Inserts), t.Name, "insert")
-		counter(rowsDesc, float64(t.Updates), t.Name, "update")
-		counter(rowsDesc, float64(t.Deletes), t.Name, "delete")
-		counter(truncDesc, float64(t.Truncates), t.Name)
-		counter(conflictsDesc, float64(t.UpdateMissing), t.Name, "update_missing")
-		counter(conflictsDesc, float64(t.DeleteMissing), t.Name, "delete_missing")
+		e.counter(rowsDesc, float64(t.Inserts), t.Name, "insert")
+		e.counter(rowsDesc, float64(t.Updates), t.Name, "update")
+		e.counter(rowsDesc, float64(t.Deletes), t.Name, "delete")
+		e.counter(truncDesc, float64(t.Truncates), t.Name)
+		e.counter(conflictsDesc, float64(t.UpdateMissing), t.Name, "update_missing")
+		e.counter(conflictsDesc, float64(t.DeleteMissing), t.Name, "delete_missing")
 		for _, ty := range conflict.Types {
 			if n, ok := t.Conflicts[ty]; ok && ty != conflict.UpdateMissing && ty != conflict.DeleteMissing {
-				counter(conflictsDesc, float64(n), t.Name, string(ty))
+				e.counter(conflictsDesc, float64(n), t.Name, string(ty))
 			}
 		}
 	}
-	counter(stmtsDesc, float64(st.Statements))
-	counter(collapsedDesc, float64(st.Collapsed))
-	counter(replaysDesc, float64(st.Replays))
-	counter(prefetchDesc, float64(st.Prefetched))
-	counter(pfDroppedDesc, float64(st.PrefetchDropped))
-	gauge(pfConnsDesc, float64(st.PrefetchConns))
-	counter(pfWaitDesc, st.PrefetchWait.Seconds())
-	gauge(queueDesc, float64(st.QueueBytes))
-	gauge(streamDesc, float64(st.StreamBytes))
-	counter(spillDesc, float64(st.SpillBytes))
-	gauge(inflightDesc, float64(st.StreamsInFlight))
-	counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
-	counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
-	counter(skippedDesc, float64(st.Skipped))
-	counter(ddlDesc, float64(st.DDL))
-	counter(tombDesc, float64(st.TombstonesPruned), "pruned")
-	counter(tombDesc, float64(st.TombstonesExpired), "expired")
-	gauge(activeDesc, float64(st.ActiveWorkers))
+}
+
+// collectPipeline emits how the changes went through: statements, the
+// prefetch, the queue, streamed transactions and their spill, skipped
+// transactions, DDL, delete records, and the appliers at work.
+func collectPipeline(e emitter, st subscriber.Status) {
+	e.counter(stmtsDesc, float64(st.Statements))
+	e.counter(collapsedDesc, float64(st.Collapsed))
+	e.counter(replaysDesc, float64(st.Replays))
+	e.counter(prefetchDesc, float64(st.Prefetched))
+	e.counter(pfDroppedDesc, float64(st.PrefetchDropped))
+	e.gauge(pfConnsDesc, float64(st.PrefetchConns))
+	e.counter(pfWaitDesc, st.PrefetchWait.Seconds())
+	e.gauge(queueDesc, float64(st.QueueBytes))
+	e.gauge(streamDesc, float64(st.StreamBytes))
+	e.counter(spillDesc, float64(st.SpillBytes))
+	e.gauge(inflightDesc, float64(st.StreamsInFlight))
+	e.counter(streamedDesc, float64(st.StreamedInFlight), "in_flight")
+	e.counter(streamedDesc, float64(st.StreamedAtCommit), "at_commit")
+	e.counter(skippedDesc, float64(st.Skipped))
+	e.counter(ddlDesc, float64(st.DDL))
+	e.counter(tombDesc, float64(st.TombstonesPruned), "pruned")
+	e.counter(tombDesc, float64(st.TombstonesExpired), "expired")
+	e.gauge(activeDesc, float64(st.ActiveWorkers))
 	if st.AutoWorkers {
-		counter(switchesDesc, float64(st.WorkerSwitches))
-		gauge(readShareDesc, st.ReadWaitShare)
+		e.counter(switchesDesc, float64(st.WorkerSwitches))
+		e.gauge(readShareDesc, st.ReadWaitShare)
 	}
+}
+
+// collectWorkers emits each worker's work and waits, the retries by
+// cause summed over them, and the reconnects by cause.
+func collectWorkers(e emitter, st subscriber.Status) {
 	var retries [len(subscriber.RetryCauses)]int64
 	for _, w := range st.Workers {
 		n := strconv.Itoa(w.Worker)
-		counter(wTxnsDesc, float64(w.Txns), n)
-		counter(wUnitsDesc, float64(w.Units), n)
-		counter(wBatchDesc, float64(w.UnitsApplied), n)
-		counter(wRowsDesc, float64(w.Rows), n)
-		counter(wBusyDesc, w.Busy.Seconds(), n)
-		counter(wDepDesc, w.DependencyWait.Seconds(), n)
-		counter(wOrderDesc, w.CommitWait.Seconds(), n)
+		e.counter(wTxnsDesc, float64(w.Txns), n)
+		e.counter(wUnitsDesc, float64(w.Units), n)
+		e.counter(wBatchDesc, float64(w.UnitsApplied), n)
+		e.counter(wRowsDesc, float64(w.Rows), n)
+		e.counter(wBusyDesc, w.Busy.Seconds(), n)
+		e.counter(wDepDesc, w.DependencyWait.Seconds(), n)
+		e.counter(wOrderDesc, w.CommitWait.Seconds(), n)
 		for i, r := range w.RetriesBy {
 			retries[i] += r
 		}
 	}
 	for i, cause := range subscriber.RetryCauses {
-		counter(retriesDesc, float64(retries[i]), cause)
+		e.counter(retriesDesc, float64(retries[i]), cause)
 	}
 	for i, cause := range subscriber.FaultCauses {
-		counter(reconnectsDesc, float64(st.Reconnects[i]), cause)
+		e.counter(reconnectsDesc, float64(st.Reconnects[i]), cause)
 	}
+}
+
+// collectSequences emits the last sequence sync's outcome by kind, and
+// whether the last one failed.
+func collectSequences(e emitter, st subscriber.Status) {
 	if sq := st.Sequences; !sq.At.IsZero() {
-		gauge(seqAtDesc, float64(sq.At.UnixNano())/1e9)
-		gauge(seqDesc, float64(sq.Sequences), "synced")
-		gauge(seqDesc, float64(sq.Moved), "moved")
-		gauge(seqDesc, float64(sq.Missing), "missing")
-		gauge(seqDesc, float64(sq.Unread), "unreadable")
-		gauge(seqDesc, float64(sq.Unchanged), "unchanged")
-		gauge(seqDesc, float64(sq.Ahead), "ahead")
-		gauge(seqDesc, float64(sq.Refused), "refused")
-		gauge(seqDesc, float64(sq.Unused), "unused")
+		e.gauge(seqAtDesc, float64(sq.At.UnixNano())/1e9)
+		e.gauge(seqDesc, float64(sq.Sequences), "synced")
+		e.gauge(seqDesc, float64(sq.Moved), "moved")
+		e.gauge(seqDesc, float64(sq.Missing), "missing")
+		e.gauge(seqDesc, float64(sq.Unread), "unreadable")
+		e.gauge(seqDesc, float64(sq.Unchanged), "unchanged")
+		e.gauge(seqDesc, float64(sq.Ahead), "ahead")
+		e.gauge(seqDesc, float64(sq.Refused), "refused")
+		e.gauge(seqDesc, float64(sq.Unused), "unused")
 	}
-	failing := 0.0
-	if st.SequenceError != "" {
-		failing = 1
+	e.gauge(seqFailDesc, b2f(st.SequenceError != ""))
+}
+
+// collectCopy emits the initial copy's progress: tables done and
+// pending, the share done and time left, and each table's rows and
+// bytes.
+func collectCopy(e emitter, p tablesync.Progress) {
+	e.gauge(copyTablesDesc, float64(p.TablesDone), "done")
+	e.gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
+	if pct, left, ok := subscriber.CopyEstimate(p); ok {
+		e.gauge(copyPctDesc, pct)
+		e.gauge(copyETADesc, left.Seconds())
 	}
-	gauge(seqFailDesc, failing)
-	if c.failover != nil {
-		if f := c.failover(); f != nil {
-			gauge(foSlotDesc, b2f(f.Slot))
-			gauge(foSyncSetDesc, b2f(f.SyncStandbySlots))
-			for host, synced := range f.Synced {
-				gauge(foSyncedDesc, b2f(synced), host)
-			}
-		}
-	}
-	if p := st.Copy; p != nil {
-		gauge(copyTablesDesc, float64(p.TablesDone), "done")
-		gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
-		if pct, left, ok := subscriber.CopyEstimate(*p); ok {
-			gauge(copyPctDesc, pct)
-			gauge(copyETADesc, left.Seconds())
-		}
-		for _, t := range p.PerTable {
-			counter(copyRowsDesc, float64(t.Rows), t.Name)
-			counter(copyBytesDesc, float64(t.Bytes), t.Name)
-			gauge(copyEstDesc, float64(t.EstRows), t.Name)
-		}
+	for _, t := range p.PerTable {
+		e.counter(copyRowsDesc, float64(t.Rows), t.Name)
+		e.counter(copyBytesDesc, float64(t.Bytes), t.Name)
+		e.gauge(copyEstDesc, float64(t.EstRows), t.Name)
 	}
 }
 
