@@ -65,61 +65,13 @@ func splitList(s string) []string {
 	return out
 }
 
+// run is the benchmark: the options, the parapply binary to measure,
+// every cell measured, then the charts, the table, and an error if a run
+// failed its verification.
 func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
-	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
-	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
-	runs := fs.Int("runs", 3, "runs per cell; times are medians")
-	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
-	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
-	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated: 0 to 64, or auto (parapply's default)")
-	plot := fs.String("plot", "", "write PNG charts to this directory")
-	layoutFlag := fs.String("layout", layoutShared, "where the processes run, comma separated: shared (one machine: every process on every CPU) or separate (two machines: the publisher, its walsender and the clients on one half of the CPUs, the subscriber and parapply on the other); ratios are against the built-in in the same layout")
-	target := fs.String("target", targetPostgres, "where parapply applies: postgres, or citus (a Citus coordinator and two workers from Debian's postgresql-15 with Citus; the built-in, which cannot fill one, applies to a plain server in the same run, for scale)")
-	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseOptions(args)
+	if err != nil {
 		return err
-	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag), target: *target}
-	if err := checkTarget(o); err != nil {
-		return err
-	}
-	for _, l := range o.layouts {
-		if !slices.Contains(layouts, l) {
-			return fmt.Errorf("unknown layout %q (have %s)", l, strings.Join(layouts, ", "))
-		}
-		if l == layoutSeparate {
-			if err := checkSeparate(); err != nil {
-				return err
-			}
-		}
-	}
-	if len(o.workloads) == 1 && o.workloads[0] == "all" {
-		o.workloads = workloadNames()
-	}
-	for _, w := range splitList(*workersFlag) {
-		n, err := strconv.Atoi(w)
-		if w == "auto" {
-			n, err = autoWorkers, nil
-		}
-		if err != nil || n < autoWorkers || n > 64 {
-			return fmt.Errorf("invalid worker count %q (0 to 64, or auto)", w)
-		}
-		o.workers = append(o.workers, n)
-	}
-	for _, w := range o.workloads {
-		if _, ok := workloads[w]; !ok {
-			return fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(workloadNames(), ", "))
-		}
-	}
-	for _, e := range o.engines {
-		if _, _, err := parapplySettings(e); err != nil {
-			return err
-		}
-	}
-	if o.runs < 1 || o.scale <= 0 {
-		return errors.New("--runs must be at least 1 and --scale above 0")
 	}
 	if o.binary == "" && slices.ContainsFunc(o.engines, isParapply) {
 		b, err := buildParapply()
@@ -137,32 +89,11 @@ func run(ctx context.Context, args []string) error {
 				c.measureRun(ctx, o, i)
 			}
 		}
-		var base, off *result
-		for _, c := range cells {
-			w := c.workload
-			res := c.summary()
-			if c.engine == "builtin" && res.Verified && c.mode == "" {
-				b := res
-				base = &b
-			}
-			res.Speedup = speedup(workloads[w].method, base, &res)
-			if c.mode == "off" || c.mode == "" {
-				off = nil // each engine's other modes compare with its own off
-			}
-			if c.mode == "off" && res.Verified {
-				b := res
-				off = &b
-			}
-			if off != nil && off.LocalTPS > 0 && res.Verified {
-				res.LocalTPSVsOff = res.LocalTPS / off.LocalTPS
-			}
-			results = append(results, res)
-			if o.json != "" {
-				if err := appendJSON(o.json, res); err != nil {
-					return err
-				}
-			}
+		more, err := summarize(o, cells)
+		if err != nil {
+			return err
 		}
+		results = append(results, more...)
 	}
 	if o.plot != "" {
 		if err := writePlots(o.plot, results); err != nil {
@@ -176,6 +107,114 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// parseOptions reads the flags into options and checks them.
+func parseOptions(args []string) (options, error) {
+	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
+	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
+	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
+	runs := fs.Int("runs", 3, "runs per cell; times are medians")
+	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
+	bin := fs.String("parapply", "", "parapply binary to measure (default: build ./cmd/parapply)")
+	workersFlag := fs.String("workers", "auto", "parapply worker counts to measure, comma separated: 0 to 64, or auto (parapply's default)")
+	plot := fs.String("plot", "", "write PNG charts to this directory")
+	layoutFlag := fs.String("layout", layoutShared, "where the processes run, comma separated: shared (one machine: every process on every CPU) or separate (two machines: the publisher, its walsender and the clients on one half of the CPUs, the subscriber and parapply on the other); ratios are against the built-in in the same layout")
+	target := fs.String("target", targetPostgres, "where parapply applies: postgres, or citus (a Citus coordinator and two workers from Debian's postgresql-15 with Citus; the built-in, which cannot fill one, applies to a plain server in the same run, for scale)")
+	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag), target: *target}
+	if err := o.checkWhere(); err != nil {
+		return o, err
+	}
+	if len(o.workloads) == 1 && o.workloads[0] == "all" {
+		o.workloads = workloadNames()
+	}
+	for _, w := range splitList(*workersFlag) {
+		n, err := strconv.Atoi(w)
+		if w == "auto" {
+			n, err = autoWorkers, nil
+		}
+		if err != nil || n < autoWorkers || n > 64 {
+			return o, fmt.Errorf("invalid worker count %q (0 to 64, or auto)", w)
+		}
+		o.workers = append(o.workers, n)
+	}
+	return o, o.checkWhat()
+}
+
+// checkWhere refuses an unknown target or layout, or a layout the
+// machine cannot give.
+func (o options) checkWhere() error {
+	if err := checkTarget(o); err != nil {
+		return err
+	}
+	for _, l := range o.layouts {
+		if !slices.Contains(layouts, l) {
+			return fmt.Errorf("unknown layout %q (have %s)", l, strings.Join(layouts, ", "))
+		}
+		if l == layoutSeparate {
+			if err := checkSeparate(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkWhat refuses an unknown workload or engine, no runs or no scale.
+func (o options) checkWhat() error {
+	for _, w := range o.workloads {
+		if _, ok := workloads[w]; !ok {
+			return fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(workloadNames(), ", "))
+		}
+	}
+	for _, e := range o.engines {
+		if _, _, err := parapplySettings(e); err != nil {
+			return err
+		}
+	}
+	if o.runs < 1 || o.scale <= 0 {
+		return errors.New("--runs must be at least 1 and --scale above 0")
+	}
+	return nil
+}
+
+// summarize makes each cell's result, with its speedup against the
+// built-in and, for a local mode, its rate against the same engine's off
+// mode, and appends each to the JSON file if one is named.
+func summarize(o options, cells []*cell) ([]result, error) {
+	var results []result
+	var base, off *result
+	for _, c := range cells {
+		w := c.workload
+		res := c.summary()
+		if c.engine == "builtin" && res.Verified && c.mode == "" {
+			b := res
+			base = &b
+		}
+		res.Speedup = speedup(workloads[w].method, base, &res)
+		if c.mode == "off" || c.mode == "" {
+			off = nil // each engine's other modes compare with its own off
+		}
+		if c.mode == "off" && res.Verified {
+			b := res
+			off = &b
+		}
+		if off != nil && off.LocalTPS > 0 && res.Verified {
+			res.LocalTPSVsOff = res.LocalTPS / off.LocalTPS
+		}
+		results = append(results, res)
+		if o.json != "" {
+			if err := appendJSON(o.json, res); err != nil {
+				return results, err
+			}
+		}
+	}
+	return results, nil
 }
 
 // cell is one workload for one engine, worker count and local mode, with

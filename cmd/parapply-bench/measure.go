@@ -105,26 +105,9 @@ var beforeVerify func(ctx context.Context, sub *pgx.Conn) error
 
 // measure runs one workload once for one engine on a fresh pair.
 func measure(ctx context.Context, o options, w workload, engineName string, workers int, detection, layout string) (m measurement, err error) {
-	sub := pgtest.Options{Settings: maps.Clone(w.subSettings)}
-	// Developer aid: PARAPPLY_BENCH_SUB_SETTINGS="name=value,..." adds
-	// subscriber server settings (for example io_workers=16), to find out
-	// what bounds a cell; published figures use the servers' defaults.
-	for _, kv := range splitList(os.Getenv("PARAPPLY_BENCH_SUB_SETTINGS")) {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok {
-			return m, fmt.Errorf("PARAPPLY_BENCH_SUB_SETTINGS: %q is not name=value", kv)
-		}
-		if sub.Settings == nil {
-			sub.Settings = map[string]string{}
-		}
-		sub.Settings[strings.TrimSpace(name)] = strings.TrimSpace(value)
-		logf("subscriber setting %s = %s (PARAPPLY_BENCH_SUB_SETTINGS)", name, value)
-	}
-	if delay := cmp.Or(o.readDelay, w.readDelay); delay > 0 {
-		if sub.Env, err = pgtest.ReadDelayEnv(delay); err != nil {
-			return m, err
-		}
-		logf("every file read of the subscriber server is delayed by %s", delay)
+	sub, err := subscriberServer(o, w)
+	if err != nil {
+		return m, err
 	}
 	citus := o.target == targetCitus && isParapply(engineName)
 	var pair *pgtest.Pair
@@ -162,84 +145,15 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	if err := r.pub.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
 		return m, err
 	}
-	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz); CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable, heartbeatTable)
-	for i, c := range []*pgx.Conn{r.pub, r.sub} {
-		if _, err := c.Exec(ctx, schema); err != nil {
-			return m, fmt.Errorf("schema: %w", err)
-		}
-		if i == 1 && citus {
-			if err := distribute(ctx, c, append(append([]string(nil), w.tables...), markerTable, heartbeatTable)); err != nil {
-				return m, err
-			}
-		}
-		if w.preload != nil && (i == 0 || w.method != methodInitial) && !w.replicated {
-			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
-			for _, q := range w.preload(o.scale) {
-				if _, err := c.Exec(ctx, q); err != nil {
-					return m, fmt.Errorf("preload: %w", err)
-				}
-			}
-		}
-		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
-			if _, err := c.Exec(ctx, q); err != nil {
-				return m, err
-			}
-		}
-	}
-	tables := append(append([]string(nil), w.tables...), markerTable, heartbeatTable)
-	// The heartbeat row starts identical on both sides; live runs update it.
-	for i, c := range []*pgx.Conn{r.pub, r.sub} {
-		if i == 1 && w.method == methodInitial {
-			break
-		}
-		if _, err := c.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, '2000-01-01 00:00:00+00')"); err != nil {
-			return m, err
-		}
-	}
-	if _, err := r.pub.Exec(ctx, "CREATE PUBLICATION bench FOR TABLE "+strings.Join(tables, ", ")); err != nil {
+	tables, err := r.prepare(ctx, w, citus)
+	if err != nil {
 		return m, err
 	}
-
-	copyData := w.method == methodInitial
-	switch {
-	case engineName == "builtin":
-		r.eng, err = newBuiltin(ctx, r.sub, r.pubDSN, copyData)
-	case isParapply(engineName):
-		bin, flags, _ := parapplySettings(engineName) // checked with the options
-		if bin == "" {
-			bin = o.binary
-		}
-		if detection == "tombstones" {
-			flags = append(flags, "--detect-update-deleted", "on")
-		}
-		if citus {
-			flags = append(flags, "--detect-conflicts", "off") // refused on Citus
-		}
-		r.eng, err = newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags, engineCPUs)
-	case engineName == "drain":
-		if w.method != methodCatchup {
-			return m, fmt.Errorf("the drain engine measures catch-up workloads only")
-		}
-		r.eng = newDrain(r.pubDSN)
-	}
-	if err != nil {
+	if r.eng, err = r.newEngine(ctx, w, engineName, workers, detection, engineCPUs, citus); err != nil {
 		return m, err
 	}
 	defer r.eng.close()
-
-	switch w.method {
-	case methodCatchup:
-		err = r.catchup(ctx, w, &m)
-	case methodLive:
-		err = r.live(ctx, w, &m)
-	case methodBigTxn:
-		err = r.bigTxn(ctx, w, &m)
-	case methodInitial:
-		err = r.initial(ctx, &m, tables)
-	case methodLocal:
-		err = r.localLoad(ctx, w, &m, detection)
-	}
-	if err != nil {
+	if err := r.runWorkload(ctx, w, &m, tables, detection); err != nil {
 		return m, err
 	}
 	if _, ok := r.eng.(*drain); ok {
@@ -254,6 +168,124 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		return m, fmt.Errorf("verification: %w", err)
 	}
 	return m, nil
+}
+
+// subscriberServer is how the subscriber server starts: the workload's
+// settings, those PARAPPLY_BENCH_SUB_SETTINGS adds, and the read delay.
+func subscriberServer(o options, w workload) (pgtest.Options, error) {
+	sub := pgtest.Options{Settings: maps.Clone(w.subSettings)}
+	// Developer aid: PARAPPLY_BENCH_SUB_SETTINGS="name=value,..." adds
+	// subscriber server settings (for example io_workers=16), to find out
+	// what bounds a cell; published figures use the servers' defaults.
+	for _, kv := range splitList(os.Getenv("PARAPPLY_BENCH_SUB_SETTINGS")) {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return sub, fmt.Errorf("PARAPPLY_BENCH_SUB_SETTINGS: %q is not name=value", kv)
+		}
+		if sub.Settings == nil {
+			sub.Settings = map[string]string{}
+		}
+		sub.Settings[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		logf("subscriber setting %s = %s (PARAPPLY_BENCH_SUB_SETTINGS)", name, value)
+	}
+	if delay := cmp.Or(o.readDelay, w.readDelay); delay > 0 {
+		env, err := pgtest.ReadDelayEnv(delay)
+		if err != nil {
+			return sub, err
+		}
+		sub.Env = env
+		logf("every file read of the subscriber server is delayed by %s", delay)
+	}
+	return sub, nil
+}
+
+// prepare makes the workload's schema, the marker and heartbeat tables
+// on both sides (distributed on a Citus target), preloads them, and
+// publishes them; it returns the tables published.
+func (r *runEnv) prepare(ctx context.Context, w workload, citus bool) ([]string, error) {
+	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz); CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable, heartbeatTable)
+	for i, c := range []*pgx.Conn{r.pub, r.sub} {
+		if _, err := c.Exec(ctx, schema); err != nil {
+			return nil, fmt.Errorf("schema: %w", err)
+		}
+		if i == 1 && citus {
+			if err := distribute(ctx, c, append(append([]string(nil), w.tables...), markerTable, heartbeatTable)); err != nil {
+				return nil, err
+			}
+		}
+		if w.preload != nil && (i == 0 || w.method != methodInitial) && !w.replicated {
+			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
+			for _, q := range w.preload(r.o.scale) {
+				if _, err := c.Exec(ctx, q); err != nil {
+					return nil, fmt.Errorf("preload: %w", err)
+				}
+			}
+		}
+		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				return nil, err
+			}
+		}
+	}
+	tables := append(append([]string(nil), w.tables...), markerTable, heartbeatTable)
+	// The heartbeat row starts identical on both sides; live runs update it.
+	for i, c := range []*pgx.Conn{r.pub, r.sub} {
+		if i == 1 && w.method == methodInitial {
+			break
+		}
+		if _, err := c.Exec(ctx, "INSERT INTO "+heartbeatTable+" VALUES (1, '2000-01-01 00:00:00+00')"); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := r.pub.Exec(ctx, "CREATE PUBLICATION bench FOR TABLE "+strings.Join(tables, ", ")); err != nil {
+		return nil, err
+	}
+	return tables, nil
+}
+
+// newEngine makes the engine the cell measures: the built-in
+// subscription, parapply with the cell's settings, or the drain.
+func (r *runEnv) newEngine(ctx context.Context, w workload, engineName string, workers int, detection, engineCPUs string, citus bool) (engine, error) {
+	copyData := w.method == methodInitial
+	switch {
+	case engineName == "builtin":
+		return newBuiltin(ctx, r.sub, r.pubDSN, copyData)
+	case isParapply(engineName):
+		bin, flags, _ := parapplySettings(engineName) // checked with the options
+		if bin == "" {
+			bin = r.o.binary
+		}
+		if detection == "tombstones" {
+			flags = append(flags, "--detect-update-deleted", "on")
+		}
+		if citus {
+			flags = append(flags, "--detect-conflicts", "off") // refused on Citus
+		}
+		return newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags, engineCPUs)
+	case engineName == "drain":
+		if w.method != methodCatchup {
+			return nil, fmt.Errorf("the drain engine measures catch-up workloads only")
+		}
+		return newDrain(r.pubDSN), nil
+	}
+	return nil, fmt.Errorf("unknown engine %q", engineName) // checked with the options
+}
+
+// runWorkload runs the workload as its method measures it.
+func (r *runEnv) runWorkload(ctx context.Context, w workload, m *measurement, tables []string, detection string) error {
+	switch w.method {
+	case methodCatchup:
+		return r.catchup(ctx, w, m)
+	case methodLive:
+		return r.live(ctx, w, m)
+	case methodBigTxn:
+		return r.bigTxn(ctx, w, m)
+	case methodInitial:
+		return r.initial(ctx, m, tables)
+	case methodLocal:
+		return r.localLoad(ctx, w, m, detection)
+	}
+	return nil
 }
 
 // prime starts the subscriber until its slot is active, so the slot exists
