@@ -150,8 +150,7 @@ type VersionCommand struct {
 	out io.Writer
 }
 
-// Run prints the version line; arguments are ignored, as they always
-// were.
+// Run prints the version line, whatever follows the command's name.
 func (cmd *VersionCommand) Run(_ context.Context, _ []string) error {
 	fmt.Fprintln(cmd.out, versionLine())
 	return nil
