@@ -16,10 +16,10 @@ import (
 )
 
 type loop struct {
-	s         *Subscriber
-	app       *apply.Applier
-	tracker   *progress.Tracker
-	dec       pgoutput.Decoder
+	s       *Subscriber
+	app     *apply.Applier
+	tracker *progress.Tracker
+	dec     pgoutput.Decoder
 	// core decides what is applied, skipped, held and grouped (see
 	// package flow); the loop does the I/O it answers.
 	core     *flow.Core
