@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/parapply/parapply"
 )
 
 // TestPure: the core does no I/O: it imports no connection, file or log
@@ -43,5 +45,31 @@ func TestPure(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// TestNoAllocation: a source transaction of row changes costs the core no
+// allocation (the hot path: one call a message).
+func TestNoAllocation(t *testing.T) {
+	c := New(Start{Limits: Limits{MaxChanges: 1000, MaxBytes: 1 << 20, MaxDelay: 1 << 30}})
+	lsn := parapply.LSN(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		lsn += 10
+		c.Hold(HoldBegin, Txn{XID: 1, CommitLSN: lsn})
+		txn, _ := c.Release("")
+		if _, skip, err := c.Begin(txn); skip || err != nil {
+			t.Fatal(skip, err)
+		}
+		for range 3 {
+			if !c.Change() {
+				t.Fatal("a change dropped")
+			}
+		}
+		if c.Commit() != EndTaken || c.Full(3, 30, 0, 1000) || c.PastOneByOne() {
+			t.Fatal("not a plain end")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a transaction", allocs)
 	}
 }
