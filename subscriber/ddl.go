@@ -14,7 +14,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/pgoutput"
-	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/subscriber/flow"
 )
 
 // Schema changes (ddl = apply). A parapply.ddl message is part of its
@@ -65,12 +65,12 @@ func (l *loop) ddlStatements(m *pgoutput.LogicalMessage, txn apply.Txn) (ddl.Mes
 // A statement found done already (an earlier run ran it, then stopped
 // before recording it) counts as run.
 func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, error) {
-	txn := l.begun
+	txn := apply.Txn(l.core.Held())
 	msg, stmts, err := l.ddlStatements(m, txn)
 	if err != nil || len(stmts) != 1 || !ddl.Concurrently(stmts[0]) {
 		return false, nil // ddl() applies it, or stops with the error
 	}
-	if l.applied(txn.CommitLSN) || slices.ContainsFunc(l.skips, func(r progress.SkipRequest) bool { return r.LSN == txn.CommitLSN }) {
+	if !l.core.MayRunAlone() {
 		return false, nil
 	}
 	if err := l.commitTaken(ctx); err != nil {
@@ -120,24 +120,26 @@ func (l *loop) ddlAlone(ctx context.Context, m *pgoutput.LogicalMessage) (bool, 
 
 // ddl runs a DDL message of the open source transaction.
 func (l *loop) ddl(ctx context.Context, m *pgoutput.LogicalMessage) error {
-	if l.skipping || l.txn.Skip {
+	step := l.core.DDL()
+	if step == flow.DDLDrop {
 		return nil
 	}
-	msg, stmts, err := l.ddlStatements(m, l.txn)
-	if l.txn.SkipDDL {
-		l.s.log.Warn("passed over a DDL message, as parapply skip --ddl asked", "tag", msg.Tag, "statement", msg.SQL, "commit_lsn", l.txn.CommitLSN.String())
+	txn := apply.Txn(l.core.Txn())
+	msg, stmts, err := l.ddlStatements(m, txn)
+	if step == flow.DDLPassOver {
+		l.s.log.Warn("passed over a DDL message, as parapply skip --ddl asked", "tag", msg.Tag, "statement", msg.SQL, "commit_lsn", txn.CommitLSN.String())
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if l.txn.Failed != "" {
-		l.s.log.Warn("a DDL statement of a transaction on_error skips is not run", "statement", msg.SQL, "commit_lsn", l.txn.CommitLSN.String())
+	if step == flow.DDLNotRun {
+		l.s.log.Warn("a DDL statement of a transaction on_error skips is not run", "statement", msg.SQL, "commit_lsn", txn.CommitLSN.String())
 		return nil
 	}
 	for _, s := range stmts {
 		if ddl.Concurrently(s) {
-			return fmt.Errorf("source transaction %d (commit %s) holds %.200q, which cannot run inside a transaction, among other changes; run it on the target by hand, then %s", l.txn.XID, l.txn.CommitLSN, s, l.s.cfg.Target.Skip(l.txn.CommitLSN, true))
+			return fmt.Errorf("source transaction %d (commit %s) holds %.200q, which cannot run inside a transaction, among other changes; run it on the target by hand, then %s", txn.XID, txn.CommitLSN, s, l.s.cfg.Target.Skip(txn.CommitLSN, true))
 		}
 	}
 	if ps, ok := l.sink.(*poolSink); ok {
@@ -152,9 +154,9 @@ func (l *loop) ddl(ctx context.Context, m *pgoutput.LogicalMessage) error {
 		return err
 	}
 	l.s.stats.ddl.Add(1)
-	l.ddlRan = true
+	l.core.DDLRan()
 	l.afterDDL(synced)
-	l.s.log.Info("applied a DDL statement", "tag", msg.Tag, "role", msg.Role, "statement", msg.SQL, "commit_lsn", l.txn.CommitLSN.String())
+	l.s.log.Info("applied a DDL statement", "tag", msg.Tag, "role", msg.Role, "statement", msg.SQL, "commit_lsn", txn.CommitLSN.String())
 	return nil
 }
 
@@ -179,8 +181,9 @@ func (l *loop) ddlToReader(ctx context.Context, ps *poolSink) error {
 	if err := ps.drain(); err != nil {
 		return err
 	}
-	l.held, l.sink, l.ddlMoved = l.sink, l.reader, true
-	l.reader.begin(l.txn)
+	l.held, l.sink = l.sink, l.reader
+	l.core.MovedToReader()
+	l.reader.begin(apply.Txn(l.core.Txn()))
 	for _, m := range mine {
 		if _, ok := m.(*pgoutput.RelationMessage); ok {
 			continue // loaded by the reader's applier when it came
@@ -195,7 +198,6 @@ func (l *loop) ddlToReader(ctx context.Context, ps *poolSink) error {
 // ddlBack commits the transaction ddlToReader moved and gives the stream
 // back to the workers.
 func (l *loop) ddlBack(ctx context.Context) error {
-	l.ddlMoved = false
 	if err := l.commitGroup(ctx); err != nil {
 		return err
 	}

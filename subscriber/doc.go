@@ -10,6 +10,13 @@
 // Subscriber.Run starts a new run after each fault it can ride out
 // (fault.go) and after a group that failed as one (below).
 //
+// The loop is an I/O shell around its core (package flow, flow.Core): the
+// core decides, without a connection, a clock or a log, what is applied or
+// skipped (by the progress row, parapply.applied and skip requests), what
+// a held BEGIN begins, where a group ends, and the state of prepared,
+// streamed and DDL-holding transactions; the loop feeds it each message
+// and what its I/O found, and does what it answers.
+//
 // # Invariants
 //
 //  1. Exactly once. A target transaction that applies source transactions
@@ -20,7 +27,7 @@
 //     parapply.applied instead (progress.RecordApplied), and pool.advance
 //     moves the progress row past the ranges every earlier one of which has
 //     committed. A run starts from what the target says (progress.Open,
-//     progress.ReadApplied) and loop.applied skips every transaction the
+//     progress.ReadApplied) and flow.Core.Applied skips every transaction the
 //     progress row or a parapply.applied range covers; so a crash at any
 //     point neither loses a transaction nor applies one twice.
 //
@@ -46,7 +53,8 @@
 //
 //  4. Groups. Consecutive source transactions share one target transaction
 //     (a group) until it holds group_max_changes changes or group_max_bytes
-//     of values, or has been open group_max_delay (loop.commitTxn), and
+//     of values, or has been open group_max_delay (flow.Core.Full,
+//     loop.commitTxn), and
 //     whenever the stream has nothing more waiting (Subscriber.run commits
 //     the group when no frame is queued). With workers, the same rule cuts
 //     units (at most unitMaxChanges changes, poolSink.maxChanges), and a
@@ -134,10 +142,10 @@
 // of them caused it is not known. Unless the error is a fault, Subscriber.Run
 // records the group's last commit LSN (oneByOne) and starts a new run,
 // which commits each source transaction alone until it passes that LSN
-// (loop.commitTxn; no workers meanwhile, see Subscriber.autoWorkers), so
+// (flow.Core.Full; no workers meanwhile, see Subscriber.autoWorkers), so
 // that an error names exactly one transaction (apply.TxnError), which
 // on_error = skip_transaction or parapply skip can then skip
-// (Subscriber.skippable, loop.skipAsked). If every transaction applies (the
-// error was another session's, gone now), loop.commit ends the run with
+// (Subscriber.skippable, flow.Core.SkipAsked). If every transaction applies
+// (the error was another session's, gone now), loop.commit ends the run with
 // errOneByOneDone once past the group, and the next run groups again.
 package subscriber

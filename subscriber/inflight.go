@@ -234,7 +234,7 @@ func (l *loop) startInflight(ctx context.Context, xid parapply.XID, st *stream) 
 	// The commit LSN is not known yet; the first change's position stands
 	// in for it (the commit comes after it), so tables copied at a sync
 	// position before it are applied (see loop.inflightAllowed).
-	app.Begin(apply.Txn{XID: xid, CommitLSN: st.firstLSN, Origin: st.origin})
+	app.Begin(apply.Txn{XID: xid, CommitLSN: st.FirstLSN, Origin: st.Origin})
 	l.s.stats.inflight.Add(1)
 	go func() {
 		defer close(f.done)

@@ -49,7 +49,7 @@ const publicationRefreshTimeout = 30 * time.Second
 // met one or the interval has passed; it runs only between source
 // transactions.
 func (l *loop) refresh(ctx context.Context, now time.Time) error {
-	if l.inTxn || l.inStream || l.holding != 0 || len(l.streams) > 0 {
+	if !l.core.Between() || len(l.streams) > 0 {
 		return nil
 	}
 	met := l.app.Joined()

@@ -10,6 +10,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber/flow"
 )
 
 // stream applies the slot's stream from where the target's record says,
@@ -122,7 +123,14 @@ func (s *Subscriber) openWorkers(ctx context.Context, app *apply.Applier, tracke
 // the reader's applier or to workers.
 func (s *Subscriber) newLoop(su setUp, tracker *progress.Tracker, oneByOne parapply.LSN, workers *pool, spillDir string) *loop {
 	o := su.opened
-	l := &loop{s: s, app: su.app, tracker: tracker, skipBelow: o.Position.CommitLSN, ahead: o.Ahead, skips: o.Skips, oneByOne: oneByOne, streams: map[parapply.XID]*stream{}, limits: s.cfg.Group,
+	start := flow.Start{SkipBelow: o.Position.CommitLSN, OneByOne: oneByOne, Limits: flow.Limits(s.cfg.Group)}
+	for _, r := range o.Ahead {
+		start.Ahead = append(start.Ahead, flow.Range(r))
+	}
+	for _, r := range o.Skips {
+		start.Skips = append(start.Skips, flow.SkipRequest(r))
+	}
+	l := &loop{s: s, app: su.app, tracker: tracker, core: flow.New(start), streams: map[parapply.XID]*stream{},
 		rels: map[uint32]*parapply.Relation{}, spillDir: spillDir}
 	l.dec.ProtoVersion = su.src.Proto
 	l.reader = &readerSink{app: su.app, tracker: tracker}
@@ -180,7 +188,7 @@ func (l *loop) follow(ctx context.Context, tick <-chan time.Time, frames chan []
 			if err == nil {
 				err = l.checkFlush(ctx)
 			}
-			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.limits.MaxDelay {
+			if open, inTxn, _, _, age := l.group(); err == nil && open && !inTxn && age >= l.core.Limits().MaxDelay {
 				err = l.commitGroup(ctx)
 			}
 			if err != nil {

@@ -11,43 +11,36 @@ import (
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/spill"
+	"github.com/parapply/parapply/subscriber/flow"
 )
 
 // stream is a transaction the publisher streams before it commits: its
 // changes go to a spill file, and to an inflight applier when there is one.
 type stream struct {
-	log   *spill.Log
-	first map[parapply.XID]int64 // offset of each subtransaction's first change
-	// firstLSN is the position of its first change; published, the end of
-	// what was handed to the inflight applier.
-	firstLSN  parapply.LSN
+	// Stream is what the loop's core decides of it: the offsets of its
+	// subtransactions, whether it is applied at its commit only (DDL,
+	// or no inflight applier), whether what came before the current
+	// block is committed (see handOver), and its origin (the Origin
+	// message of its first block).
+	*flow.Stream
+	log *spill.Log
+	// published is the end of what was handed to the inflight applier.
 	published int64
 	inflight  *inflight
-	// atCommit is set once the stream is to be applied at its commit only.
-	atCommit bool
-	// settled is set once what the loop held before the current stream
-	// block is committed (see handOver).
-	settled bool
-	counted int64 // live bytes, as counted in Subscriber.streamBytes
-	// ddl is set once a DDL message came: the stream is applied at its
-	// commit, and its relation messages are loaded then.
-	ddl bool
-	// origin names where the publisher got the transaction (the Origin
-	// message of its first block); "" when made there.
-	origin string
+	counted   int64 // live bytes, as counted in Subscriber.streamBytes
 }
 
 // streamed handles a message between StreamStart and StreamStop: changes go
 // to the stream's spill file; at StreamStop the chunk goes to its inflight
 // applier.
 func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame) error {
-	st := l.streams[l.streamXID]
+	st := l.streams[l.core.StreamXID()]
 	switch m := m.(type) {
 	case *pgoutput.StreamStop:
-		l.inStream = false
+		l.core.StreamStop()
 		return l.handOver(ctx, st)
 	case *pgoutput.RelationMessage:
-		if st.ddl {
+		if st.DDL {
 			// It may describe what the DDL changes, which the target
 			// has not yet: loaded when the stream is applied.
 			return l.spillChange(ctx, st, m.XID, f)
@@ -61,14 +54,14 @@ func (l *loop) streamed(ctx context.Context, m pgoutput.Message, f source.Frame)
 		l.sink.relation(&rel, nil)
 		return l.spillChange(ctx, st, m.XID, f)
 	case *pgoutput.Origin:
-		st.origin = m.Name
+		st.Origin = m.Name
 		return nil
 	case *pgoutput.LogicalMessage:
 		if !l.wantsDDL(m) {
 			return nil
 		}
 		// Applied at its commit, with its DDL at its place.
-		st.ddl, st.atCommit = true, true
+		st.MarkDDL()
 		if st.inflight != nil {
 			st.inflight.abort()
 			st.inflight = nil
@@ -92,17 +85,12 @@ func (l *loop) spillChange(ctx context.Context, st *stream, xid parapply.XID, f 
 	if err != nil {
 		return err
 	}
-	if _, ok := st.first[xid]; !ok {
-		st.first[xid] = off
-	}
-	if st.firstLSN == 0 {
-		st.firstLSN = f.WALStart
-	}
+	st.Spilled(xid, off, f.WALStart)
 	n := int64(len(f.Data) + 4)
 	st.counted += n
 	l.s.stats.streamBytes.Add(n)
 	l.s.stats.spilled.Add(n)
-	if !st.atCommit && st.log.Size()-st.published >= inflightPart {
+	if !st.AtCommit && st.log.Size()-st.published >= inflightPart {
 		return l.handOver(ctx, st)
 	}
 	return nil
@@ -116,29 +104,30 @@ func (l *loop) handOver(ctx context.Context, st *stream) error {
 	if err := st.log.Flush(); err != nil {
 		return err
 	}
-	if st.atCommit || st.log.Size() == st.published {
+	if st.AtCommit || st.log.Size() == st.published {
 		return nil
 	}
 	if st.inflight == nil {
 		if !l.inflightAllowed(st) {
-			st.atCommit = true
+			st.AtCommit = true
 			return nil
 		}
-		f, err := l.startInflight(ctx, l.streamXID, st)
+		xid := l.core.StreamXID()
+		f, err := l.startInflight(ctx, xid, st)
 		if err != nil {
-			l.s.log.Warn("cannot open a connection to apply a streamed transaction in flight; it will be applied at its commit", "xid", l.streamXID, "error", err)
-			st.atCommit = true
+			l.s.log.Warn("cannot open a connection to apply a streamed transaction in flight; it will be applied at its commit", "xid", xid, "error", err)
+			st.AtCommit = true
 			return nil
 		}
 		st.inflight = f
 	}
 	// What came before this block takes its locks on the target first;
 	// nothing else arrives within a block.
-	if !st.settled {
+	if !st.Settled {
 		if err := l.commitTaken(ctx); err != nil {
 			return err
 		}
-		st.settled = true
+		st.Settled = true
 	}
 	st.inflight.push(streamEvent{kind: 'c', from: st.published, to: st.log.Size()})
 	st.published = st.log.Size()
@@ -157,7 +146,7 @@ func (l *loop) inflightAllowed(st *stream) bool {
 		return false
 	}
 	for _, lsn := range l.app.Synced() {
-		if lsn > st.firstLSN {
+		if lsn > st.FirstLSN {
 			return false
 		}
 	}
@@ -170,11 +159,11 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 	if !ok {
 		return
 	}
-	if m.SubXID == m.XID || m.SubXID == 0 {
+	if flow.WholeAbort(m) {
 		l.dropStream(m.XID, st)
 		return
 	}
-	cut, ok := st.first[m.SubXID]
+	cut, ok := st.Cut(m.SubXID)
 	if !ok {
 		return
 	}
@@ -182,11 +171,6 @@ func (l *loop) streamAbort(m *pgoutput.StreamAbort) {
 	live := st.log.Size() - st.log.DeadBytes()
 	l.s.stats.streamBytes.Add(live - st.counted)
 	st.counted = live
-	for x, off := range st.first {
-		if off >= cut {
-			delete(st.first, x)
-		}
-	}
 	if st.inflight != nil {
 		st.inflight.push(streamEvent{kind: 's', subxid: m.SubXID})
 	}
@@ -213,7 +197,7 @@ func (l *loop) closeStreams() {
 
 func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error {
 	st := l.streams[m.XID]
-	txn := apply.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}
+	txn := flow.Txn{XID: m.XID, CommitLSN: m.CommitLSN, CommitTime: m.CommitTime}
 	if st == nil {
 		// Nothing of it was published (empty, or only unpublished
 		// tables).
@@ -223,21 +207,23 @@ func (l *loop) streamCommit(ctx context.Context, m *pgoutput.StreamCommit) error
 		return l.commit(ctx, m.EndLSN)
 	}
 	defer l.dropStream(m.XID, st)
-	txn.Origin = st.origin
+	txn.Origin = st.Origin
 	if f := st.inflight; f != nil {
 		st.inflight = nil
 		if err := l.commitTaken(ctx); err != nil {
 			f.abort()
 			return err
 		}
-		if l.applied(m.CommitLSN) || l.skipAsked(&txn) || txn.Failed != "" {
+		keep := l.core.KeepInflight(&txn)
+		l.noted()
+		if !keep {
 			// Applied before a restart, or to be skipped: the copy
 			// applied in flight goes.
 			f.abort()
-			st.atCommit = true
+			st.AtCommit = true
 		} else {
 			began := time.Now()
-			res := f.commit(txn, m.EndLSN)
+			res := f.commit(apply.Txn(txn), m.EndLSN)
 			<-f.done
 			l.s.log.Debug("streamed transaction committed in flight", "xid", m.XID, "seconds", time.Since(began).Seconds(), "error", res.err)
 			if res.err == nil {

@@ -356,24 +356,11 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, errOneByOneDone) {
-			continue
+		again, cause, aerr := s.againAtOnce(ctx, err)
+		if aerr != nil {
+			return aerr
 		}
-		if s.goOnInText(err) {
-			continue
-		}
-		cause := faultCause(err)
-		var ge *apply.GroupError
-		if te := s.skippable(err, cause); te != nil {
-			if serr := s.skipFailed(ctx, te); serr != nil {
-				return permanent{errors.Join(err, serr)}
-			}
-			continue
-		}
-		if cause == "" && errors.As(err, &ge) && s.runs.oneByOne.Load() == 0 {
-			s.runs.oneByOne.Store(uint64(ge.Last.CommitLSN))
-			s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
-				"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
+		if again {
 			continue
 		}
 		if since := s.runs.streamedSince.Load(); since != 0 && time.Since(time.Unix(0, since)) >= steadyRun {
@@ -384,18 +371,8 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			// A wait is no fault's time: reconnect_timeout counts from
 			// the next fault on.
 			faultSince, try = time.Time{}, 0
-			w := s.noteWait(targetWait(err), err)
-			r := retryAfter(err, s.cfg.Source.Slot, fault{cause: cause, timeout: s.cfg.ReconnectTimeout, try: w.tries})
-			if r.err != nil {
-				return r.err
-			}
-			s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
-			s.runs.state.Store(StateWaiting)
-			s.logWait(w, r.delay)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(r.delay):
+			if done, werr := s.waitOnTarget(ctx, err, cause); done {
+				return werr
 			}
 			continue
 		}
@@ -423,6 +400,53 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 		case <-time.After(r.delay):
 		}
 	}
+}
+
+// againAtOnce reports whether a run that ended with err starts again at
+// once: it passed a failed group one transaction at a time, on_error goes
+// on, a failed transaction is skipped, or a failed group is applied again
+// one transaction at a time. cause is err's fault cause, for the rest.
+func (s *Subscriber) againAtOnce(ctx context.Context, err error) (again bool, cause string, rerr error) {
+	if errors.Is(err, errOneByOneDone) {
+		return true, "", nil
+	}
+	if s.goOnInText(err) {
+		return true, "", nil
+	}
+	cause = faultCause(err)
+	var ge *apply.GroupError
+	if te := s.skippable(err, cause); te != nil {
+		if serr := s.skipFailed(ctx, te); serr != nil {
+			return false, cause, permanent{errors.Join(err, serr)}
+		}
+		return true, cause, nil
+	}
+	if cause == "" && errors.As(err, &ge) && s.runs.oneByOne.Load() == 0 {
+		s.runs.oneByOne.Store(uint64(ge.Last.CommitLSN))
+		s.log.Warn("a group of source transactions applied as one target transaction failed; applying them again one at a time, to name the one that fails",
+			"first_xid", ge.First.XID, "last_xid", ge.Last.XID, "last_commit_lsn", ge.Last.CommitLSN.String(), "transactions", ge.Txns, "error", err)
+		return true, cause, nil
+	}
+	return false, cause, nil
+}
+
+// waitOnTarget waits before the next run after a wait on the target
+// (FaultTargetWait); done is set when Run is to return rerr.
+func (s *Subscriber) waitOnTarget(ctx context.Context, err error, cause string) (done bool, rerr error) {
+	w := s.noteWait(targetWait(err), err)
+	r := retryAfter(err, s.cfg.Source.Slot, fault{cause: cause, timeout: s.cfg.ReconnectTimeout, try: w.tries})
+	if r.err != nil {
+		return true, r.err
+	}
+	s.runs.reconnects[slices.Index(FaultCauses[:], cause)].Add(1)
+	s.runs.state.Store(StateWaiting)
+	s.logWait(w, r.delay)
+	select {
+	case <-ctx.Done():
+		return true, nil
+	case <-time.After(r.delay):
+	}
+	return false, nil
 }
 
 // errOneByOneDone ends a run that applied one source transaction at a time

@@ -559,7 +559,7 @@ func (l *loop) retune(ctx context.Context) error {
 	}
 	_, pooled := l.sink.(*poolSink)
 	want := l.wantPool.Load()
-	if want == pooled || l.inTxn || l.inStream || l.held != nil {
+	if want == pooled || l.core.InTxn() || l.core.InStream() || l.held != nil {
 		return nil
 	}
 	var p *pool

@@ -7,6 +7,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
+	"github.com/parapply/parapply/subscriber/flow"
 )
 
 // Two-phase transactions (two_phase = on). A prepared transaction is
@@ -24,11 +25,11 @@ func (l *loop) preparedGID(xid parapply.XID) string {
 	return fmt.Sprintf("parapply_%s_%d", l.s.cfg.Source.Slot, xid)
 }
 
-func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
+func (l *loop) beginPrepare(ctx context.Context, txn flow.Txn) error {
 	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
-	skip := l.applied(txn.CommitLSN)
+	skip := l.core.Applied(txn.CommitLSN)
 	if !skip {
 		// Prepared before a restart?
 		err := l.app.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = $1)", l.preparedGID(txn.XID)).Scan(&skip)
@@ -38,16 +39,19 @@ func (l *loop) beginPrepare(ctx context.Context, txn apply.Txn) error {
 	}
 	// The prepared transaction is the reader's own, with workers or not.
 	l.held, l.sink = l.sink, l.reader
-	return l.start(txn, skip)
+	if err := l.core.BeginPrepared(txn, skip); err != nil || skip {
+		return err
+	}
+	l.sink.begin(apply.Txn(txn))
+	return nil
 }
 
 func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) error {
-	l.inTxn = false
+	skipped := l.core.Prepare()
 	if l.held != nil {
 		l.sink, l.held = l.held, nil
 	}
-	if l.skipping {
-		l.skipping = false
+	if skipped {
 		l.tracker.Reached(end)
 		return nil
 	}
@@ -64,9 +68,9 @@ func (l *loop) prepare(ctx context.Context, xid parapply.XID, end parapply.LSN) 
 // spill file (what was applied in flight is rolled back) and prepared.
 func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
 	st := l.streams[m.XID]
-	txn := apply.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}
+	txn := flow.Txn{XID: m.XID, CommitLSN: m.PrepareLSN, CommitTime: m.PrepareTime}
 	if st != nil {
-		txn.Origin = st.origin
+		txn.Origin = st.Origin
 	}
 	if err := l.beginPrepare(ctx, txn); err != nil {
 		return err
@@ -77,7 +81,7 @@ func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
 			st.inflight = nil
 			f.abort()
 		}
-		if !l.skipping {
+		if !l.core.Skipping() {
 			if err := l.replay(ctx, m.XID, st); err != nil {
 				return err
 			}
@@ -86,15 +90,15 @@ func (l *loop) streamPrepare(ctx context.Context, m *pgoutput.Prepare) error {
 	return l.prepare(ctx, m.XID, m.EndLSN)
 }
 
-func (l *loop) finishPrepared(ctx context.Context, commit bool, txn apply.Txn, end parapply.LSN) error {
+func (l *loop) finishPrepared(ctx context.Context, commit bool, txn flow.Txn, end parapply.LSN) error {
 	if err := l.commitTaken(ctx); err != nil {
 		return err
 	}
-	if commit && l.applied(txn.CommitLSN) {
+	if !l.core.FinishPrepared(commit, txn.CommitLSN) {
 		l.tracker.Reached(end)
 		return nil
 	}
-	c, err := l.app.FinishPrepared(ctx, l.preparedGID(txn.XID), commit, txn, end)
+	c, err := l.app.FinishPrepared(ctx, l.preparedGID(txn.XID), commit, apply.Txn(txn), end)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,16 @@
-package subscriber
+package flow
 
 import (
 	"testing"
 
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/progress"
 )
 
 // TestAppliedBeforeRestart: a transaction is skipped when the progress row
 // covers it or it falls within a group committed ahead of order; queries
 // come in commit order.
 func TestAppliedBeforeRestart(t *testing.T) {
-	l := &loop{skipBelow: 100, ahead: []progress.Range{{First: 120, Last: 140}, {First: 150, Last: 150}, {First: 300, Last: 320}}}
+	c := New(Start{SkipBelow: 100, Ahead: []Range{{First: 120, Last: 140}, {First: 150, Last: 150}, {First: 300, Last: 320}}})
 	tests := []struct {
 		lsn  parapply.LSN
 		want bool
@@ -20,11 +19,11 @@ func TestAppliedBeforeRestart(t *testing.T) {
 		{145, false}, {150, true}, {151, false}, {299, false}, {310, true}, {320, true}, {321, false}, {500, false},
 	}
 	for _, tt := range tests {
-		if got := l.applied(tt.lsn); got != tt.want {
-			t.Errorf("applied(%d) = %v, want %v", tt.lsn, got, tt.want)
+		if got := c.Applied(tt.lsn); got != tt.want {
+			t.Errorf("Applied(%d) = %v, want %v", tt.lsn, got, tt.want)
 		}
 	}
-	if len(l.ahead) != 0 {
-		t.Errorf("%d ranges kept after the stream passed them all", len(l.ahead))
+	if len(c.Ahead()) != 0 {
+		t.Errorf("%d ranges kept after the stream passed them all", len(c.Ahead()))
 	}
 }
