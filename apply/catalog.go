@@ -11,7 +11,6 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/target"
-	"github.com/parapply/parapply/tombstones"
 )
 
 // Table maps a publisher relation onto its target table: which target type
@@ -110,7 +109,7 @@ type Table struct {
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
-	// parapply's own (package tombstones) does nothing in its sessions.
+	// parapply's own (target.TombstoneTrigger) does nothing in its sessions.
 	Triggers bool
 	// before holds the pg_trigger.tgtype event bits (tgInsert, tgUpdate,
 	// tgDelete) of the BEFORE row triggers that fire for replicated
@@ -209,7 +208,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation, bina
 		return nil, err
 	}
 	t.deriveSkips()
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+tombstones.TriggerName+`'
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+target.TombstoneTrigger+`'
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
 			FROM pg_catalog.pg_partition_tree($1::oid::regclass))

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/target"
 )
 
 type op struct {
@@ -376,3 +377,18 @@ func (a *Applier) Prepare(ctx context.Context) error {
 // Closed reports whether the target connection is gone, without waiting
 // for statements in flight.
 func (a *Applier) Closed() bool { return a.conn.IsClosed() }
+
+// SetupOrigin makes every later commit of the session one of the
+// replication origin name (created on the target if missing), and every
+// group's commit carries its last source transaction's end LSN and commit
+// time as the origin's (pg_replication_origin_xact_setup).
+func (a *Applier) SetupOrigin(ctx context.Context, name string) error {
+	if err := a.wait(); err != nil {
+		return err
+	}
+	err := target.SetupOrigin(ctx, a.conn, name)
+	if err == nil {
+		a.origin = name
+	}
+	return err
+}

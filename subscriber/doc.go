@@ -77,9 +77,9 @@
 //
 //  6. Relations. A relation message applies to every later change of its
 //     table: the reader's applier loads it at once; the pool logs them in
-//     stream order and a worker loads, before each unit, those logged
-//     since its last (pool.catchUp), and those inside a unit where they
-//     occur (worker.apply).
+//     stream order (relLog) and a worker loads, before each unit, those
+//     logged since its last (pool.catchUp), and those inside a unit where
+//     they occur (worker.apply).
 //
 // # Streamed transactions
 //

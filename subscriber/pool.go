@@ -107,29 +107,14 @@ type pool struct {
 	closed     bool
 	failed     chan struct{}
 
-	// rels logs the relation messages in stream order, from the relBase-th
-	// on; a worker loads each into its applier before it applies anything
-	// that follows. Those before relBase, which no unit still to apply
-	// starts before, are folded into the latest description of each
-	// relation (folded), so that the log does not grow for ever.
-	rels    []*parapply.Relation
-	relBase int
-	// ddlSeq counts the DDLs run on the target (by the reader, the
-	// workers idle): a worker that has not seen the last loads its
-	// tables again, and takes synced, when set, as its synced tables.
-	ddlSeq int
-	synced map[string]parapply.LSN
-	// beforeDDL holds the relation descriptions logged before the last
-	// DDL: one the target no longer matches is passed over (a change to
-	// its table comes after a newer description: the publisher sends one
-	// after every change of a table's definition).
-	beforeDDL map[*parapply.Relation]bool
-	folded    map[uint32]*parapply.Relation
-	workers   []*worker
-	tracker   *progress.Tracker
-	cfg       apply.Config
-	log       *slog.Logger
-	wg        sync.WaitGroup
+	// rels logs the relation messages and the DDLs run on the target
+	// that a worker loads before each unit (see relLog).
+	rels    relLog
+	workers []*worker
+	tracker *progress.Tracker
+	cfg     apply.Config
+	log     *slog.Logger
+	wg      sync.WaitGroup
 
 	// Commits reach the tracker in source order: those made ahead of
 	// earlier units (commit_order = dependency) wait in reports until
@@ -158,7 +143,7 @@ type worker struct {
 	app   *apply.Applier
 	shown atomic.Pointer[apply.Applier] // app, for Status from other goroutines
 	seen  int                           // relation messages loaded
-	// ddlSeen is the pool's ddlSeq when the worker last loaded its
+	// ddlSeen is the relation log's ddlSeq when the worker last loaded its
 	// tables' descriptions afresh.
 	ddlSeen int
 	stats   WorkerStats
@@ -273,80 +258,39 @@ func (p *pool) add(u *unit) error {
 	return nil
 }
 
-// relTrimAt is how many relation messages the log holds before those no
-// unit needs any more are folded.
-const relTrimAt = 1024
-
 // trimRelations folds the relation messages logged before every unit still
 // to apply; the reader calls it (through add) with p.mu held, so no unit
 // being built starts before them either.
 func (p *pool) trimRelations() {
-	if len(p.rels) < relTrimAt {
+	if !p.rels.long() {
 		return
 	}
-	upto := p.relBase + len(p.rels)
+	upto := p.rels.seq()
 	for _, u := range p.units {
 		upto = min(upto, u.relSeq)
 	}
-	if upto-p.relBase < relTrimAt/2 {
-		return
-	}
-	if p.folded == nil {
-		p.folded = map[uint32]*parapply.Relation{}
-	}
-	for _, r := range p.rels[:upto-p.relBase] {
-		p.folded[r.ID] = r
-	}
-	p.rels = slices.Clone(p.rels[upto-p.relBase:])
-	p.relBase = upto
-}
-
-// relationsUpTo returns the relation messages a worker that has loaded the
-// first from must load before it applies a unit starting at upto: those in
-// between, or, when some of them were folded (or the worker applied a later
-// unit, commit_order = dependency), the folded ones and every one logged
-// before upto. Called with p.mu held.
-func (p *pool) relationsUpTo(from, upto int) []*parapply.Relation {
-	if from > upto || from < p.relBase {
-		out := make([]*parapply.Relation, 0, len(p.folded)+upto-p.relBase)
-		for _, r := range p.folded {
-			out = append(out, r)
-		}
-		return append(out, p.rels[:upto-p.relBase]...)
-	}
-	return p.rels[from-p.relBase : upto-p.relBase]
+	p.rels.fold(upto)
 }
 
 // relation logs a relation message; the reader calls it in stream order.
 func (p *pool) relation(rel *parapply.Relation) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rels = append(p.rels, rel)
-	return p.relBase + len(p.rels)
+	return p.rels.append(rel)
 }
 
-// targetChanged notes a DDL run on the target (see ddlSeq).
+// targetChanged notes a DDL run on the target (see relLog).
 func (p *pool) targetChanged(synced map[string]parapply.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ddlSeq++
-	p.beforeDDL = map[*parapply.Relation]bool{}
-	for _, r := range p.rels {
-		p.beforeDDL[r] = true
-	}
-	for _, r := range p.folded {
-		p.beforeDDL[r] = true
-	}
-	if synced != nil {
-		p.synced = synced
-	}
+	p.rels.targetChanged(synced)
 }
 
 // relSeq returns the number of relation messages logged.
 func (p *pool) relSeq() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.relBase + len(p.rels)
+	return p.rels.seq()
 }
 
 // drain waits until every unit handed over is committed.
@@ -640,25 +584,24 @@ func (p *pool) try(ctx context.Context, w *worker, b *batch) error {
 // that it has not loaded yet.
 func (p *pool) catchUp(ctx context.Context, w *worker, u *unit) error {
 	p.mu.Lock()
-	catchUp := p.relationsUpTo(w.seen, u.relSeq)
-	ddlSeq, synced, beforeDDL := p.ddlSeq, p.synced, p.beforeDDL
+	c := p.rels.catchUp(w.seen, u.relSeq)
 	p.mu.Unlock()
-	if w.ddlSeen != ddlSeq {
-		w.ddlSeen = ddlSeq
+	if w.ddlSeen != c.ddlSeq {
+		w.ddlSeen = c.ddlSeq
 		w.app.Reload()
-		if synced != nil {
-			w.app.SetSynced(synced)
+		if c.synced != nil {
+			w.app.SetSynced(c.synced)
 		}
 	}
 	// Only the latest description of each relation matters: nothing
 	// between them is applied here.
 	latest := map[uint32]int{}
-	for i, rel := range catchUp {
+	for i, rel := range c.rels {
 		latest[rel.ID] = i
 	}
-	for i, rel := range catchUp {
+	for i, rel := range c.rels {
 		if latest[rel.ID] == i {
-			if err := w.app.Relation(ctx, rel); err != nil && !(beforeDDL[rel] && errors.Is(err, apply.ErrSchema)) {
+			if err := w.app.Relation(ctx, rel); err != nil && !(c.beforeDDL[rel] && errors.Is(err, apply.ErrSchema)) {
 				return err
 			}
 		}

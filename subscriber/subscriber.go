@@ -96,7 +96,7 @@ type Config struct {
 	// publisher sends as parapply.ddl messages are run on the target.
 	DDL DDLMode
 	// DetectUpdateDeleted records the target's own deletes from published
-	// tables (package tombstones), so that an update whose row they
+	// tables (target/tombstones.go), so that an update whose row they
 	// deleted is update_deleted; off, the records and triggers are
 	// removed. A record is kept until the source commit times applied
 	// pass its delete's by MaxClockSkew, and with MaxRetention above 0 no
@@ -105,7 +105,7 @@ type Config struct {
 	MaxRetention        time.Duration
 	MaxClockSkew        time.Duration
 	// SharedTables lets this slot apply to target tables another slot
-	// applies to as well (see claims.go); off, such a start is refused.
+	// applies to as well (see claim.go); off, such a start is refused.
 	SharedTables bool
 }
 

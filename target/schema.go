@@ -1,9 +1,11 @@
 // Package target owns what parapply keeps on and checks of the target
 // database: the parapply schema and its migrations, the checks a start
 // makes of the target, the slot's claim (its lock, its tables, its
-// holder), and the replication origins the appliers use. It
-// sits low in the import graph (the root package and pgx only), so that
-// every package that reads or writes the target can use it.
+// holder), the replication origins the appliers use, and the tombstones
+// of detect_update_deleted; one file per concept, its SQL and the pure
+// decisions over what it reads. It sits low in the import graph (the
+// root package and pgx only), so that every package that reads or writes
+// the target can use it.
 package target
 
 import (

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/target"
-	"github.com/parapply/parapply/tombstones"
 )
 
 // DropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
@@ -297,7 +296,7 @@ func dropTombstones(ctx context.Context, conn *pgx.Conn, slot string, dry bool, 
 		}
 		return nil
 	}
-	removed, others, err := tombstones.Remove(ctx, conn, slot)
+	removed, others, err := target.RemoveTombstones(ctx, conn, slot)
 	if err != nil {
 		return fmt.Errorf("removing slot %s's records of deletes (detect_update_deleted) on the target: %w", slot, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -145,4 +146,170 @@ func OriginError(name string, err error) error {
 		return fmt.Errorf("%w: %s: %s (a session of an earlier run that is still ending, or another parapply on the same slot and target)", ErrOriginInUse, name, pe.Message)
 	}
 	return fmt.Errorf("setting up replication origin %s on the target: %w", name, err)
+}
+
+// The planning of the target's replication origin states (see
+// subscriber's prepareOrigins for how a run uses it): every origin set up
+// once holds one of the cluster's few states until dropped.
+
+// OriginStates is what the target says of its replication origin states,
+// read before a run opens its sessions, so that PlanOrigins can fit them.
+type OriginStates struct {
+	// Limit is how many origins may hold state at once, and Setting the
+	// setting that says so (max_active_replication_origins, or
+	// max_replication_slots before PostgreSQL 18).
+	Limit   int
+	Setting string
+	// Held names the origins holding a state, when Visible: the role may
+	// read them (pg_show_replication_origin_status).
+	Held    []string
+	Visible bool
+	// Siblings are the other slots recorded in parapply.progress, whose
+	// origin names may look like this slot's.
+	Siblings []string
+}
+
+// ReadOriginStates reads the target's origin states for a run of slot.
+func ReadOriginStates(ctx context.Context, conn *pgx.Conn, slot string) (OriginStates, error) {
+	var st OriginStates
+	var err error
+	if st.Limit, st.Setting, err = originLimit(ctx, conn); err != nil {
+		return st, err
+	}
+	if st.Held, st.Visible, err = heldOrigins(ctx, conn); err != nil {
+		return st, err
+	}
+	// Best effort: parapply may never have run here, or the role may not
+	// read its schema (a refusal comes later, naming the fix).
+	rows, _ := conn.Query(ctx, "SELECT slot_name FROM parapply.progress WHERE slot_name <> $1", slot)
+	st.Siblings, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if pe := (*pgconn.PgError)(nil); err != nil && !errors.As(err, &pe) {
+		return st, fmt.Errorf("reading the slots recorded in parapply.progress on the target: %w", err)
+	}
+	return st, nil
+}
+
+// fitOrigins returns the workers and stream sessions a run may open when
+// limit origin state slots are free to it, of which the reader takes one:
+// workers give way first (down to one), then stream sessions.
+func fitOrigins(limit, workers, streams int) (w, st int) {
+	free := max(limit-1, 0)
+	w = min(workers, max(free-streams, min(workers, 1)), free)
+	return w, min(streams, free-w)
+}
+
+// OriginPlan is what a run may open, given the target's origin state
+// slots.
+type OriginPlan struct {
+	// Free is the number of state slots this slot's sessions may hold:
+	// the limit less those held by other origins.
+	Free int
+	// Workers, Streams and Copiers are the sessions of each kind the run
+	// may open (each beside the reader).
+	Workers, Streams, Copiers int
+	// Retire lists this slot's origins holding a state slot that the run
+	// will not use; Others, the other origins holding one.
+	Retire, Others []string
+}
+
+// PlanOrigins fits a run of slot with the given workers, stream sessions
+// and copy workers into limit origin state slots, of which held lists the
+// holders by name. The copy runs before the workers and stream sessions
+// open, while their origins kept from earlier runs still hold slots; if
+// those leave no room for one copy worker, they are retired too (they are
+// set up again when the workers open).
+//
+// siblings are other slots recorded on the target: an origin whose name
+// parses as one of this slot's is theirs if it parses as one of a longer
+// sibling's (slot a's worker 1 and slot a_w1's reader are both
+// parapply_a_w1).
+func PlanOrigins(limit int, held []string, slot string, siblings []string, workers, streams, copiers int) (OriginPlan, error) {
+	var p OriginPlan
+	type own struct {
+		name string
+		kind byte
+		n    int
+	}
+	var ours []own
+	for _, name := range held {
+		if kind, n, ok := ParseOrigin(slot, name); ok && !slices.ContainsFunc(siblings, func(sib string) bool {
+			_, _, theirs := ParseOrigin(sib, name)
+			return theirs && len(sib) > len(slot)
+		}) {
+			ours = append(ours, own{name, kind, n})
+		} else {
+			p.Others = append(p.Others, name)
+		}
+	}
+	p.Free = limit - len(p.Others)
+	if p.Free < 1 {
+		return p, errNoOriginState(limit, p.Others)
+	}
+	p.Workers, p.Streams = fitOrigins(p.Free, workers, streams)
+	kept := 0
+	for _, o := range ours {
+		switch {
+		case o.kind == 0:
+		case o.kind == 'w' && o.n <= p.Workers, o.kind == 's' && o.n <= p.Streams:
+			kept++
+		default:
+			p.Retire = append(p.Retire, o.name)
+		}
+	}
+	p.Copiers = min(copiers, p.Free-1-kept)
+	if p.Copiers < 1 && kept > 0 {
+		for _, o := range ours {
+			if o.kind == 'w' && o.n <= p.Workers || o.kind == 's' && o.n <= p.Streams {
+				p.Retire = append(p.Retire, o.name)
+			}
+		}
+		p.Copiers = min(copiers, p.Free-1)
+	}
+	p.Copiers = max(p.Copiers, 0)
+	return p, nil
+}
+
+// errNoOriginState says that other origins hold every state slot.
+func errNoOriginState(limit int, others []string) error {
+	shown := others
+	if len(shown) > 8 {
+		shown = shown[:8]
+	}
+	drops := make([]string, len(shown))
+	for i, name := range shown {
+		drops[i] = "SELECT pg_replication_origin_drop('" + strings.ReplaceAll(name, "'", "''") + "')"
+	}
+	return fmt.Errorf("the target has no free replication origin state: all %d are held by other origins (%s), and parapply needs one per applying session; drop the origins no longer used (%s; an origin that was set up once keeps its state until dropped, even after its database is dropped), or raise max_active_replication_origins on the target (max_replication_slots before PostgreSQL 18; a restart is needed)",
+		limit, strings.Join(others, ", "), strings.Join(drops, "; "))
+}
+
+// originLimit reads how many replication origins the target lets hold
+// state at once, and the setting's name.
+func originLimit(ctx context.Context, conn *pgx.Conn) (int, string, error) {
+	var v, name string
+	err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('max_active_replication_origins', true), current_setting('max_replication_slots')),
+		CASE WHEN current_setting('max_active_replication_origins', true) IS NULL THEN 'max_replication_slots' ELSE 'max_active_replication_origins' END`).Scan(&v, &name)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading the target's limit on active replication origins: %w", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, "", fmt.Errorf("reading the target's limit on active replication origins: %s = %q", name, v)
+	}
+	return n, name, nil
+}
+
+// heldOrigins reads the names of the origins holding a state slot on the
+// target cluster; ok is false where the role may not read them.
+func heldOrigins(ctx context.Context, conn *pgx.Conn) (names []string, ok bool, err error) {
+	rows, _ := conn.Query(ctx, "SELECT external_id FROM pg_catalog.pg_show_replication_origin_status() WHERE external_id IS NOT NULL ORDER BY local_id")
+	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the target's replication origin states: %w", err)
+	}
+	return names, true, nil
 }
