@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/internal/pgerr"
+	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 )
@@ -175,6 +176,14 @@ func broken(object, what string, err error) Problem {
 		return fail(object, what+": "+pgerr.Text(err), "")
 	}
 	return Problem{Object: object, What: what + ": " + err.Error(), Unfinished: true}
+}
+
+// failing is the failed problem of a judgement, none for nil.
+func failing(f *judge.Finding) []Problem {
+	if f == nil {
+		return nil
+	}
+	return []Problem{fail("", f.What, f.Fix)}
 }
 
 func warn(object, what, fix string) Problem {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/citus"
+	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/target"
 )
@@ -34,17 +35,13 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 		rep.add(sideTarget, "connection", "", broken("", "reading the target's settings", err))
 		return
 	}
-	var probs []Problem
-	if version < 140000 {
-		probs = append(probs, fail("", "parapply needs PostgreSQL 14 or newer on the target", "upgrade the target"))
-	}
-	rep.add(sideTarget, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, role), probs...)
+	rep.add(sideTarget, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, role), failing(judge.TargetVersion(version))...)
 	checkReplicaRole(ctx, conn, role, rep)
 	checkSchema(ctx, conn, role, createDB, rep)
 	checkOrigins(ctx, conn, cfg, role, super, rep)
 	if cfg.TwoPhase {
-		if preparedMax == 0 {
-			rep.add(sideTarget, "max_prepared_transactions", "", fail("", "two_phase = on applies prepared transactions as prepared transactions, but max_prepared_transactions is 0", "ALTER SYSTEM SET max_prepared_transactions = 10; then restart the target (or turn two_phase off)"))
+		if f := judge.PreparedTransactions(preparedMax); f != nil {
+			rep.add(sideTarget, "max_prepared_transactions", "", failing(f)...)
 		} else {
 			rep.add(sideTarget, "max_prepared_transactions", fmt.Sprint(preparedMax))
 		}
@@ -76,8 +73,7 @@ func checkReplicaRole(ctx context.Context, conn *pgx.Conn, role string, rep *Rep
 		return
 	}
 	if err != nil {
-		rep.add(sideTarget, "session_replication_role", "", fail("", "role "+role+" may not set session_replication_role: "+err.Error(),
-			"GRANT SET ON PARAMETER session_replication_role TO "+ident(role)+"; (PostgreSQL 15 or later; before it, a superuser)"))
+		rep.add(sideTarget, "session_replication_role", "", failing(judge.ReplicaRole(role, err))...)
 		return
 	}
 	rep.add(sideTarget, "session_replication_role", "replica, as the built-in apply worker")
@@ -170,12 +166,12 @@ func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
 	if !cfg.DetectConflicts || on {
 		return
 	}
-	if need := cfg.Conflicts.NeedsCommitTimestamps(); need != "" {
-		rep.add(sideTarget, "track_commit_timestamp", "", fail("", need+" compares commit times, but track_commit_timestamp is off on the target", "ALTER SYSTEM SET track_commit_timestamp = on; then restart the target"))
+	refusal, warning := judge.CommitTimestamps(cfg.Conflicts.NeedsCommitTimestamps(), on)
+	if refusal != nil {
+		rep.add(sideTarget, "track_commit_timestamp", "", failing(refusal)...)
 		return
 	}
-	rep.add(sideTarget, "track_commit_timestamp", "", warn("", "off: update_origin_differs and delete_origin_differs (a row last changed by another session) are not detected",
-		"ALTER SYSTEM SET track_commit_timestamp = on; then restart the target (not needed for a one-way migration)"))
+	rep.add(sideTarget, "track_commit_timestamp", "", warn("", warning.What, warning.Fix))
 }
 
 // checkCitus: on a Citus coordinator, the published tables Citus

@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
-	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/internal/pgerr"
+	"github.com/parapply/parapply/preflight/judge"
 )
 
 // Config says where to read from and what to ask the publisher for.
@@ -184,7 +184,7 @@ func Connect(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
-			return nil, fmt.Errorf("connecting to the source %s: %w; the source role needs the REPLICATION attribute (ALTER ROLE %s REPLICATION)", describe(pc), pgerr.Short(err), parapply.QuoteIdent(pc.User))
+			return nil, fmt.Errorf("connecting to the source %s: %w; %w", describe(pc), pgerr.Short(err), judge.Replication(pc.User))
 		}
 		return nil, fmt.Errorf("connecting to the source %s: %w", describe(pc), pgerr.Short(err))
 	}
@@ -212,25 +212,17 @@ func (s *Source) query(ctx context.Context, sql string) ([][][]byte, error) {
 	return res[len(res)-1].Rows, nil
 }
 
+// check reads what the run needs of the publisher and refuses, as
+// package preflight's judgements word it, what would fail later: the
+// version the settings need, wal_level, the publications and the slot.
 func (s *Source) check(ctx context.Context) error {
-	v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num"))
-	if err != nil || v == 0 {
-		rows, qerr := s.query(ctx, "SHOW server_version_num")
-		if qerr != nil {
-			// Wrapped: a lost connection here is a fault to ride out.
-			return fmt.Errorf("reading the source's server version: %w", qerr)
-		}
-		if len(rows) != 1 {
-			return fmt.Errorf("reading the source's server version: SHOW server_version_num returned %d rows", len(rows))
-		}
-		v, _ = strconv.Atoi(string(rows[0][0]))
+	v, err := s.serverVersion(ctx)
+	if err != nil {
+		return err
 	}
 	s.ServerVersion = v
-	if v < 140000 {
-		return fmt.Errorf("source server is PostgreSQL %d; parapply needs 14 or newer", v/10000)
-	}
-	if s.cfg.Origin == OriginNone && v < 160000 {
-		return fmt.Errorf("origin = none needs PostgreSQL 16 or later on the publisher (pgoutput's origin option); this one is %d: set origin = any", v/10000)
+	if f := judge.PublisherVersion(v, s.cfg.Origin == OriginNone, s.cfg.TwoPhase); f != nil {
+		return f
 	}
 	s.Proto = s.cfg.ProtoVersion
 	if s.Proto == 0 {
@@ -245,7 +237,7 @@ func (s *Source) check(ctx context.Context) error {
 	}
 	sys, err := pglogrepl.IdentifySystem(ctx, s.conn)
 	if err != nil {
-		return fmt.Errorf("IDENTIFY_SYSTEM on the source: %w (the source role needs the REPLICATION attribute)", err)
+		return fmt.Errorf("IDENTIFY_SYSTEM on the source: %w", err)
 	}
 	s.SystemID = sys.SystemID
 	s.WALAtConnect = parapply.LSN(sys.XLogPos)
@@ -253,11 +245,10 @@ func (s *Source) check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading wal_level on the source: %w", err)
 	}
-	if len(rows) == 1 && string(rows[0][0]) != "logical" {
-		return fmt.Errorf("source wal_level is %s; set wal_level = logical in the publisher's postgresql.conf and restart it", rows[0][0])
-	}
-	if len(s.cfg.Publications) == 0 {
-		return errors.New("no publication given; name one with --publication (CREATE PUBLICATION on the source first)")
+	if len(rows) == 1 {
+		if f := judge.WALLevel(string(rows[0][0])); f != nil {
+			return f
+		}
 	}
 	if err := s.checkPublications(ctx); err != nil {
 		return err
@@ -265,11 +256,37 @@ func (s *Source) check(ctx context.Context) error {
 	if s.Published, err = s.publishedTables(ctx); err != nil {
 		return err
 	}
+	return s.checkSlot(ctx)
+}
+
+// serverVersion is the publisher's server_version_num: reported at the
+// connection's start from PostgreSQL 16 on, asked for before.
+func (s *Source) serverVersion(ctx context.Context) (int, error) {
+	if v, err := strconv.Atoi(s.conn.ParameterStatus("server_version_num")); err == nil && v != 0 {
+		return v, nil
+	}
+	rows, err := s.query(ctx, "SHOW server_version_num")
+	if err != nil {
+		// Wrapped: a lost connection here is a fault to ride out.
+		return 0, fmt.Errorf("reading the source's server version: %w", err)
+	}
+	if len(rows) != 1 {
+		return 0, fmt.Errorf("reading the source's server version: SHOW server_version_num returned %d rows", len(rows))
+	}
+	v, _ := strconv.Atoi(string(rows[0][0]))
+	return v, nil
+}
+
+// checkSlot reads the slot of the name: Missing when there is none (the
+// caller creates it), else refused unless the run may stream from it.
+func (s *Source) checkSlot(ctx context.Context) error {
 	failover := "false"
 	if s.ServerVersion >= failoverVersion {
 		failover = "failover"
 	}
-	rows, err = s.query(ctx, "SELECT plugin, database, active_pid, slot_type, confirmed_flush_lsn, "+failover+" FROM pg_catalog.pg_replication_slots WHERE slot_name = "+parapply.QuoteLiteral(s.cfg.Slot))
+	rows, err := s.query(ctx, `SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), active_pid, confirmed_flush_lsn, `+failover+`,
+		(SELECT coalesce(a.application_name, '') FROM pg_catalog.pg_stat_activity a WHERE a.pid = s.active_pid)
+		FROM pg_catalog.pg_replication_slots s WHERE slot_name = `+parapply.QuoteLiteral(s.cfg.Slot))
 	if err != nil {
 		return fmt.Errorf("looking up slot %s: %w", s.cfg.Slot, err)
 	}
@@ -278,14 +295,12 @@ func (s *Source) check(ctx context.Context) error {
 		return nil
 	}
 	r := rows[0]
-	if string(r[3]) != "logical" || string(r[0]) != "pgoutput" {
-		return fmt.Errorf("slot %s exists but is a %s slot with plugin %s; parapply needs a logical pgoutput slot: choose another --slot", s.cfg.Slot, r[3], r[0])
+	if f := judge.Slot(s.cfg.Slot, string(r[0]), string(r[1]), string(r[2]), s.Database); f != nil {
+		return f
 	}
-	if string(r[1]) != s.Database {
-		return fmt.Errorf("slot %s belongs to database %s, not %s; choose another --slot", s.cfg.Slot, r[1], s.Database)
-	}
-	if r[2] != nil {
-		return slotBusy{s.cfg.Slot, string(r[2])}
+	if r[3] != nil {
+		pid, _ := strconv.Atoi(string(r[3]))
+		return slotBusy{judge.SlotInUse(s.cfg.Slot, pid, string(r[6]))}
 	}
 	if r[4] != nil {
 		if s.Confirmed, err = parapply.ParseLSN(string(r[4])); err != nil {
@@ -322,7 +337,10 @@ var ErrSlotBusy = errors.New("slot in use")
 
 // checkPublications refuses publications the source database lacks.
 func (s *Source) checkPublications(ctx context.Context) error {
-	rows, err := s.query(ctx, "SELECT pubname FROM pg_catalog.pg_publication")
+	if len(s.cfg.Publications) == 0 {
+		return judge.NoPublication()
+	}
+	rows, err := s.query(ctx, "SELECT pubname FROM pg_catalog.pg_publication ORDER BY 1")
 	if err != nil {
 		return fmt.Errorf("looking up publications %s: %w", strings.Join(s.cfg.Publications, ", "), err)
 	}
@@ -330,30 +348,14 @@ func (s *Source) checkPublications(ctx context.Context) error {
 	for i, r := range rows {
 		existing[i] = string(r[0])
 	}
-	for _, pub := range s.cfg.Publications {
-		if !slices.Contains(existing, pub) {
-			return missingPublication(pub, s.Database, existing)
-		}
+	if f := judge.Publications(s.cfg.Publications, existing); f != nil {
+		return f
 	}
 	return nil
 }
 
-// missingPublication is the error of a publication the source database
-// lacks: naming the one of existing it was likely meant to be, else the
-// statement that creates it.
-func missingPublication(pub, database string, existing []string) error {
-	create := "CREATE PUBLICATION " + parapply.Ident(pub) + " FOR TABLE ..."
-	if near := nearest.Name(pub, existing); near != "" {
-		return fmt.Errorf("publication %s does not exist in source database %s; did you mean %s? (set --publication %s; or, if %s is meant, create it there with %s)", parapply.Ident(pub), database, parapply.Ident(near), near, parapply.Ident(pub), create)
-	}
-	return fmt.Errorf("publication %s does not exist in source database %s; create it there with %s", parapply.Ident(pub), database, create)
-}
-
-type slotBusy struct{ slot, pid string }
-
-func (e slotBusy) Error() string {
-	return fmt.Sprintf("slot %s is in use on the publisher (its walsender is pid %s there, serving another connection); stop that subscriber or choose another --slot", e.slot, e.pid)
-}
+// slotBusy is the refusal of a slot a walsender streams from.
+type slotBusy struct{ *judge.Finding }
 
 func (e slotBusy) Is(target error) bool { return target == ErrSlotBusy }
 
@@ -468,12 +470,9 @@ type Feedback interface {
 // socket deadline instead of a cancellable context, and frames are handed
 // over in slices, as many as have arrived while the applier was busy.
 func (s *Source) Stream(ctx context.Context, start parapply.LSN, out chan<- []Frame, fb Feedback) error {
-	args, err := s.pluginArgs()
-	if err != nil {
-		return err
-	}
+	args := s.pluginArgs()
 	s.tap.exact = true // see receive
-	err = pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
+	err := pglogrepl.StartReplication(ctx, s.conn, parapply.QuoteIdent(s.cfg.Slot), pglogrepl.LSN(start),
 		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
 	if err != nil {
 		s.tap.exact = false
@@ -502,7 +501,7 @@ func (s *Source) Binary() bool { return s.cfg.Binary }
 
 // pluginArgs are pgoutput's options for the settings: protocol,
 // publications, and the streaming, binary, two-phase and origin modes.
-func (s *Source) pluginArgs() ([]string, error) {
+func (s *Source) pluginArgs() []string {
 	args := []string{
 		"proto_version '" + strconv.Itoa(s.Proto) + "'",
 		"publication_names " + parapply.QuoteLiteral(quotePubs(s.cfg.Publications)),
@@ -515,15 +514,13 @@ func (s *Source) pluginArgs() ([]string, error) {
 		args = append(args, "binary 'true'")
 	}
 	if s.cfg.TwoPhase {
-		if s.Proto < 3 {
-			return nil, fmt.Errorf("two_phase = on needs pgoutput protocol 3 (PostgreSQL 15 or later) on the publisher; this one speaks %d: turn two_phase off", s.Proto)
-		}
+		// Connect refused a publisher too old for it (judge.PublisherVersion).
 		args = append(args, "two_phase 'on'")
 	}
 	if s.cfg.Origin == OriginNone {
 		args = append(args, "origin 'none'")
 	}
-	return args, nil
+	return args
 }
 
 // wakeOnMove wakes a blocked read when the positions advance, until ctx
