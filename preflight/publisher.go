@@ -17,6 +17,7 @@ import (
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // published is what the target's checks need of the publisher.
@@ -42,9 +43,9 @@ func (t pubTable) name() string { return quoteName(t.Schema, t.Name) }
 
 const sidePub = "publisher"
 
-func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
+func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) published {
 	var p published
-	conn, err := connect(ctx, "source", cfg.Source, cfg.AppName)
+	conn, err := connect(ctx, "source", cfg.Source.DSN, cfg.Source.AppName)
 	if err != nil {
 		rep.add(sidePub, "connection", "", fail("", err.Error(), "check the source connection string (host, port, dbname, user, password) and the publisher's pg_hba.conf"))
 		rep.unreachable(sidePub)
@@ -67,7 +68,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 		return p
 	}
 	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role),
-		failing(judge.PublisherVersion(version, cfg.Origin == source.OriginNone, cfg.TwoPhase))...)
+		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone, cfg.Source.TwoPhase))...)
 	if f := judge.WALLevel(walLevel); f != nil {
 		rep.add(sidePub, "wal_level", "", failing(f)...)
 	} else {
@@ -91,7 +92,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	} else {
 		rep.skip(sidePub, "replication connection", "the role lacks the REPLICATION attribute")
 	}
-	p.slotExists = checkSlot(ctx, conn, cfg.Slot, cfg.SlotWait, maxSlots, slots, maxSenders, senders, rep)
+	p.slotExists = checkSlot(ctx, conn, cfg.Source.Slot, subscriber.FirstStartSlotWait, maxSlots, slots, maxSenders, senders, rep)
 	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
 	checkDDL(ctx, conn, cfg, p.role, rep)
@@ -101,15 +102,15 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 // checkDDL: with ddl = apply, the publisher's capture is there and follows
 // the run's publications; with ddl = off, no capture sends what the run
 // would pass over.
-func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep *Report) {
+func checkDDL(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, role string, rep *Report) {
 	const check = "DDL capture"
 	st, err := ddl.Inspect(ctx, conn)
 	if err != nil {
 		rep.add(sidePub, check, "", broken("", "reading the publisher's event triggers", err))
 		return
 	}
-	install := "parapply ddl install --source DSN --publication " + strings.Join(cfg.Publications, ",")
-	if cfg.DDL != "apply" {
+	install := "parapply ddl install --source DSN --publication " + strings.Join(cfg.Source.Publications, ",")
+	if cfg.DDL != subscriber.DDLApply {
 		if st.Triggers {
 			rep.add(sidePub, check, "", warn("", "the publisher sends its DDL (parapply ddl install was run) and ddl = off passes over it: the target's schema is to be changed by hand", "set ddl = apply, or parapply ddl uninstall --source DSN"))
 			return
@@ -124,10 +125,10 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep 
 	case !st.Triggers:
 		probs = append(probs, warn("", "no event triggers: only DDL run through parapply.replicate_ddl(text) is sent", install+" (as a superuser)"))
 	case st.Unreadable:
-		probs = append(probs, warn("", "role "+role+" may not read which publications the capture follows (schema parapply): this check cannot tell whether it follows "+strings.Join(cfg.Publications, ", ")+"; the capture itself works",
+		probs = append(probs, warn("", "role "+role+" may not read which publications the capture follows (schema parapply): this check cannot tell whether it follows "+strings.Join(cfg.Source.Publications, ", ")+"; the capture itself works",
 			strings.Join(ddl.Grants(ident(role)), " ")+" (as the capture's installer; or "+install+" --grant-to "+ident(role)+")"))
 	default:
-		for _, p := range cfg.Publications {
+		for _, p := range cfg.Source.Publications {
 			if !slices.Contains(st.Publications, p) {
 				probs = append(probs, warn(p, "DDL on this publication's tables is not captured (the capture follows "+strings.Join(st.Publications, ", ")+")", install))
 			}
@@ -148,13 +149,13 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep 
 
 // replicationConnection opens a replication connection as a run does:
 // pg_hba.conf, max_wal_senders and the role's attribute all decide it.
-func replicationConnection(ctx context.Context, cfg Config) []Problem {
-	pc, err := pgconn.ParseConfig(cfg.Source)
+func replicationConnection(ctx context.Context, cfg subscriber.Config) []Problem {
+	pc, err := pgconn.ParseConfig(cfg.Source.DSN)
 	if err != nil {
 		return []Problem{fail("", pgerr.Parse("source", err).Error(), "")}
 	}
 	pc.RuntimeParams["replication"] = "database"
-	pc.RuntimeParams["application_name"] = cfg.AppName + " check"
+	pc.RuntimeParams["application_name"] = cfg.Source.AppName + " check"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -248,7 +249,7 @@ func slotHeld(slot string, pid int, app string, wait time.Duration) string {
 // to a standby: a failover slot (PostgreSQL 17 and later) that a standby
 // synchronizes, with synchronized_standby_slots keeping parapply from
 // applying what that standby has not received.
-func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int, rep *Report) {
+func checkFailover(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, version int, rep *Report) {
 	const check = "failover slot"
 	var standbys int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_replication_slots WHERE slot_type = 'physical' AND active`).Scan(&standbys); err != nil {
@@ -263,7 +264,7 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int,
 	case version < 170000:
 		rep.add(sidePub, check, fmt.Sprintf("PostgreSQL %d has none; no standby streams from a physical slot", version/10000))
 		return
-	case !cfg.Failover:
+	case !cfg.Source.Failover:
 		rep.add(sidePub, check, "failover = off")
 		return
 	}
@@ -292,27 +293,27 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int,
 // checks each published table on the publisher: the copy reads it, and
 // without a replica identity the publisher refuses its updates and
 // deletes.
-func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
-	if len(cfg.Publications) == 0 {
+func checkPublications(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, rep *Report) {
+	if len(cfg.Source.Publications) == 0 {
 		rep.add(sidePub, "publications", "", failing(judge.NoPublication())...)
 		return
 	}
-	if probs, err := readPublications(ctx, conn, cfg.Publications, p); err != nil || len(probs) > 0 {
+	if probs, err := readPublications(ctx, conn, cfg.Source.Publications, p); err != nil || len(probs) > 0 {
 		if err != nil {
 			probs = []Problem{broken("", "reading pg_publication", err)}
 		}
 		rep.add(sidePub, "publications", "", probs...)
 		return
 	}
-	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Publications)
+	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Source.Publications)
 	if err != nil {
 		rep.add(sidePub, "publications", "", broken("", "listing the published tables", err))
 		return
 	}
 	if len(tables) == 0 {
-		rep.add(sidePub, "publications", strings.Join(cfg.Publications, ", "), warn("", "the publications send no table", "ALTER PUBLICATION ... ADD TABLE ..."))
+		rep.add(sidePub, "publications", strings.Join(cfg.Source.Publications, ", "), warn("", "the publications send no table", "ALTER PUBLICATION ... ADD TABLE ..."))
 	} else {
-		rep.add(sidePub, "publications", fmt.Sprintf("%s: %d tables", strings.Join(cfg.Publications, ", "), len(tables)))
+		rep.add(sidePub, "publications", fmt.Sprintf("%s: %d tables", strings.Join(cfg.Source.Publications, ", "), len(tables)))
 	}
 	var read, identity []Problem
 	for _, t := range tables {
@@ -376,7 +377,7 @@ func readPublications(ctx context.Context, conn *pgx.Conn, pubs []string, p *pub
 // the role may read it (read), whether its updates and deletes can be
 // published (identity), and the columns sent (pt; nil when they could not
 // be read).
-func checkPublishedTable(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, t source.PublishedTable) (pt *pubTable, read, identity []Problem) {
+func checkPublishedTable(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, t source.PublishedTable) (pt *pubTable, read, identity []Problem) {
 	pt = &pubTable{PublishedTable: t}
 	var oid uint32
 	var readable bool
@@ -435,7 +436,7 @@ func identityFix(table string, index *string) string {
 
 // checkPublisherSequences: the sequences parapply carries must be
 // readable on the publisher.
-func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
+func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, rep *Report) {
 	tables := make([]sequences.Table, len(p.tables))
 	for i, t := range p.tables {
 		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/nearest"
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // targetTable is what the checks read of a published table on the target.
@@ -37,7 +39,7 @@ func neededPrivileges(ops map[string]bool) []string {
 	return out
 }
 
-func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, role string, rep *Report) {
+func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, role string, rep *Report) {
 	if len(pub.tables) == 0 {
 		return
 	}
@@ -87,7 +89,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 		for _, p := range compareColumns(name, t.columns, tt) {
 			colProbs = append(colProbs, pending(cfg, pub, p))
 		}
-		if !pub.slotExists && cfg.CopyData && cfg.ExistingData == "error" && tt.privileges["SELECT"] && tt.schemaUsage {
+		if !pub.slotExists && cfg.CopyData && cfg.ExistingData == tablesync.ExistingError && tt.privileges["SELECT"] && tt.schemaUsage {
 			var held bool
 			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&held); err == nil && held {
 				rowProbs = append(rowProbs, fail(name, "holds rows, and the initial copy would copy the publisher's rows on top of them",
@@ -98,7 +100,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 	rep.add(sideTarget, "published tables", fmt.Sprintf("%d tables; the role needs %s on each", len(pub.tables), strings.Join(needs, ", ")), tableProbs...)
 	rep.add(sideTarget, "published columns and types", columnsDetail(colProbs), colProbs...)
 	if !pub.slotExists && cfg.CopyData {
-		rep.add(sideTarget, "rows already on the target", "existing_data = "+cfg.ExistingData, rowProbs...)
+		rep.add(sideTarget, "rows already on the target", "existing_data = "+string(cfg.ExistingData), rowProbs...)
 	}
 }
 
@@ -169,8 +171,8 @@ func columnsDetail(probs []Problem) string {
 
 // pending makes a schema difference a warning where the stream may still
 // hold the DDL that ends it: ddl = apply, and a slot that has run.
-func pending(cfg Config, pub published, p Problem) Problem {
-	if cfg.DDL == "apply" && pub.slotExists && p.Fails {
+func pending(cfg subscriber.Config, pub published, p Problem) Problem {
+	if cfg.DDL == subscriber.DDLApply && pub.slotExists && p.Fails {
 		p.Fails = false
 		p.What += " (ddl = apply: DDL still to come in the stream may bring the target level; if not, the first change it cannot take stops the run)"
 	}

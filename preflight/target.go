@@ -11,13 +11,14 @@ import (
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/target"
 )
 
 const sideTarget = "target"
 
-func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
-	conn, err := connect(ctx, "target", cfg.Target, cfg.AppName)
+func checkTarget(ctx context.Context, cfg subscriber.Config, pub published, rep *Report) {
+	conn, err := connect(ctx, "target", cfg.Target.DSN, cfg.Source.AppName)
 	if err != nil {
 		rep.add(sideTarget, "connection", "", fail("", err.Error(), "check the target connection string (host, port, dbname, user, password) and the target's pg_hba.conf"))
 		rep.unreachable(sideTarget)
@@ -39,7 +40,7 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 	checkReplicaRole(ctx, conn, role, rep)
 	checkSchema(ctx, conn, role, createDB, rep)
 	checkOrigins(ctx, conn, cfg, role, super, rep)
-	if cfg.TwoPhase {
+	if cfg.Source.TwoPhase {
 		if f := judge.PreparedTransactions(preparedMax); f != nil {
 			rep.add(sideTarget, "max_prepared_transactions", "", failing(f)...)
 		} else {
@@ -111,7 +112,7 @@ func currentDB(ctx context.Context, conn *pgx.Conn) string {
 // checkOrigins: every parapply session commits under a replication origin
 // of its own, which a role other than a superuser needs granted, and each
 // holds one of the target's few origin states.
-func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, super bool, rep *Report) {
+func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, role string, super bool, rep *Report) {
 	if !super {
 		var missing []string
 		status := false
@@ -140,12 +141,12 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, 
 	if !rep.has(sideTarget, "replication origin functions") {
 		rep.add(sideTarget, "replication origin functions", "may be run by "+role)
 	}
-	st, err := target.ReadOriginStates(ctx, conn, cfg.Slot)
+	st, err := target.ReadOriginStates(ctx, conn, cfg.Source.Slot)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", warn("", err.Error(), ""))
 		return
 	}
-	plan, err := target.PlanOrigins(st.Limit, st.Held, cfg.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
+	plan, err := target.PlanOrigins(st.Limit, st.Held, cfg.Source.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", fail("", err.Error(), ""))
 		return
@@ -162,7 +163,7 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, 
 // checkCommitTimestamps: conflict policies by commit time need
 // track_commit_timestamp; without it rows changed by others are not told
 // from parapply's own.
-func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
+func checkCommitTimestamps(cfg subscriber.Config, on bool, rep *Report) {
 	if !cfg.DetectConflicts || on {
 		return
 	}
@@ -178,7 +179,7 @@ func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
 // distributes (applied through its planner, see package citus), and the
 // settings Citus cannot serve (citus.Refusals). Nothing is said of a
 // plain target.
-func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, rep *Report) {
+func checkCitus(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, rep *Report) {
 	var schemas, names []string
 	for _, t := range pub.tables {
 		schemas, names = append(schemas, t.Schema), append(names, t.Name)
@@ -192,7 +193,7 @@ func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, 
 		return
 	}
 	var probs []Problem
-	for _, r := range citus.Refusals(cfg.DetectConflicts && cfg.DetectConflictsAsked, cfg.TwoPhase) {
+	for _, r := range citus.Refusals(cfg.DetectConflicts && cfg.DetectConflictsAsked, cfg.Source.TwoPhase) {
 		probs = append(probs, fail("", r.What, r.Fix))
 	}
 	detail := fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", "))
