@@ -5,6 +5,10 @@
 // warning, or failed with the exact fix (the GRANT, the ALTER SYSTEM), as
 // pg_upgrade --check reports; `parapply check` prints them, and `parapply
 // run` refuses to start, before any slot is created, while one fails.
+// What a run's own start checks again (the publisher's version and
+// wal_level, the publications, the slot, prepared transactions and the
+// replica role on the target) is judged by package judge, here and there
+// alike, so that each problem has one wording and one fix.
 package preflight
 
 import (
