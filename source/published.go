@@ -117,52 +117,25 @@ func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, err
 		if viaRoot && hasListedAncestor(string(r[6]), listed) {
 			continue
 		}
-		schema, name := string(r[0]), string(r[1])
 		i := len(out) - 1
-		first := i < 0 || out[i].Schema != schema || out[i].Name != name
-		if first {
-			out = append(out, PublishedTable{Schema: schema, Name: name})
-			if len(r) > 7 && r[7] != nil {
-				if err := json.Unmarshal(r[7], &out[len(out)-1].Key); err != nil {
-					return nil, fmt.Errorf("reading the replica identity of %s.%s: %w", schema, name, err)
-				}
-			}
-			if len(r) > 8 && r[8] != nil {
-				if err := json.Unmarshal(r[8], &out[len(out)-1].Types); err != nil {
-					return nil, fmt.Errorf("reading the column types of %s.%s: %w", schema, name, err)
-				}
-			}
-			colSets = append(colSets, "")
-			i++
-		}
-		t := &out[i]
 		set := "*"
 		if len(r[2]) > 0 {
 			set = string(r[2])
 		}
-		if !first && set != colSets[i] && serverVersion >= 160000 {
-			return nil, fmt.Errorf("table %s is published with different column lists in the given publications (%s and %s); PostgreSQL 16+ refuses such a subscription too: give the table the same column list in each, or subscribe to fewer publications",
-				parapply.QuoteIdent(schema)+"."+parapply.QuoteIdent(name), describeColumns(colSets[i]), describeColumns(set))
-		}
-		if first {
-			colSets[i] = set
-		}
-		if set == "*" {
-			allCols[i] = true
-		} else {
-			for _, c := range strings.Split(set, ",") {
-				if !slices.Contains(t.Columns, c) {
-					t.Columns = append(t.Columns, c)
-				}
+		switch {
+		case i < 0 || out[i].Schema != string(r[0]) || out[i].Name != string(r[1]):
+			t, err := firstPublished(r)
+			if err != nil {
+				return nil, err
 			}
+			out, colSets = append(out, t), append(colSets, set)
+			i++
+		case set != colSets[i] && serverVersion >= 160000:
+			return nil, fmt.Errorf("table %s is published with different column lists in the given publications (%s and %s); PostgreSQL 16+ refuses such a subscription too: give the table the same column list in each, or subscribe to fewer publications",
+				parapply.QuoteIdent(out[i].Schema)+"."+parapply.QuoteIdent(out[i].Name), describeColumns(colSets[i]), describeColumns(set))
 		}
-		if r[3] == nil {
-			noFilter[i] = true
-		} else if t.RowFilter == "" {
-			t.RowFilter = "(" + string(r[3]) + ")"
-		} else {
-			t.RowFilter += " OR (" + string(r[3]) + ")"
-		}
+		allCols[i] = addColumns(&out[i], set) || allCols[i]
+		noFilter[i] = addFilter(&out[i], r[3]) || noFilter[i]
 	}
 	for i := range out {
 		if allCols[i] {
@@ -173,6 +146,52 @@ func combinePublished(rows [][][]byte, serverVersion int) ([]PublishedTable, err
 		}
 	}
 	return out, nil
+}
+
+// firstPublished is a published table as its first row (of
+// combinePublished's) has it: its names, replica identity and column
+// types.
+func firstPublished(r [][]byte) (PublishedTable, error) {
+	t := PublishedTable{Schema: string(r[0]), Name: string(r[1])}
+	if len(r) > 7 && r[7] != nil {
+		if err := json.Unmarshal(r[7], &t.Key); err != nil {
+			return t, fmt.Errorf("reading the replica identity of %s.%s: %w", t.Schema, t.Name, err)
+		}
+	}
+	if len(r) > 8 && r[8] != nil {
+		if err := json.Unmarshal(r[8], &t.Types); err != nil {
+			return t, fmt.Errorf("reading the column types of %s.%s: %w", t.Schema, t.Name, err)
+		}
+	}
+	return t, nil
+}
+
+// addColumns adds a publication's column list (comma separated, "*" for
+// all) to a table's, reporting whether it is all.
+func addColumns(t *PublishedTable, set string) (all bool) {
+	if set == "*" {
+		return true
+	}
+	for _, c := range strings.Split(set, ",") {
+		if !slices.Contains(t.Columns, c) {
+			t.Columns = append(t.Columns, c)
+		}
+	}
+	return false
+}
+
+// addFilter ORs a publication's row filter (nil for none) into a table's,
+// reporting whether there is none.
+func addFilter(t *PublishedTable, filter []byte) (none bool) {
+	switch {
+	case filter == nil:
+		return true
+	case t.RowFilter == "":
+		t.RowFilter = "(" + string(filter) + ")"
+	default:
+		t.RowFilter += " OR (" + string(filter) + ")"
+	}
+	return false
 }
 
 func describeColumns(set string) string {
