@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // The target's checks of ddl = apply: the role that applies runs the
@@ -24,8 +25,8 @@ const (
 // (pg_has_role ... USAGE: a member of the owning role counts), and may
 // create in each of their schemas. Tables missing on the
 // target are the published tables check's.
-func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, role string, rep *Report) {
-	if cfg.DDL != "apply" || len(pub.tables) == 0 {
+func checkDDLTarget(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, role string, rep *Report) {
+	if cfg.DDL != subscriber.DDLApply || len(pub.tables) == 0 {
 		return
 	}
 	schemas, names := make([]string, len(pub.tables)), make([]string, len(pub.tables))

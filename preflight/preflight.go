@@ -5,6 +5,10 @@
 // warning, or failed with the exact fix (the GRANT, the ALTER SYSTEM), as
 // pg_upgrade --check reports; `parapply check` prints them, and `parapply
 // run` refuses to start, before any slot is created, while one fails.
+// What a run's own start checks again (the publisher's version and
+// wal_level, the publications, the slot, prepared transactions and the
+// replica role on the target) is judged by package judge, here and there
+// alike, so that each problem has one wording and one fix.
 package preflight
 
 import (
@@ -14,43 +18,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/internal/pgerr"
-	"github.com/parapply/parapply/sequences"
-	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/preflight/judge"
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
-
-// Config is what the checks need of a run's settings.
-type Config struct {
-	Source, Target string
-	Publications   []string
-	Slot           string
-	AppName        string
-	// The settings that change what a run needs.
-	CopyData        bool
-	TwoPhase        bool
-	Failover        bool
-	Origin          source.Origin
-	DetectConflicts bool
-	// DetectConflictsAsked: detect_conflicts was set on (or off), not
-	// left at auto: on a Citus coordinator on is refused, auto turns
-	// detection off for the tables Citus manages.
-	DetectConflictsAsked bool
-	Conflicts            *conflict.Rules
-	DetectUpdateDeleted  bool
-	CopyDeferIndexes     bool
-	ExistingData         string // error, truncate or keep
-	Sequences            sequences.Mode
-	Workers              int // the most workers a run opens (max_workers with auto)
-	StreamWorkers        int
-	CopyWorkers          int
-	// SlotWait is how long a run waits for a slot held by a walsender
-	// that may be going away before it stops (see slotHeld).
-	SlotWait time.Duration
-	// DDL is the ddl setting: "apply" runs the publisher's schema
-	// changes on the target.
-	DDL string
-}
 
 // Status is a check's outcome.
 type Status string
@@ -111,9 +83,13 @@ func (r Report) Passed() bool { return r.Count(Failed) == 0 && r.Count(Skipped) 
 // timeout bounds the whole report: every query is a catalog read.
 const timeout = 60 * time.Second
 
-// Run runs every check. It never changes either server: what it tries
+// Run runs every check for the settings of a run (cfg, as parapply run
+// starts with them). It never changes either server: what it tries
 // (session_replication_role) is rolled back.
-func Run(ctx context.Context, cfg Config) Report {
+func Run(ctx context.Context, cfg subscriber.Config) Report {
+	if cfg.ExistingData == "" {
+		cfg.ExistingData = tablesync.ExistingError // as the copy takes it
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rep Report
@@ -175,6 +151,14 @@ func broken(object, what string, err error) Problem {
 		return fail(object, what+": "+pgerr.Text(err), "")
 	}
 	return Problem{Object: object, What: what + ": " + err.Error(), Unfinished: true}
+}
+
+// failing is the failed problem of a judgement, none for nil.
+func failing(f *judge.Finding) []Problem {
+	if f == nil {
+		return nil
+	}
+	return []Problem{fail("", f.What, f.Fix)}
 }
 
 func warn(object, what, fix string) Problem {

@@ -14,8 +14,10 @@ import (
 	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/internal/pgerr"
+	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
+	"github.com/parapply/parapply/subscriber"
 )
 
 // published is what the target's checks need of the publisher.
@@ -41,9 +43,9 @@ func (t pubTable) name() string { return quoteName(t.Schema, t.Name) }
 
 const sidePub = "publisher"
 
-func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
+func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) published {
 	var p published
-	conn, err := connect(ctx, "source", cfg.Source, cfg.AppName)
+	conn, err := connect(ctx, "source", cfg.Source.DSN, cfg.Source.AppName)
 	if err != nil {
 		rep.add(sidePub, "connection", "", fail("", err.Error(), "check the source connection string (host, port, dbname, user, password) and the publisher's pg_hba.conf"))
 		rep.unreachable(sidePub)
@@ -65,9 +67,10 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 		rep.add(sidePub, "connection", "", broken("", "reading the publisher's settings", err))
 		return p
 	}
-	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role), versionProblems(cfg, version)...)
-	if walLevel != "logical" {
-		rep.add(sidePub, "wal_level", "", fail("", "wal_level is "+walLevel+"; logical decoding needs logical", "ALTER SYSTEM SET wal_level = logical; then restart the publisher"))
+	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role),
+		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone, cfg.Source.TwoPhase))...)
+	if f := judge.WALLevel(walLevel); f != nil {
+		rep.add(sidePub, "wal_level", "", failing(f)...)
 	} else {
 		rep.add(sidePub, "wal_level", "logical")
 	}
@@ -77,7 +80,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	case replication:
 		rep.add(sidePub, "REPLICATION attribute", "role "+p.role+" has it")
 	default:
-		rep.add(sidePub, "REPLICATION attribute", "", fail("", "role "+p.role+" may not open a replication connection", "ALTER ROLE "+ident(p.role)+" REPLICATION;"))
+		rep.add(sidePub, "REPLICATION attribute", "", failing(judge.Replication(p.role))...)
 	}
 	if super || readStats {
 		rep.add(sidePub, "pg_read_all_stats (optional)", "parapply status shows the walsender's state")
@@ -89,7 +92,7 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 	} else {
 		rep.skip(sidePub, "replication connection", "the role lacks the REPLICATION attribute")
 	}
-	p.slotExists = checkSlot(ctx, conn, cfg.Slot, cfg.SlotWait, maxSlots, slots, maxSenders, senders, rep)
+	p.slotExists = checkSlot(ctx, conn, cfg.Source.Slot, subscriber.FirstStartSlotWait, maxSlots, slots, maxSenders, senders, rep)
 	checkFailover(ctx, conn, cfg, version, rep)
 	checkPublications(ctx, conn, cfg, &p, rep)
 	checkDDL(ctx, conn, cfg, p.role, rep)
@@ -99,15 +102,15 @@ func checkPublisher(ctx context.Context, cfg Config, rep *Report) published {
 // checkDDL: with ddl = apply, the publisher's capture is there and follows
 // the run's publications; with ddl = off, no capture sends what the run
 // would pass over.
-func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep *Report) {
+func checkDDL(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, role string, rep *Report) {
 	const check = "DDL capture"
 	st, err := ddl.Inspect(ctx, conn)
 	if err != nil {
 		rep.add(sidePub, check, "", broken("", "reading the publisher's event triggers", err))
 		return
 	}
-	install := "parapply ddl install --source DSN --publication " + strings.Join(cfg.Publications, ",")
-	if cfg.DDL != "apply" {
+	install := "parapply ddl install --source DSN --publication " + strings.Join(cfg.Source.Publications, ",")
+	if cfg.DDL != subscriber.DDLApply {
 		if st.Triggers {
 			rep.add(sidePub, check, "", warn("", "the publisher sends its DDL (parapply ddl install was run) and ddl = off passes over it: the target's schema is to be changed by hand", "set ddl = apply, or parapply ddl uninstall --source DSN"))
 			return
@@ -122,10 +125,10 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep 
 	case !st.Triggers:
 		probs = append(probs, warn("", "no event triggers: only DDL run through parapply.replicate_ddl(text) is sent", install+" (as a superuser)"))
 	case st.Unreadable:
-		probs = append(probs, warn("", "role "+role+" may not read which publications the capture follows (schema parapply): this check cannot tell whether it follows "+strings.Join(cfg.Publications, ", ")+"; the capture itself works",
+		probs = append(probs, warn("", "role "+role+" may not read which publications the capture follows (schema parapply): this check cannot tell whether it follows "+strings.Join(cfg.Source.Publications, ", ")+"; the capture itself works",
 			strings.Join(ddl.Grants(ident(role)), " ")+" (as the capture's installer; or "+install+" --grant-to "+ident(role)+")"))
 	default:
-		for _, p := range cfg.Publications {
+		for _, p := range cfg.Source.Publications {
 			if !slices.Contains(st.Publications, p) {
 				probs = append(probs, warn(p, "DDL on this publication's tables is not captured (the capture follows "+strings.Join(st.Publications, ", ")+")", install))
 			}
@@ -144,29 +147,15 @@ func checkDDL(ctx context.Context, conn *pgx.Conn, cfg Config, role string, rep 
 	rep.add(sidePub, check, detail, probs...)
 }
 
-// versionProblems: the versions some settings need.
-func versionProblems(cfg Config, version int) []Problem {
-	var out []Problem
-	switch {
-	case version < 140000:
-		out = append(out, fail("", "parapply needs PostgreSQL 14 or newer on the publisher", "upgrade the publisher"))
-	case cfg.Origin == source.OriginNone && version < 160000:
-		out = append(out, fail("", "origin = none needs PostgreSQL 16 or newer on the publisher", "set origin = any, or upgrade the publisher"))
-	case cfg.TwoPhase && version < 150000:
-		out = append(out, fail("", "two_phase needs PostgreSQL 15 or newer on the publisher", "turn two_phase off, or upgrade the publisher"))
-	}
-	return out
-}
-
 // replicationConnection opens a replication connection as a run does:
 // pg_hba.conf, max_wal_senders and the role's attribute all decide it.
-func replicationConnection(ctx context.Context, cfg Config) []Problem {
-	pc, err := pgconn.ParseConfig(cfg.Source)
+func replicationConnection(ctx context.Context, cfg subscriber.Config) []Problem {
+	pc, err := pgconn.ParseConfig(cfg.Source.DSN)
 	if err != nil {
 		return []Problem{fail("", pgerr.Parse("source", err).Error(), "")}
 	}
 	pc.RuntimeParams["replication"] = "database"
-	pc.RuntimeParams["application_name"] = cfg.AppName + " check"
+	pc.RuntimeParams["application_name"] = cfg.Source.AppName + " check"
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -185,30 +174,14 @@ func replicationConnection(ctx context.Context, cfg Config) []Problem {
 // checkSlot reports the slot: resumed from when it exists, room for it
 // when it does not.
 func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, slotWait time.Duration, maxSlots, slots, maxSenders, senders int, rep *Report) (exists bool) {
+	var slotType string
 	var plugin, database, walStatus *string
 	var active bool
 	var pid *int
-	err := conn.QueryRow(ctx, `SELECT plugin::text, database::text, active, active_pid, wal_status
-		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &database, &active, &pid, &walStatus)
+	err := conn.QueryRow(ctx, `SELECT slot_type, plugin::text, database::text, active, active_pid, wal_status
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, slot).Scan(&slotType, &plugin, &database, &active, &pid, &walStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
-		var probs []Problem
-		if slots >= maxSlots {
-			probs = append(probs, fail("", fmt.Sprintf("every replication slot is taken (max_replication_slots = %d)", maxSlots),
-				fmt.Sprintf("drop a slot no one uses (SELECT pg_drop_replication_slot(name)), or ALTER SYSTEM SET max_replication_slots = %d; then restart the publisher", maxSlots+1)))
-		}
-		if senders >= maxSenders {
-			probs = append(probs, fail("", fmt.Sprintf("every walsender is taken (max_wal_senders = %d)", maxSenders),
-				fmt.Sprintf("ALTER SYSTEM SET max_wal_senders = %d; then restart the publisher", maxSenders+1)))
-		}
-		rows, _ := conn.Query(ctx, `SELECT slot_name::text FROM pg_catalog.pg_replication_slots
-			WHERE plugin = 'pgoutput' AND database = pg_catalog.current_database() ORDER BY 1`)
-		if others, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
-			if near := nearest.Name(slot, others); near != "" {
-				probs = append(probs, warn("", "slot "+slot+" does not exist, but slot "+near+" does: did you mean it? A new slot starts over with an initial copy",
-					"set slot = "+near+" to go on from it, or keep slot = "+slot+" to start anew"))
-			}
-		}
-		rep.add(sidePub, "slot "+slot, "missing: created (pgoutput) at the first start", probs...)
+		rep.add(sidePub, "slot "+slot, "missing: created (pgoutput) at the first start", missingSlot(ctx, conn, slot, maxSlots, slots, maxSenders, senders)...)
 		return false
 	}
 	if err != nil {
@@ -218,11 +191,9 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, slotWait time.D
 	var current string
 	_ = conn.QueryRow(ctx, "SELECT pg_catalog.current_database()::text").Scan(&current)
 	var probs []Problem
-	switch {
-	case plugin == nil || *plugin != "pgoutput":
-		probs = append(probs, fail("", "slot "+slot+" is not a logical slot of pgoutput", "use another slot name (slot = ...)"))
-	case database != nil && *database != current:
-		probs = append(probs, fail("", "slot "+slot+" belongs to database "+*database, "use another slot name, or connect to that database"))
+	switch f := judge.Slot(slot, slotType, deref(plugin), deref(database), current); {
+	case f != nil:
+		probs = failing(f)
 	case walStatus != nil && *walStatus == "lost":
 		probs = append(probs, fail("", "slot "+slot+" was invalidated: the publisher removed WAL it needed (wal_status lost)", "retire it with parapply drop --slot "+slot+" --source ..., then start again with the initial copy"))
 	case active && pid != nil:
@@ -230,10 +201,40 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, slotWait time.D
 		// just stopped), which a run waits for.
 		var app string
 		_ = conn.QueryRow(ctx, "SELECT coalesce(application_name, '') FROM pg_catalog.pg_stat_activity WHERE pid = $1", *pid).Scan(&app)
-		probs = append(probs, warn("", slotHeld(slot, *pid, app, slotWait), "stop what streams from it, or start with another --slot"))
+		probs = append(probs, warn("", slotHeld(slot, *pid, app, slotWait), judge.SlotInUse(slot, *pid, app).Fix))
 	}
 	rep.add(sidePub, "slot "+slot, "exists: the run resumes from it", probs...)
 	return true
+}
+
+// missingSlot: the room a new slot needs (a free slot and a free
+// walsender), and the slot of another name that was likely meant.
+func missingSlot(ctx context.Context, conn *pgx.Conn, slot string, maxSlots, slots, maxSenders, senders int) []Problem {
+	var probs []Problem
+	if slots >= maxSlots {
+		probs = append(probs, fail("", fmt.Sprintf("every replication slot is taken (max_replication_slots = %d)", maxSlots),
+			fmt.Sprintf("drop a slot no one uses (SELECT pg_drop_replication_slot(name)), or ALTER SYSTEM SET max_replication_slots = %d; then restart the publisher", maxSlots+1)))
+	}
+	if senders >= maxSenders {
+		probs = append(probs, fail("", fmt.Sprintf("every walsender is taken (max_wal_senders = %d)", maxSenders),
+			fmt.Sprintf("ALTER SYSTEM SET max_wal_senders = %d; then restart the publisher", maxSenders+1)))
+	}
+	rows, _ := conn.Query(ctx, `SELECT slot_name::text FROM pg_catalog.pg_replication_slots
+		WHERE plugin = 'pgoutput' AND database = pg_catalog.current_database() ORDER BY 1`)
+	if others, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+		if near := nearest.Name(slot, others); near != "" {
+			probs = append(probs, warn("", "slot "+slot+" does not exist, but slot "+near+" does: did you mean it? A new slot starts over with an initial copy",
+				"set slot = "+near+" to go on from it, or keep slot = "+slot+" to start anew"))
+		}
+	}
+	return probs
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // slotHeld says what parapply run does with a slot another process
@@ -241,18 +242,14 @@ func checkSlot(ctx context.Context, conn *pgx.Conn, slot string, slotWait time.D
 // live parapply holding the slot, else once the walsender has not let go
 // within wait (one of a subscriber that just stopped does).
 func slotHeld(slot string, pid int, app string, wait time.Duration) string {
-	by := fmt.Sprintf("walsender pid %d", pid)
-	if app != "" {
-		by += " (application_name " + app + ")"
-	}
-	return fmt.Sprintf("slot %s is in use by %s: parapply run does not start while it is (it stops at once when the target records a live parapply holding it, else after waiting %s for the slot to be let go, as by a subscriber that just stopped)", slot, by, wait)
+	return fmt.Sprintf("%s: parapply run does not start while it is (it stops at once when the target records a live parapply holding it, else after waiting %s for the slot to be let go, as by a subscriber that just stopped)", judge.SlotInUse(slot, pid, app).What, wait)
 }
 
 // checkFailover says whether the slot survives the publisher's failover
 // to a standby: a failover slot (PostgreSQL 17 and later) that a standby
 // synchronizes, with synchronized_standby_slots keeping parapply from
 // applying what that standby has not received.
-func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int, rep *Report) {
+func checkFailover(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, version int, rep *Report) {
 	const check = "failover slot"
 	var standbys int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_replication_slots WHERE slot_type = 'physical' AND active`).Scan(&standbys); err != nil {
@@ -267,7 +264,7 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int,
 	case version < 170000:
 		rep.add(sidePub, check, fmt.Sprintf("PostgreSQL %d has none; no standby streams from a physical slot", version/10000))
 		return
-	case !cfg.Failover:
+	case !cfg.Source.Failover:
 		rep.add(sidePub, check, "failover = off")
 		return
 	}
@@ -296,105 +293,35 @@ func checkFailover(ctx context.Context, conn *pgx.Conn, cfg Config, version int,
 // checks each published table on the publisher: the copy reads it, and
 // without a replica identity the publisher refuses its updates and
 // deletes.
-func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
-	if len(cfg.Publications) == 0 {
-		rep.add(sidePub, "publications", "", fail("", "no publication given", "set publication"))
+func checkPublications(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, rep *Report) {
+	if len(cfg.Source.Publications) == 0 {
+		rep.add(sidePub, "publications", "", failing(judge.NoPublication())...)
 		return
 	}
-	rows, _ := conn.Query(ctx, `SELECT pubname::text, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = ANY($1)`, cfg.Publications)
-	p.ops = map[string]bool{}
-	found := map[string]bool{}
-	var name string
-	var ins, upd, del, trunc bool
-	_, err := pgx.ForEachRow(rows, []any{&name, &ins, &upd, &del, &trunc}, func() error {
-		found[name] = true
-		p.ops["insert"] = p.ops["insert"] || ins
-		p.ops["update"] = p.ops["update"] || upd
-		p.ops["delete"] = p.ops["delete"] || del
-		p.ops["truncate"] = p.ops["truncate"] || trunc
-		return nil
-	})
-	if err != nil {
-		rep.add(sidePub, "publications", "", broken("", "reading pg_publication", err))
-		return
-	}
-	var probs []Problem
-	var existing []string
-	for _, pub := range cfg.Publications {
-		if found[pub] {
-			continue
+	if probs, err := readPublications(ctx, conn, cfg.Source.Publications, p); err != nil || len(probs) > 0 {
+		if err != nil {
+			probs = []Problem{broken("", "reading pg_publication", err)}
 		}
-		if existing == nil {
-			rows, _ := conn.Query(ctx, `SELECT pubname::text FROM pg_catalog.pg_publication ORDER BY 1`)
-			if existing, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-				existing = []string{}
-			}
-		}
-		what, fix := missingPublication(pub, existing)
-		probs = append(probs, fail("", what, fix))
-	}
-	if len(probs) > 0 {
 		rep.add(sidePub, "publications", "", probs...)
 		return
 	}
-	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Publications)
+	tables, err := source.ListPublished(ctx, conn.PgConn(), cfg.Source.Publications)
 	if err != nil {
 		rep.add(sidePub, "publications", "", broken("", "listing the published tables", err))
 		return
 	}
 	if len(tables) == 0 {
-		rep.add(sidePub, "publications", strings.Join(cfg.Publications, ", "), warn("", "the publications send no table", "ALTER PUBLICATION ... ADD TABLE ..."))
+		rep.add(sidePub, "publications", strings.Join(cfg.Source.Publications, ", "), warn("", "the publications send no table", "ALTER PUBLICATION ... ADD TABLE ..."))
 	} else {
-		rep.add(sidePub, "publications", fmt.Sprintf("%s: %d tables", strings.Join(cfg.Publications, ", "), len(tables)))
+		rep.add(sidePub, "publications", fmt.Sprintf("%s: %d tables", strings.Join(cfg.Source.Publications, ", "), len(tables)))
 	}
 	var read, identity []Problem
 	for _, t := range tables {
-		pt := pubTable{PublishedTable: t}
-		var oid uint32
-		var readable bool
-		var replident, owner string
-		var hasKey bool
-		var keyIndex *string
-		err := conn.QueryRow(ctx, `SELECT c.oid, pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
-				c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)),
-				pg_catalog.pg_get_userbyid(c.relowner)::text,
-				(SELECT x.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
-				 WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
-				   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid
-				       AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]) AND NOT a.attnotnull)
-				 ORDER BY x.relname LIMIT 1)
-			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-			t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey, &owner, &keyIndex)
-		if err != nil {
-			read = append(read, broken(pt.name(), "reading the table's catalog", err))
-			continue
+		pt, r, id := checkPublishedTable(ctx, conn, cfg, p, t)
+		read, identity = append(read, r...), append(identity, id...)
+		if pt != nil {
+			p.tables = append(p.tables, *pt)
 		}
-		if !readable && cfg.CopyData {
-			fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + "; " +
-				parapply.AlterDefaultPrivileges(owner, t.Schema, "SELECT", "TABLES", p.role)
-			if p.slotExists {
-				read = append(read, warn(pt.name(), "role "+p.role+" may not read it: a table not copied yet (one added to the publication) cannot be copied", fix))
-			} else {
-				read = append(read, fail(pt.name(), "role "+p.role+" may not read it: the initial copy reads it", fix))
-			}
-		}
-		if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
-			identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", identityFix(pt.name(), keyIndex)))
-		}
-		cols, generated, _, err := readColumns(ctx, conn, oid)
-		if err != nil {
-			read = append(read, broken(pt.name(), "reading its columns", err))
-			continue
-		}
-		// The columns sent: those listed, or every one but the generated
-		// (which the publisher sends only when listed).
-		pt.columns = slices.DeleteFunc(cols, func(c Column) bool {
-			if t.Columns != nil {
-				return !slices.Contains(t.Columns, c.Name)
-			}
-			return generated[c.Name]
-		})
-		p.tables = append(p.tables, pt)
 	}
 	if len(tables) > 0 {
 		what := "the initial copy reads them"
@@ -409,21 +336,92 @@ func checkPublications(ctx context.Context, conn *pgx.Conn, cfg Config, p *publi
 	}
 }
 
-// missingPublication words a publication the publisher lacks: the one of
-// existing it was likely meant to be, first, else the CREATE PUBLICATION.
-func missingPublication(pub string, existing []string) (what, fix string) {
-	create := "CREATE PUBLICATION " + ident(pub) + " FOR TABLE ...; (or FOR ALL TABLES) on the publisher"
-	if near := nearest.Name(pub, existing); near != "" {
-		return "publication " + ident(pub) + " does not exist; did you mean " + ident(near) + "?", "set publication = " + near + " (or, if " + ident(pub) + " is meant: " + create + ")"
+// readPublications reads what the publications publish (p.ops), and
+// words each one the publisher lacks.
+func readPublications(ctx context.Context, conn *pgx.Conn, pubs []string, p *published) ([]Problem, error) {
+	rows, _ := conn.Query(ctx, `SELECT pubname::text, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = ANY($1)`, pubs)
+	p.ops = map[string]bool{}
+	found := map[string]bool{}
+	var name string
+	var ins, upd, del, trunc bool
+	_, err := pgx.ForEachRow(rows, []any{&name, &ins, &upd, &del, &trunc}, func() error {
+		found[name] = true
+		p.ops["insert"] = p.ops["insert"] || ins
+		p.ops["update"] = p.ops["update"] || upd
+		p.ops["delete"] = p.ops["delete"] || del
+		p.ops["truncate"] = p.ops["truncate"] || trunc
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	what = "publication " + ident(pub) + " does not exist"
-	switch {
-	case len(existing) == 0:
-		what += " (the publisher has none)"
-	case len(existing) <= 5:
-		what += " (the publisher has " + strings.Join(existing, ", ") + ")"
+	var probs []Problem
+	var existing []string
+	for _, pub := range pubs {
+		if found[pub] {
+			continue
+		}
+		if existing == nil {
+			rows, _ := conn.Query(ctx, `SELECT pubname::text FROM pg_catalog.pg_publication ORDER BY 1`)
+			if existing, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				existing = []string{}
+			}
+		}
+		what, fix := judge.MissingPublication(pub, existing)
+		probs = append(probs, fail("", what, fix))
 	}
-	return what, create
+	return probs, nil
+}
+
+// checkPublishedTable reads a published table on the publisher: whether
+// the role may read it (read), whether its updates and deletes can be
+// published (identity), and the columns sent (pt; nil when they could not
+// be read).
+func checkPublishedTable(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, t source.PublishedTable) (pt *pubTable, read, identity []Problem) {
+	pt = &pubTable{PublishedTable: t}
+	var oid uint32
+	var readable bool
+	var replident, owner string
+	var hasKey bool
+	var keyIndex *string
+	err := conn.QueryRow(ctx, `SELECT c.oid, pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+			c.relreplident::text, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)),
+			pg_catalog.pg_get_userbyid(c.relowner)::text,
+			(SELECT x.relname::text FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+			 WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+			   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid
+			       AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]) AND NOT a.attnotnull)
+			 ORDER BY x.relname LIMIT 1)
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+		t.Schema, t.Name).Scan(&oid, &readable, &replident, &hasKey, &owner, &keyIndex)
+	if err != nil {
+		return nil, []Problem{broken(pt.name(), "reading the table's catalog", err)}, nil
+	}
+	if !readable && cfg.CopyData {
+		fix := "GRANT USAGE ON SCHEMA " + ident(t.Schema) + " TO " + ident(p.role) + "; GRANT SELECT ON " + pt.name() + " TO " + ident(p.role) + "; " +
+			parapply.AlterDefaultPrivileges(owner, t.Schema, "SELECT", "TABLES", p.role)
+		if p.slotExists {
+			read = append(read, warn(pt.name(), "role "+p.role+" may not read it: a table not copied yet (one added to the publication) cannot be copied", fix))
+		} else {
+			read = append(read, fail(pt.name(), "role "+p.role+" may not read it: the initial copy reads it", fix))
+		}
+	}
+	if (p.ops["update"] || p.ops["delete"]) && (replident == "n" || (replident == "d" && !hasKey)) {
+		identity = append(identity, warn(pt.name(), "no replica identity: the publisher refuses UPDATE and DELETE of its rows", identityFix(pt.name(), keyIndex)))
+	}
+	cols, generated, _, err := readColumns(ctx, conn, oid)
+	if err != nil {
+		return nil, append(read, broken(pt.name(), "reading its columns", err)), identity
+	}
+	// The columns sent: those listed, or every one but the generated
+	// (which the publisher sends only when listed).
+	pt.columns = slices.DeleteFunc(cols, func(c Column) bool {
+		if t.Columns != nil {
+			return !slices.Contains(t.Columns, c.Name)
+		}
+		return generated[c.Name]
+	})
+	return pt, read, identity
 }
 
 // identityFix is the fix of a published table without a replica
@@ -438,7 +436,7 @@ func identityFix(table string, index *string) string {
 
 // checkPublisherSequences: the sequences parapply carries must be
 // readable on the publisher.
-func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg Config, p *published, rep *Report) {
+func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, p *published, rep *Report) {
 	tables := make([]sequences.Table, len(p.tables))
 	for i, t := range p.tables {
 		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}

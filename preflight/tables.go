@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/nearest"
+	"github.com/parapply/parapply/subscriber"
+	"github.com/parapply/parapply/tablesync"
 )
 
 // targetTable is what the checks read of a published table on the target.
@@ -37,7 +39,7 @@ func neededPrivileges(ops map[string]bool) []string {
 	return out
 }
 
-func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, role string, rep *Report) {
+func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, role string, rep *Report) {
 	if len(pub.tables) == 0 {
 		return
 	}
@@ -58,48 +60,65 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg Config, pub published,
 			tableProbs = append(tableProbs, fail(name, "is not a table on the target (relkind "+tt.kind+")", "apply to a table of that name"))
 			continue
 		}
-		var missing []string
-		for _, p := range needs {
-			if !tt.privileges[p] {
-				missing = append(missing, p)
-			}
-		}
-		if !tt.schemaUsage {
-			tableProbs = append(tableProbs, fail(name, "role "+role+" may not use schema "+t.Schema, "GRANT USAGE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
-		}
-		if len(missing) > 0 {
-			tableProbs = append(tableProbs, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+"; "+
-				parapply.AlterDefaultPrivileges(tt.owner, t.Schema, strings.Join(needs, ", "), "TABLES", role)))
-		}
-		if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
-			why := "detect_update_deleted installs a trigger on it"
-			if !cfg.DetectUpdateDeleted {
-				why = "copy_defer_indexes drops and rebuilds its indexes"
-			}
-			tableProbs = append(tableProbs, fail(name, why+": role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
-		}
-		if !tt.schemaCreate && cfg.CopyDeferIndexes {
-			// Checked before the copy drops them: an index is
-			// made in its table's schema.
-			tableProbs = append(tableProbs, fail(name, "copy_defer_indexes rebuilds its indexes in schema "+t.Schema+": role "+role+" may not create there",
-				"GRANT CREATE ON SCHEMA "+ident(t.Schema)+" TO "+ident(role)+";"))
-		}
+		tableProbs = append(tableProbs, tablePrivileges(cfg, t.Schema, name, role, needs, tt)...)
 		for _, p := range compareColumns(name, t.columns, tt) {
 			colProbs = append(colProbs, pending(cfg, pub, p))
 		}
-		if !pub.slotExists && cfg.CopyData && cfg.ExistingData == "error" && tt.privileges["SELECT"] && tt.schemaUsage {
-			var held bool
-			if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&held); err == nil && held {
-				rowProbs = append(rowProbs, fail(name, "holds rows, and the initial copy would copy the publisher's rows on top of them",
-					"empty it (TRUNCATE "+name+"), or set existing_data = truncate or keep, or copy_data = off if it is already in sync"))
-			}
+		if !pub.slotExists && cfg.CopyData && cfg.ExistingData == tablesync.ExistingError && tt.privileges["SELECT"] && tt.schemaUsage {
+			rowProbs = append(rowProbs, heldRows(ctx, conn, name)...)
 		}
 	}
 	rep.add(sideTarget, "published tables", fmt.Sprintf("%d tables; the role needs %s on each", len(pub.tables), strings.Join(needs, ", ")), tableProbs...)
 	rep.add(sideTarget, "published columns and types", columnsDetail(colProbs), colProbs...)
 	if !pub.slotExists && cfg.CopyData {
-		rep.add(sideTarget, "rows already on the target", "existing_data = "+cfg.ExistingData, rowProbs...)
+		rep.add(sideTarget, "rows already on the target", "existing_data = "+string(cfg.ExistingData), rowProbs...)
 	}
+}
+
+// tablePrivileges: what role (the target's) needs on a published table
+// (name, in schema; tt as read on the target) for the settings: the
+// privileges needs names and the schema's USAGE, and, to install triggers
+// or rebuild indexes, ownership and CREATE on the schema.
+func tablePrivileges(cfg subscriber.Config, schema, name, role string, needs []string, tt targetTable) []Problem {
+	var missing []string
+	var out []Problem
+	for _, p := range needs {
+		if !tt.privileges[p] {
+			missing = append(missing, p)
+		}
+	}
+	if !tt.schemaUsage {
+		out = append(out, fail(name, "role "+role+" may not use schema "+schema, "GRANT USAGE ON SCHEMA "+ident(schema)+" TO "+ident(role)+";"))
+	}
+	if len(missing) > 0 {
+		out = append(out, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+"; "+
+			parapply.AlterDefaultPrivileges(tt.owner, schema, strings.Join(needs, ", "), "TABLES", role)))
+	}
+	if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
+		why := "detect_update_deleted installs a trigger on it"
+		if !cfg.DetectUpdateDeleted {
+			why = "copy_defer_indexes drops and rebuilds its indexes"
+		}
+		out = append(out, fail(name, why+": role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
+	}
+	if !tt.schemaCreate && cfg.CopyDeferIndexes {
+		// Checked before the copy drops them: an index is
+		// made in its table's schema.
+		out = append(out, fail(name, "copy_defer_indexes rebuilds its indexes in schema "+schema+": role "+role+" may not create there",
+			"GRANT CREATE ON SCHEMA "+ident(schema)+" TO "+ident(role)+";"))
+	}
+	return out
+}
+
+// heldRows: a target table (name) that already holds rows, which the
+// initial copy with existing_data = error refuses.
+func heldRows(ctx context.Context, conn *pgx.Conn, name string) []Problem {
+	var held bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&held); err != nil || !held {
+		return nil
+	}
+	return []Problem{fail(name, "holds rows, and the initial copy would copy the publisher's rows on top of them",
+		"empty it (TRUNCATE "+name+"), or set existing_data = truncate or keep, or copy_data = off if it is already in sync")}
 }
 
 // missingTable words a published table the target lacks: the target's
@@ -169,8 +188,8 @@ func columnsDetail(probs []Problem) string {
 
 // pending makes a schema difference a warning where the stream may still
 // hold the DDL that ends it: ddl = apply, and a slot that has run.
-func pending(cfg Config, pub published, p Problem) Problem {
-	if cfg.DDL == "apply" && pub.slotExists && p.Fails {
+func pending(cfg subscriber.Config, pub published, p Problem) Problem {
+	if cfg.DDL == subscriber.DDLApply && pub.slotExists && p.Fails {
 		p.Fails = false
 		p.What += " (ddl = apply: DDL still to come in the stream may bring the target level; if not, the first change it cannot take stops the run)"
 	}

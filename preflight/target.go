@@ -9,14 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/citus"
+	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
+	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/target"
 )
 
 const sideTarget = "target"
 
-func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
-	conn, err := connect(ctx, "target", cfg.Target, cfg.AppName)
+func checkTarget(ctx context.Context, cfg subscriber.Config, pub published, rep *Report) {
+	conn, err := connect(ctx, "target", cfg.Target.DSN, cfg.Source.AppName)
 	if err != nil {
 		rep.add(sideTarget, "connection", "", fail("", err.Error(), "check the target connection string (host, port, dbname, user, password) and the target's pg_hba.conf"))
 		rep.unreachable(sideTarget)
@@ -34,17 +36,13 @@ func checkTarget(ctx context.Context, cfg Config, pub published, rep *Report) {
 		rep.add(sideTarget, "connection", "", broken("", "reading the target's settings", err))
 		return
 	}
-	var probs []Problem
-	if version < 140000 {
-		probs = append(probs, fail("", "parapply needs PostgreSQL 14 or newer on the target", "upgrade the target"))
-	}
-	rep.add(sideTarget, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, role), probs...)
+	rep.add(sideTarget, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, role), failing(judge.TargetVersion(version))...)
 	checkReplicaRole(ctx, conn, role, rep)
 	checkSchema(ctx, conn, role, createDB, rep)
 	checkOrigins(ctx, conn, cfg, role, super, rep)
-	if cfg.TwoPhase {
-		if preparedMax == 0 {
-			rep.add(sideTarget, "max_prepared_transactions", "", fail("", "two_phase = on applies prepared transactions as prepared transactions, but max_prepared_transactions is 0", "ALTER SYSTEM SET max_prepared_transactions = 10; then restart the target (or turn two_phase off)"))
+	if cfg.Source.TwoPhase {
+		if f := judge.PreparedTransactions(preparedMax); f != nil {
+			rep.add(sideTarget, "max_prepared_transactions", "", failing(f)...)
 		} else {
 			rep.add(sideTarget, "max_prepared_transactions", fmt.Sprint(preparedMax))
 		}
@@ -76,8 +74,7 @@ func checkReplicaRole(ctx context.Context, conn *pgx.Conn, role string, rep *Rep
 		return
 	}
 	if err != nil {
-		rep.add(sideTarget, "session_replication_role", "", fail("", "role "+role+" may not set session_replication_role: "+err.Error(),
-			"GRANT SET ON PARAMETER session_replication_role TO "+ident(role)+"; (PostgreSQL 15 or later; before it, a superuser)"))
+		rep.add(sideTarget, "session_replication_role", "", failing(judge.ReplicaRole(role, err))...)
 		return
 	}
 	rep.add(sideTarget, "session_replication_role", "replica, as the built-in apply worker")
@@ -115,7 +112,7 @@ func currentDB(ctx context.Context, conn *pgx.Conn) string {
 // checkOrigins: every parapply session commits under a replication origin
 // of its own, which a role other than a superuser needs granted, and each
 // holds one of the target's few origin states.
-func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, super bool, rep *Report) {
+func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, role string, super bool, rep *Report) {
 	if !super {
 		var missing []string
 		status := false
@@ -144,12 +141,12 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, 
 	if !rep.has(sideTarget, "replication origin functions") {
 		rep.add(sideTarget, "replication origin functions", "may be run by "+role)
 	}
-	st, err := target.ReadOriginStates(ctx, conn, cfg.Slot)
+	st, err := target.ReadOriginStates(ctx, conn, cfg.Source.Slot)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", warn("", err.Error(), ""))
 		return
 	}
-	plan, err := target.PlanOrigins(st.Limit, st.Held, cfg.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
+	plan, err := target.PlanOrigins(st.Limit, st.Held, cfg.Source.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", fail("", err.Error(), ""))
 		return
@@ -166,23 +163,23 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg Config, role string, 
 // checkCommitTimestamps: conflict policies by commit time need
 // track_commit_timestamp; without it rows changed by others are not told
 // from parapply's own.
-func checkCommitTimestamps(cfg Config, on bool, rep *Report) {
+func checkCommitTimestamps(cfg subscriber.Config, on bool, rep *Report) {
 	if !cfg.DetectConflicts || on {
 		return
 	}
-	if need := cfg.Conflicts.NeedsCommitTimestamps(); need != "" {
-		rep.add(sideTarget, "track_commit_timestamp", "", fail("", need+" compares commit times, but track_commit_timestamp is off on the target", "ALTER SYSTEM SET track_commit_timestamp = on; then restart the target"))
+	refusal, warning := judge.CommitTimestamps(cfg.Conflicts.NeedsCommitTimestamps(), on)
+	if refusal != nil {
+		rep.add(sideTarget, "track_commit_timestamp", "", failing(refusal)...)
 		return
 	}
-	rep.add(sideTarget, "track_commit_timestamp", "", warn("", "off: update_origin_differs and delete_origin_differs (a row last changed by another session) are not detected",
-		"ALTER SYSTEM SET track_commit_timestamp = on; then restart the target (not needed for a one-way migration)"))
+	rep.add(sideTarget, "track_commit_timestamp", "", warn("", warning.What, warning.Fix))
 }
 
 // checkCitus: on a Citus coordinator, the published tables Citus
 // distributes (applied through its planner, see package citus), and the
 // settings Citus cannot serve (citus.Refusals). Nothing is said of a
 // plain target.
-func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, rep *Report) {
+func checkCitus(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, rep *Report) {
 	var schemas, names []string
 	for _, t := range pub.tables {
 		schemas, names = append(schemas, t.Schema), append(names, t.Name)
@@ -196,7 +193,7 @@ func checkCitus(ctx context.Context, conn *pgx.Conn, cfg Config, pub published, 
 		return
 	}
 	var probs []Problem
-	for _, r := range citus.Refusals(cfg.DetectConflicts && cfg.DetectConflictsAsked, cfg.TwoPhase) {
+	for _, r := range citus.Refusals(cfg.DetectConflicts && cfg.DetectConflictsAsked, cfg.Source.TwoPhase) {
 		probs = append(probs, fail("", r.What, r.Fix))
 	}
 	detail := fmt.Sprintf("a Citus coordinator, applied to through its planner: %s", strings.Join(managed, ", "))

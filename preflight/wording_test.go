@@ -5,34 +5,6 @@ import (
 	"time"
 )
 
-// TestMissingPublication: a misspelt publication is named with the one
-// meant first; otherwise the CREATE PUBLICATION, with what there is.
-func TestMissingPublication(t *testing.T) {
-	for _, c := range []struct {
-		pub       string
-		existing  []string
-		what, fix string
-	}{
-		{"app_pubb", []string{"app_pub", "other"},
-			"publication app_pubb does not exist; did you mean app_pub?",
-			"set publication = app_pub (or, if app_pubb is meant: CREATE PUBLICATION app_pubb FOR TABLE ...; (or FOR ALL TABLES) on the publisher)"},
-		{"sales", []string{"app_pub"},
-			"publication sales does not exist (the publisher has app_pub)",
-			"CREATE PUBLICATION sales FOR TABLE ...; (or FOR ALL TABLES) on the publisher"},
-		{"Sales", nil,
-			`publication "Sales" does not exist (the publisher has none)`,
-			`CREATE PUBLICATION "Sales" FOR TABLE ...; (or FOR ALL TABLES) on the publisher`},
-		{"x", []string{"a", "b", "c", "d", "e", "f"},
-			"publication x does not exist",
-			"CREATE PUBLICATION x FOR TABLE ...; (or FOR ALL TABLES) on the publisher"},
-	} {
-		what, fix := missingPublication(c.pub, c.existing)
-		if what != c.what || fix != c.fix {
-			t.Errorf("missingPublication(%q, %q) =\n  %q\n  %q\nwant\n  %q\n  %q", c.pub, c.existing, what, fix, c.what, c.fix)
-		}
-	}
-}
-
 // TestMissingTable: a published table missing on the target names the
 // target's table it was likely meant to be, and the statement that gives
 // it the publisher's name.

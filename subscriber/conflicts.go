@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/target"
@@ -34,15 +35,14 @@ func (s *Subscriber) detection(td target.Detection, sourceID string, published [
 			return nil, fmt.Errorf("conflict_resolution names table %s, which the publication does not publish to this target; fix the name (schema.table) or remove the entry", t)
 		}
 	}
-	if !td.CommitTimestamps {
-		if e := rules.NeedsCommitTimestamps(); e != "" {
-			return nil, fmt.Errorf("conflict_resolution entry %s compares commit times, but track_commit_timestamp is off on the target: turn it on there (a restart is needed) or choose another policy", e)
-		}
-		if !s.runs.warnedCommitTS.Swap(true) {
-			// Info, not a warning: a one-way migration, whose target no one
-			// else writes, has no such conflicts to detect.
-			s.log.Info("track_commit_timestamp is off on the target: update_origin_differs and delete_origin_differs conflicts (rows changed locally or by another origin) are not detected; where others write to the published tables on the target too, turn it on there (a restart is needed)")
-		}
+	refusal, warning := judge.CommitTimestamps(rules.NeedsCommitTimestamps(), td.CommitTimestamps)
+	if refusal != nil {
+		return nil, refusal
+	}
+	if warning != nil && !s.runs.warnedCommitTS.Swap(true) {
+		// Info, not a warning: a one-way migration, whose target no one
+		// else writes, has no such conflicts to detect.
+		s.log.Info(warning.What, "fix", warning.Fix)
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: td.CommitTimestamps, OldReturning: td.OldReturning,
 		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot, SkipCitus: !s.cfg.DetectConflictsAsked}

@@ -8,11 +8,13 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parapply/parapply/preflight/judge"
 )
 
 // The checks a start makes of the target, beside source's of the
-// publisher: each refuses, naming the setting or privilege and the fix,
-// before the slot is created.
+// publisher: each refuses, naming the setting or privilege and the fix
+// as package preflight's judgements (preflight/judge) word them, before
+// the slot is created.
 
 // CheckTwoPhase refuses two_phase = on where the target cannot prepare
 // transactions: parapply applies each prepared transaction as one there.
@@ -21,8 +23,8 @@ func CheckTwoPhase(ctx context.Context, conn *pgx.Conn) error {
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('max_prepared_transactions')::int").Scan(&n); err != nil {
 		return fmt.Errorf("reading max_prepared_transactions on the target: %w", err)
 	}
-	if n == 0 {
-		return errors.New("two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0: set it above 0 there (a restart is needed), or turn two_phase off")
+	if f := judge.PreparedTransactions(n); f != nil {
+		return f
 	}
 	return nil
 }
@@ -58,7 +60,7 @@ func ReadDetection(ctx context.Context, conn *pgx.Conn) (Detection, error) {
 // formats parapply writes values in. A refusal names the fix.
 func PrepareSession(ctx context.Context, conn *pgx.Conn, synchronousCommit, lockTimeout string) error {
 	set := []struct{ name, value, hint string }{
-		{"session_replication_role", "replica", "the target role must be a superuser, or on PostgreSQL 15+ be granted it: GRANT SET ON PARAMETER session_replication_role TO <role>"},
+		{"session_replication_role", "replica", ""}, // refused: judge.ReplicaRole
 		{"synchronous_commit", synchronousCommit, "use one of on, remote_apply, remote_write, local, off"},
 		{"search_path", "pg_catalog", ""},
 		{"datestyle", "ISO", ""},
@@ -71,6 +73,9 @@ func PrepareSession(ctx context.Context, conn *pgx.Conn, synchronousCommit, lock
 	for _, s := range set {
 		if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config($1, $2, false)", s.name, s.value); err != nil {
 			var pe *pgconn.PgError
+			if s.name == "session_replication_role" && errors.As(err, &pe) && pe.Code == pgerrcode.InsufficientPrivilege {
+				return fmt.Errorf("setting %s = %s on the target: %w", s.name, s.value, judge.ReplicaRole(conn.Config().User, err))
+			}
 			if s.hint != "" && errors.As(err, &pe) && (pe.Code == pgerrcode.InsufficientPrivilege || pe.Code[:2] == pgerrcode.DataException[:2]) {
 				return fmt.Errorf("setting %s = %s on the target: %w; %s", s.name, s.value, err, s.hint)
 			}

@@ -31,11 +31,11 @@ func (cmd *CheckCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pc, err := preflightConfig(c)
+	cfg, err := subscriberConfig(c, nil)
 	if err != nil {
 		return err
 	}
-	rep := preflight.Run(ctx, pc)
+	rep := preflight.Run(ctx, cfg)
 	if *asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -57,12 +57,8 @@ func (cmd *CheckCommand) Run(ctx context.Context, args []string) error {
 // parapply check (the run's own, where they matter, are logged as it
 // meets them); a server that cannot be reached is left to the run, which
 // rides such faults out.
-func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
-	pc, err := preflightConfig(c)
-	if err != nil {
-		return err
-	}
-	rep := preflight.Run(ctx, pc)
+func preflightGate(ctx context.Context, cfg subscriber.Config, log *slog.Logger) error {
+	rep := preflight.Run(ctx, cfg)
 	if sides := rep.Unreached; len(sides) > 0 {
 		log.Warn("pre-flight checks skipped: the " + strings.Join(sides, " and the ") + " could not be reached")
 		return nil
@@ -95,27 +91,6 @@ func preflightGate(ctx context.Context, c config, log *slog.Logger) error {
 	}
 	return fmt.Errorf("the pre-flight checks found %d %s, and nothing was created on either server: %s; parapply check (with the same settings) lists every check",
 		len(failed), problems, strings.Join(failed, "; "))
-}
-
-// preflightConfig reads the settings the checks need, refusing a
-// configuration run would refuse.
-func preflightConfig(c config) (preflight.Config, error) {
-	o, err := c.options()
-	if verr := o.validate(); verr != nil {
-		return preflight.Config{}, verr
-	}
-	if err != nil {
-		return preflight.Config{}, err
-	}
-	workers := o.Workers
-	if o.AutoWorkers {
-		workers = o.MaxWorkers
-	}
-	return preflight.Config{Source: o.Source, Target: o.Target, Publications: o.Publications, Slot: o.Slot, AppName: o.ApplicationName,
-		CopyData: o.CopyData, TwoPhase: o.TwoPhase, Failover: o.Failover, Origin: o.Origin, DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts,
-		DetectUpdateDeleted: o.DetectUpdateDeleted, CopyDeferIndexes: o.CopyDeferIndexes, ExistingData: string(o.ExistingData),
-		Sequences: o.Sequences, Workers: workers, StreamWorkers: o.StreamWorkers, CopyWorkers: o.CopyWorkers, DDL: string(o.DDL),
-		SlotWait: subscriber.FirstStartSlotWait}, nil
 }
 
 // printReport writes the report as pg_upgrade --check does: a line per

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/nearest"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -119,6 +121,69 @@ var settings = []setting{
 		func(o *options) kind { return choice(&o.LogFormat, logFormats, parseLogFormat) }},
 	{"log_level", "info", "log level: debug, info, warn or error",
 		func(o *options) kind { return level(&o.LogLevel) }},
+}
+
+// read reads every setting once into its typed field, refusing what a
+// run would refuse: the settings a run cannot start without come first,
+// so that they are named even when a later one is bad as well; then the
+// first bad value, in the order of settings. What it returns is the one
+// typed value run, check and the pre-flight gate start from (through
+// subscriberConfig).
+func (c config) read() (options, error) {
+	o, err := c.options()
+	if verr := o.validate(); verr != nil {
+		return options{}, verr
+	}
+	return o, err
+}
+
+// subscriberConfig reads the settings (read) into a subscriber
+// configuration: what run starts with, and what parapply check and the
+// pre-flight gate judge.
+func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
+	o, err := c.read()
+	if err != nil {
+		return subscriber.Config{}, err
+	}
+	return o.subscriberConfig(log)
+}
+
+// subscriberConfig turns the typed settings into a subscriber
+// configuration, rejecting combinations it refuses with a message that
+// names the settings.
+func (o options) subscriberConfig(log *slog.Logger) (subscriber.Config, error) {
+	cfg := subscriber.Config{
+		Source: source.Config{DSN: o.Source, Slot: o.Slot, Publications: o.Publications, Streaming: o.Streaming,
+			AppName: o.ApplicationName, StatusInterval: o.StatusInterval, TwoPhase: o.TwoPhase, Origin: o.Origin, Failover: o.Failover},
+		Target: apply.Config{DSN: o.Target, AppName: o.ApplicationName + " apply", Slot: o.Slot, SynchronousCommit: o.SynchronousCommit,
+			BatchRows: o.BatchRows, LockTimeout: fmt.Sprintf("%dms", o.LockTimeout.Milliseconds()),
+			Prefetch: o.Prefetch, PrefetchConns: o.PrefetchConnections},
+		Log:      log,
+		CopyData: o.CopyData, CopyWorkers: o.CopyWorkers, ExistingData: o.ExistingData, CopyDeferIndexes: o.CopyDeferIndexes,
+		Group:   subscriber.GroupLimits{MaxChanges: o.GroupMaxChanges, MaxBytes: o.GroupMaxBytes, MaxDelay: o.GroupMaxDelay},
+		Workers: o.Workers, AutoWorkers: o.AutoWorkers, StreamWorkers: o.StreamWorkers, SpillDir: o.SpillDirectory,
+		CommitOrder: o.CommitOrder, ReconnectTimeout: o.ReconnectTimeout,
+		Sequences: o.Sequences, SequenceSyncInterval: o.SequenceSyncInterval,
+		DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts, OnError: o.OnError, DDL: o.DDL,
+		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
+		SharedTables: o.SharedTables, Binary: o.Binary,
+	}
+	if o.AutoWorkers {
+		cfg.Workers = o.MaxWorkers
+	}
+	if o.DecodingWorkMem > 0 {
+		cfg.Source.DecodingWorkMem = fmt.Sprintf("%dkB", o.DecodingWorkMem>>10)
+	}
+	return cfg, cfg.Validate()
+}
+
+// logger is the logger log_format and log_level ask for, writing to w.
+func (o options) logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: o.LogLevel}
+	if o.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // config holds resolved setting values by name.

@@ -798,10 +798,11 @@ func TestSubscriberConfigMapping(t *testing.T) {
 	c["streaming"] = "on"
 	c["status_interval"] = "750ms"
 	c["synchronous_commit"] = "remote_apply"
-	log, err := newLogger(c, io.Discard)
+	o, err := c.read()
 	if err != nil {
 		t.Fatal(err)
 	}
+	log := o.logger(io.Discard)
 	cfg, err := subscriberConfig(c, log)
 	if err != nil {
 		t.Fatalf("subscriberConfig: %v", err)
@@ -869,17 +870,24 @@ func TestNewLogger(t *testing.T) {
 	c := validConfig()
 	for _, f := range []string{"text", "json"} {
 		c["log_format"] = f
-		if _, err := newLogger(c, io.Discard); err != nil {
+		o, err := c.read()
+		if err != nil {
 			t.Errorf("log_format %q: %v", f, err)
+			continue
+		}
+		var out strings.Builder
+		o.logger(&out).Info("x")
+		if json := strings.HasPrefix(out.String(), "{"); json != (f == "json") {
+			t.Errorf("log_format %q logs %q", f, out.String())
 		}
 	}
 	c["log_format"] = "xml"
-	if _, err := newLogger(c, io.Discard); err == nil || !strings.Contains(err.Error(), "log_format") {
+	if _, err := c.read(); err == nil || !strings.Contains(err.Error(), "log_format") {
 		t.Errorf("log_format xml: error %v, want one naming log_format", err)
 	}
 	c["log_format"] = "text"
 	c["log_level"] = "loud"
-	if _, err := newLogger(c, io.Discard); err == nil || !strings.Contains(err.Error(), "log_level") {
+	if _, err := c.read(); err == nil || !strings.Contains(err.Error(), "log_level") {
 		t.Errorf("log_level loud: error %v, want one naming log_level", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/metrics"
 	"github.com/parapply/parapply/source"
@@ -29,44 +28,6 @@ func usageFor(fs *flag.FlagSet, synopsis string) {
 	}
 }
 
-// subscriberConfig turns resolved settings into a subscriber configuration,
-// rejecting bad values with a message that names the setting.
-func subscriberConfig(c config, log *slog.Logger) (subscriber.Config, error) {
-	o, err := c.options()
-	// The settings a run cannot start without come first among settings,
-	// so they are read even when a later one is bad; missing, they are
-	// the error.
-	if verr := o.validate(); verr != nil {
-		return subscriber.Config{}, verr
-	}
-	if err != nil {
-		return subscriber.Config{}, err
-	}
-	cfg := subscriber.Config{
-		Source: source.Config{DSN: o.Source, Slot: o.Slot, Publications: o.Publications, Streaming: o.Streaming,
-			AppName: o.ApplicationName, StatusInterval: o.StatusInterval, TwoPhase: o.TwoPhase, Origin: o.Origin, Failover: o.Failover},
-		Target: apply.Config{DSN: o.Target, AppName: o.ApplicationName + " apply", Slot: o.Slot, SynchronousCommit: o.SynchronousCommit,
-			BatchRows: o.BatchRows, LockTimeout: fmt.Sprintf("%dms", o.LockTimeout.Milliseconds()),
-			Prefetch: o.Prefetch, PrefetchConns: o.PrefetchConnections},
-		Log:      log,
-		CopyData: o.CopyData, CopyWorkers: o.CopyWorkers, ExistingData: o.ExistingData, CopyDeferIndexes: o.CopyDeferIndexes,
-		Group:   subscriber.GroupLimits{MaxChanges: o.GroupMaxChanges, MaxBytes: o.GroupMaxBytes, MaxDelay: o.GroupMaxDelay},
-		Workers: o.Workers, AutoWorkers: o.AutoWorkers, StreamWorkers: o.StreamWorkers, SpillDir: o.SpillDirectory,
-		CommitOrder: o.CommitOrder, ReconnectTimeout: o.ReconnectTimeout,
-		Sequences: o.Sequences, SequenceSyncInterval: o.SequenceSyncInterval,
-		DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts, OnError: o.OnError, DDL: o.DDL,
-		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
-		SharedTables: o.SharedTables, Binary: o.Binary,
-	}
-	if o.AutoWorkers {
-		cfg.Workers = o.MaxWorkers
-	}
-	if o.DecodingWorkMem > 0 {
-		cfg.Source.DecodingWorkMem = fmt.Sprintf("%dkB", o.DecodingWorkMem>>10)
-	}
-	return cfg, cfg.Validate()
-}
-
 // withSourceEnv sets the source's switches for diagnosis and measurement,
 // which are not settings (no flag, no file entry, not in -h), from the
 // environment: PARAPPLY_PACED=off and PARAPPLY_TRICKLE=off (see
@@ -75,19 +36,6 @@ func withSourceEnv(c source.Config) source.Config {
 	c.Unpaced = os.Getenv("PARAPPLY_PACED") == "off"
 	c.NoTrickle = os.Getenv("PARAPPLY_TRICKLE") == "off"
 	return c
-}
-
-// newLogger makes the logger log_format and log_level ask for.
-func newLogger(c config, w io.Writer) (*slog.Logger, error) {
-	o, err := c.options("log_format", "log_level")
-	if err != nil {
-		return nil, err
-	}
-	opts := &slog.HandlerOptions{Level: o.LogLevel}
-	if o.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
 // RunCommand replicates the publication to the target until stopped:
@@ -115,12 +63,13 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfiles()
-	con := newConsole(cmd.stderr, c["source"], c["target"])
-	log, err := newLogger(c, con)
+	o, err := c.read()
 	if err != nil {
 		return subscriber.Permanent(err)
 	}
-	cfg, err := subscriberConfig(c, log)
+	con := newConsole(cmd.stderr, o.Source, o.Target)
+	log := o.logger(con)
+	cfg, err := o.subscriberConfig(log)
 	if err != nil {
 		return subscriber.Permanent(err)
 	}
@@ -130,12 +79,12 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 		cfg.CopyProgress = copyProgressLogger(log)
 	}
 	sub := subscriber.New(cfg)
-	if addr := c["metrics_addr"]; addr != "" {
-		if err := serveMetrics(ctx, addr, sub, cfg.Source, c["application_name"], log); err != nil {
+	if addr := o.MetricsAddr; addr != "" {
+		if err := serveMetrics(ctx, addr, sub, cfg.Source, o.ApplicationName, log); err != nil {
 			return err
 		}
 	}
-	rec := newRecorder(cfg.Target.DSN, cfg.Source.Slot, c["application_name"], sub, log, con.secrets)
+	rec := newRecorder(cfg.Target.DSN, cfg.Source.Slot, o.ApplicationName, sub, log, con.secrets)
 	final := make(chan error, 1)
 	recorded := make(chan struct{})
 	go func() { rec.run(ctx, final); close(recorded) }()
@@ -143,7 +92,7 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 	go func() {
 		// After the recorder has started, so that a refusal is recorded
 		// where parapply status shows it.
-		if err := preflightGate(ctx, c, log); err != nil {
+		if err := preflightGate(ctx, cfg, log); err != nil {
 			done <- subscriber.Permanent(err)
 			return
 		}

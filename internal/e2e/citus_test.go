@@ -270,8 +270,9 @@ func TestCitusConflicts(t *testing.T) {
 		{false, true, true, preflight.Failed, "public.kinds"},
 		{false, true, false, preflight.OK, "public.kinds"},
 	} {
-		rep := preflight.Run(ctx, preflight.Config{Source: e.sourceDSN(), Target: e.targetDSN(),
-			Publications: []string{"pub"}, Slot: "checked", CopyData: true, DetectConflicts: c.detect, DetectConflictsAsked: c.asked, TwoPhase: c.twoPhase, ExistingData: "error"})
+		cfg := e.config("checked")
+		cfg.CopyData, cfg.DetectConflicts, cfg.DetectConflictsAsked, cfg.Source.TwoPhase = true, c.detect, c.asked, c.twoPhase
+		rep := preflight.Run(ctx, cfg)
 		found := false
 		for _, res := range rep.Results {
 			if res.Check == "Citus tables" {
