@@ -70,7 +70,7 @@ func TestEnvironmentAtTheEdges(t *testing.T) {
 }
 
 // TestOnePackageMakesTheSchema: every table, function and trigger parapply
-// keeps on the target is made by package target's migrations (or its
+// keeps on the target is made by package targetdb's migrations (or its
 // on-demand tombstone objects), so that one ordered list says what a target
 // holds at each version. Package ddl is the one other maker: its objects
 // (the DDL capture) are on the publisher, installed by parapply ddl
@@ -84,16 +84,16 @@ func TestOnePackageMakesTheSchema(t *testing.T) {
 				s, err := strconv.Unquote(lit.Value)
 				if err == nil && creates.MatchString(s) {
 					makers[filepath.Dir(path)] = true
-					if filepath.Dir(path) != "target" && filepath.Dir(path) != "ddl" {
-						t.Errorf("%s: creates parapply's own objects on the target: add a migration in target/ instead", fset.Position(lit.Pos()))
+					if filepath.Dir(path) != "targetdb" && filepath.Dir(path) != "ddl" {
+						t.Errorf("%s: creates parapply's own objects on the target: add a migration in targetdb/ instead", fset.Position(lit.Pos()))
 					}
 				}
 			}
 			return true
 		})
 	})
-	if !makers["target"] {
-		t.Error("no CREATE of parapply's objects found in target/: the pattern no longer matches how migrations are written")
+	if !makers["targetdb"] {
+		t.Error("no CREATE of parapply's objects found in targetdb/: the pattern no longer matches how migrations are written")
 	}
 }
 

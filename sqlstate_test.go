@@ -10,7 +10,7 @@ import (
 
 // TestSQLStatesAreNamed keeps SQLSTATEs out of the code as bare strings: an
 // error code compared, switched on or raised is one of pgerrcode's
-// constants (or, for parapply's own, target.SQLStateConflictFound and
+// constants (or, for parapply's own, targetdb.SQLStateConflictFound and
 // SQLStateConflictError), so a reader sees the condition's name and a typo
 // cannot slip in as a code no server sends.
 func TestSQLStatesAreNamed(t *testing.T) {
@@ -19,7 +19,7 @@ func TestSQLStatesAreNamed(t *testing.T) {
 		found = append(found, bareSQLStates(fset, file)...)
 	})
 	for _, f := range found {
-		t.Errorf("%s: name the SQLSTATE: a github.com/jackc/pgerrcode constant (a class as one's, pgerrcode.DataException[:2]), parapply's own a target.SQLState constant", f)
+		t.Errorf("%s: name the SQLSTATE: a github.com/jackc/pgerrcode constant (a class as one's, pgerrcode.DataException[:2]), parapply's own a targetdb.SQLState constant", f)
 	}
 }
 

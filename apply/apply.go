@@ -13,7 +13,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/internal/pgerr"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Config shapes a target connection.
@@ -289,7 +289,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		a.readAhead.open(cc, cfg.PrefetchConns, func(m string) { a.Warn(m) })
 	}
 	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
-	if err := target.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
+	if err := targetdb.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
 		a.Close(ctx)
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/citus"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Table maps a publisher relation onto its target table: which target type
@@ -109,7 +109,7 @@ type Table struct {
 	// Triggers is true when a trigger fires on the target for replicated
 	// changes (ENABLE ALWAYS or ENABLE REPLICA, on the table or a
 	// partition): every change must then reach it as it happened.
-	// parapply's own (target.TombstoneTrigger) does nothing in its sessions.
+	// parapply's own (targetdb.TombstoneTrigger) does nothing in its sessions.
 	Triggers bool
 	// before holds the pg_trigger.tgtype event bits (tgInsert, tgUpdate,
 	// tgDelete) of the BEFORE row triggers that fire for replicated
@@ -147,15 +147,15 @@ func (t *Table) Target() string {
 }
 
 // ErrSchema marks a published table the target cannot take as it is
-// (target.ErrSchema, where the checks of the target live).
-var ErrSchema = target.ErrSchema
+// (targetdb.ErrSchema, where the checks of the target live).
+var ErrSchema = targetdb.ErrSchema
 
 // errNoTable is matched (errors.Is) by LoadTable's error for a table
 // missing on the target.
-var errNoTable = target.ErrNoTable
+var errNoTable = targetdb.ErrNoTable
 
 // ErrBinaryUnfit marks a table whose values a binary stream cannot bring
-// (see target.Column.BinaryFit): the run must start again with text.
+// (see targetdb.Column.BinaryFit): the run must start again with text.
 var ErrBinaryUnfit = errors.New("a published column cannot travel in binary")
 
 // LoadTable reads the target's catalog for the table rel names and checks
@@ -164,7 +164,7 @@ var ErrBinaryUnfit = errors.New("a published column cannot travel in binary")
 // that wraps ErrBinaryUnfit.
 func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation, binaryValues bool) (*Table, error) {
 	t := &Table{Rel: rel, Name: rel.QualifiedName(), Full: rel.ReplicaIdentity == parapply.IdentityFull}
-	tt, err := target.ReadTable(ctx, conn, rel)
+	tt, err := targetdb.ReadTable(ctx, conn, rel)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation, bina
 		return nil, err
 	}
 	t.deriveSkips()
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+target.TombstoneTrigger+`'
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgname <> '`+targetdb.TombstoneTrigger+`'
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass)))),
 		(SELECT coalesce(sum(pg_catalog.pg_relation_size(relid)), pg_catalog.pg_relation_size($1::oid::regclass))
 			FROM pg_catalog.pg_partition_tree($1::oid::regclass))

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/conflict"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // SetDetection turns conflict detection on (d set) or off for the
@@ -354,7 +354,7 @@ func (k *keptGroup) backToSavepoint(sql string) {
 // (see MayResolve).
 func ConflictFound(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == target.SQLStateConflictFound
+	return errors.As(err, &pe) && pe.Code == targetdb.SQLStateConflictFound
 }
 
 // conflictFound reports whether err is a fast statement's sign of a

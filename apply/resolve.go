@@ -54,7 +54,7 @@ type Detection struct {
 	// same row (see DetectionFor).
 	RemoteWinsTies bool
 	// Tombstones: deletes of other sessions on the target are recorded in
-	// parapply.tombstones (detect_update_deleted, target/tombstones.go): an
+	// parapply.tombstones (detect_update_deleted, targetdb/tombstones.go): an
 	// update whose row is missing looks its key up there, and a record
 	// makes it update_deleted rather than update_missing.
 	Tombstones bool

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 type op struct {
@@ -386,7 +386,7 @@ func (a *Applier) SetupOrigin(ctx context.Context, name string) error {
 	if err := a.wait(); err != nil {
 		return err
 	}
-	err := target.SetupOrigin(ctx, a.conn, name)
+	err := targetdb.SetupOrigin(ctx, a.conn, name)
 	if err == nil {
 		a.origin = name
 	}

@@ -3,7 +3,7 @@ package apply
 import (
 	"strings"
 
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Triggers on the target fire in parapply's sessions as in the built-in
@@ -36,7 +36,7 @@ const (
 // events of its (and its partitions') BEFORE row triggers (tgtype ROW and
 // BEFORE, not INSTEAD) that fire under session_replication_role = replica.
 const beforeTriggersSQL = `(SELECT coalesce(pg_catalog.bit_or(tgtype::int & 28), 0)::int FROM pg_catalog.pg_trigger
-		WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgtype::int & 67 = 3 AND tgname <> '` + target.TombstoneTrigger + `'
+		WHERE NOT tgisinternal AND tgenabled IN ('A', 'R') AND tgtype::int & 67 = 3 AND tgname <> '` + targetdb.TombstoneTrigger + `'
 		AND (tgrelid = $1::oid OR tgrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass))))`
 
 // suppresses reports whether a BEFORE row trigger firing for replicated

@@ -12,7 +12,7 @@ import (
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/subscriber"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 const sideTarget = "target"
@@ -116,7 +116,7 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, ro
 	if !super {
 		var missing []string
 		status := false
-		for _, f := range strings.Split(target.OriginFunctions, "), ") {
+		for _, f := range strings.Split(targetdb.OriginFunctions, "), ") {
 			if !strings.HasSuffix(f, ")") {
 				f += ")"
 			}
@@ -129,7 +129,7 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, ro
 				missing = append(missing, f)
 			}
 		}
-		grant := "GRANT EXECUTE ON FUNCTION " + target.OriginFunctions + " TO " + ident(role) + ";"
+		grant := "GRANT EXECUTE ON FUNCTION " + targetdb.OriginFunctions + " TO " + ident(role) + ";"
 		if len(missing) > 0 {
 			rep.add(sideTarget, "replication origin functions", "", fail("", "role "+role+" may not use replication origins, which parapply's sessions commit under: it may not run "+strings.Join(missing, ", "), grant))
 			return
@@ -141,12 +141,12 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, ro
 	if !rep.has(sideTarget, "replication origin functions") {
 		rep.add(sideTarget, "replication origin functions", "may be run by "+role)
 	}
-	st, err := target.ReadOriginStates(ctx, conn, cfg.Source.Slot)
+	st, err := targetdb.ReadOriginStates(ctx, conn, cfg.Source.Slot)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", warn("", err.Error(), ""))
 		return
 	}
-	plan, err := target.PlanOrigins(st.Limit, st.Held, cfg.Source.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
+	plan, err := targetdb.PlanOrigins(st.Limit, st.Held, cfg.Source.Slot, st.Siblings, cfg.Workers, cfg.StreamWorkers, cfg.CopyWorkers)
 	if err != nil {
 		rep.add(sideTarget, "replication origin states", "", fail("", err.Error(), ""))
 		return

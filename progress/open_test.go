@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgtest"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // TestOpen: a run's one reading of the slot's records (Open) answers what
@@ -76,7 +76,7 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 			}
 			conn := pgtest.Connect(ctx, t, srv.DSN(db))
 			// As the run's claim phase does first.
-			if err := target.Migrate(ctx, conn); err != nil {
+			if err := targetdb.Migrate(ctx, conn); err != nil {
 				t.Fatal(err)
 			}
 			if c.setup != "" {
@@ -120,7 +120,7 @@ INSERT INTO parapply.skip (slot_name, commit_lsn, reason, skipped_at) VALUES
 // start is what a run's start does with the progress row: parapply's
 // schema brought up to date (the setup phase), then Open.
 func start(ctx context.Context, conn *pgx.Conn, slot, sourceID string) (Position, bool, error) {
-	if err := target.Migrate(ctx, conn); err != nil {
+	if err := targetdb.Migrate(ctx, conn); err != nil {
 		return Position{}, false, err
 	}
 	o, err := Open(ctx, conn, slot, sourceID, false)

@@ -15,11 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Schema is the target schema holding parapply's own state.
-const Schema = target.Schema
+const Schema = targetdb.Schema
 
 // Position is what the progress row says was applied last.
 type Position struct {
@@ -263,7 +263,7 @@ func Open(ctx context.Context, conn *pgx.Conn, slot, sourceID string, slotMissin
 		return o, err
 	}
 	if slotMissing && found && p.EndLSN != 0 {
-		return o, fmt.Errorf("slot %s does not exist on the publisher, but the target records progress from an earlier slot of that name (last applied commit %s): %s", slot, p.CommitLSN, target.LostSlotFix)
+		return o, fmt.Errorf("slot %s does not exist on the publisher, but the target records progress from an earlier slot of that name (last applied commit %s): %s", slot, p.CommitLSN, targetdb.LostSlotFix)
 	}
 	if o.Position, o.Resumed, err = record(ctx, conn, slot, sourceID, p, rowSource, found); err != nil {
 		return o, err

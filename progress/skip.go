@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Skipping source transactions, as ALTER SUBSCRIPTION ... SKIP does: a DBA
@@ -50,7 +50,7 @@ func SetSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn parapply.LSN,
 	}
 	// A target last run by an older parapply may lack parapply.skip, or
 	// have the form that held one request per slot.
-	if err := target.Migrate(ctx, conn); err != nil {
+	if err := targetdb.Migrate(ctx, conn); err != nil {
 		return err
 	}
 	if done, err := Applied(ctx, conn, slot, lsn); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgtest"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // oldSkipForms are the forms of parapply.skip that releases before skip
@@ -64,7 +64,7 @@ func TestSkipTableUpgrade(t *testing.T) {
 				}
 				// parapply's tables as a release makes them, but
 				// parapply.skip in its old form.
-				if err := target.Migrate(ctx, conn); err != nil {
+				if err := targetdb.Migrate(ctx, conn); err != nil {
 					t.Fatal(err)
 				}
 				exec(`DROP TABLE parapply.skip, parapply.schema_version`)

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/parapply/parapply/sequences"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // RecordSequenceSync records a parapply sync-sequences run (its results,
@@ -25,7 +25,7 @@ func RecordSequenceSync(ctx context.Context, conn *pgx.Conn, slot string, rs []s
 	if err != nil {
 		return err
 	}
-	if err := target.Migrate(ctx, conn); err != nil {
+	if err := targetdb.Migrate(ctx, conn); err != nil {
 		return err
 	}
 	_, err = conn.Exec(ctx, `INSERT INTO parapply.sequence_sync (slot_name, synced_at, sync) VALUES ($1, $2, $3)

@@ -16,7 +16,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/subscriber"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Record is one slot's row of parapply.status.
@@ -325,7 +325,7 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 // Create makes the parapply schema, parapply.status with it, if it is
 // missing or older than this release's.
 func Create(ctx context.Context, conn *pgx.Conn) error {
-	return target.Migrate(ctx, conn)
+	return targetdb.Migrate(ctx, conn)
 }
 
 const upsertSQL = `INSERT INTO parapply.status AS s (slot_name, state, pid, host, version, application_name, started_at, updated_at,
@@ -388,7 +388,7 @@ func WriteExisting(ctx context.Context, conn *pgx.Conn, r Record) (bool, error) 
 	tag, err := conn.Exec(ctx, `UPDATE parapply.status SET state = $2, pid = $3, host = $4, version = $5, application_name = $6,
 		started_at = coalesce($7::timestamptz, now()), updated_at = now(), source_txns = 0, target_txns = 0, rows = 0, missing_rows = 0, txns_per_second = 0,
 		rows_per_second = 0, queue_bytes = 0, workers = '[]', copy = NULL, last_error = $8, last_error_at = $9, health = health - 'waiting'
-		WHERE slot_name = $1 AND NOT `+target.LockHeld("slot_name"),
+		WHERE slot_name = $1 AND NOT `+targetdb.LockHeld("slot_name"),
 		r.Slot, r.State, r.PID, r.Host, r.Version, r.ApplicationName, nullTime(r.StartedAt), lastErr, r.LastErrorAt)
 	if err != nil {
 		return false, fmt.Errorf("writing parapply.status: %w", err)
@@ -429,7 +429,7 @@ func Read(ctx context.Context, conn *pgx.Conn, slot string) ([]Record, error) {
 		last_commit_time, coalesce(source_txns, 0), coalesce(target_txns, 0), coalesce(rows, 0), coalesce(missing_rows, 0),
 		coalesce(txns_per_second, 0), coalesce(rows_per_second, 0), coalesce(queue_bytes, 0), coalesce(workers, '[]')::text, copy::text,
 		coalesce(last_error, ''), last_error_at, coalesce(health, '{}')::text,
-		greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at)::float8, 0), `+target.LockHeld("slot_name")+`
+		greatest(extract(epoch FROM pg_catalog.clock_timestamp() - updated_at)::float8, 0), `+targetdb.LockHeld("slot_name")+`
 		FROM parapply.status WHERE $1 = '' OR slot_name = $1 ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading parapply.status: %w", err)

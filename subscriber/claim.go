@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // claimed is what the claim phase returns: the connection, with the slot's
@@ -18,11 +18,11 @@ import (
 // an earlier run of the slot writes any more.
 type claimed struct{ *connected }
 
-// claim takes the slot on the target (target.Claim), waiting up to
+// claim takes the slot on the target (targetdb.Claim), waiting up to
 // claimTimeout for the target sessions of an earlier run of the slot to
 // end; those of this process's previous run are ended at once.
 func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
-	err := target.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32, first bool) error {
+	err := targetdb.Claim(ctx, c.app.Conn(), s.cfg.Source.Slot, s.earlierSessions(), claimTimeout, func(pids []int32, first bool) error {
 		// Another live parapply on this host holding the slot (it reached
 		// the publisher's slot free, between its creation and the
 		// holder's START_REPLICATION, say) is named at once, as when the
@@ -35,7 +35,7 @@ func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
 		}
 		return nil
 	})
-	if errors.Is(err, target.ErrClaimWait) {
+	if errors.Is(err, targetdb.ErrClaimWait) {
 		if holder, _ := s.slotHolder(ctx); holder != "" {
 			err = errHolderRecorded(s.cfg.Source.Slot, holder, err)
 		}
@@ -47,17 +47,17 @@ func (s *Subscriber) claim(ctx context.Context, c *connected) (claimed, error) {
 }
 
 // claimTables records that this run's slot applies tables (schema.name),
-// and that this process holds the slot (target.ClaimTables); with
+// and that this process holds the slot (targetdb.ClaimTables); with
 // shared_tables on, it warns of tables other slots apply too.
 func (s *Subscriber) claimTables(ctx context.Context, conn *pgx.Conn, tables []string) error {
 	host, _ := os.Hostname()
-	holder := target.Holder{Host: host, PID: os.Getpid(), AppName: s.targetName()}
-	others, err := target.ClaimTables(ctx, conn, s.cfg.Source.Slot, tables, s.cfg.SharedTables, holder)
+	holder := targetdb.Holder{Host: host, PID: os.Getpid(), AppName: s.targetName()}
+	others, err := targetdb.ClaimTables(ctx, conn, s.cfg.Source.Slot, tables, s.cfg.SharedTables, holder)
 	if err != nil {
 		return err
 	}
 	if len(others) > 0 {
-		s.log.Warn("shared_tables = on: other slots apply to some of this slot's target tables too", "tables", target.ClaimList(others))
+		s.log.Warn("shared_tables = on: other slots apply to some of this slot's target tables too", "tables", targetdb.ClaimList(others))
 	}
 	return nil
 }
@@ -80,7 +80,7 @@ func (s *Subscriber) slotHolder(ctx context.Context) (holder string, alive bool)
 		return "", false
 	}
 	defer conn.Close(context.Background())
-	h, found, err := target.SlotHolder(ctx, conn, s.cfg.Source.Slot)
+	h, found, err := targetdb.SlotHolder(ctx, conn, s.cfg.Source.Slot)
 	if err != nil || !found {
 		return "", false
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // detection builds the run's conflict detection from the settings and
@@ -24,7 +24,7 @@ import (
 // who wins a tie of commit times. It refuses per-table entries for tables
 // not published, and policies that need commit timestamps where there are
 // none.
-func (s *Subscriber) detection(td target.Detection, sourceID string, published []source.PublishedTable) (*apply.Detection, error) {
+func (s *Subscriber) detection(td targetdb.Detection, sourceID string, published []source.PublishedTable) (*apply.Detection, error) {
 	rules := s.cfg.Conflicts
 	var names []string
 	for _, pt := range published {
@@ -45,7 +45,7 @@ func (s *Subscriber) detection(td target.Detection, sourceID string, published [
 		s.log.Info(warning.What, "fix", warning.Fix)
 	}
 	d := &apply.Detection{Rules: rules, CommitTimestamps: td.CommitTimestamps, OldReturning: td.OldReturning,
-		OriginPattern: target.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot, SkipCitus: !s.cfg.DetectConflictsAsked}
+		OriginPattern: targetdb.OriginPattern(s.cfg.Source.Slot), Slot: s.cfg.Source.Slot, SkipCitus: !s.cfg.DetectConflictsAsked}
 	// A tie of commit times goes to the side whose identity sorts last,
 	// so that both ends of a bidirectional pair choose the same row.
 	if td.IDErr != nil {
@@ -130,7 +130,7 @@ func (s *Subscriber) logSkips(o progress.Opened) {
 // writes knowing only the slot: printed, it then runs as printed.
 func (s *Subscriber) completeSkipHint(err error) {
 	var pe *pgconn.PgError
-	if s.cfg.Target.SkipCommand == "" || !errors.As(err, &pe) || pe.Code != target.SQLStateConflictError {
+	if s.cfg.Target.SkipCommand == "" || !errors.As(err, &pe) || pe.Code != targetdb.SQLStateConflictError {
 		return
 	}
 	pe.Hint = strings.Replace(pe.Hint, "parapply skip --slot "+s.cfg.Source.Slot+" ", s.cfg.Target.SkipCommand+" ", 1)

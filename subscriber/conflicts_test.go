@@ -11,7 +11,7 @@ import (
 	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // TestTransient: on_error skips a transaction only for an error of the
@@ -68,7 +68,7 @@ func TestCompleteSkipHint(t *testing.T) {
 	for _, tt := range []struct {
 		code, want string
 	}{
-		{target.SQLStateConflictError, "choose another policy for insert_exists in conflict_resolution, change the local row, or skip the transaction: parapply skip --target 'host=sub' --slot app --lsn 0/16B3748"},
+		{targetdb.SQLStateConflictError, "choose another policy for insert_exists in conflict_resolution, change the local row, or skip the transaction: parapply skip --target 'host=sub' --slot app --lsn 0/16B3748"},
 		{"23505", hint},
 	} {
 		pe := &pgconn.PgError{Code: tt.code, Hint: hint}

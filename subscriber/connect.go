@@ -10,7 +10,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // A run goes through four phases, each a function of its own file taking
@@ -84,8 +84,8 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 			rels[i].Columns = append(rels[i].Columns, parapply.Column{Name: col})
 		}
 	}
-	tables, err := target.CheckTables(ctx, c.app.Conn(), rels)
-	if err != nil && s.cfg.DDL == DDLApply && !c.src.Missing && errors.Is(err, target.ErrSchema) {
+	tables, err := targetdb.CheckTables(ctx, c.app.Conn(), rels)
+	if err != nil && s.cfg.DDL == DDLApply && !c.src.Missing && errors.Is(err, targetdb.ErrSchema) {
 		// The publisher's schema may be ahead by DDL still in the stream,
 		// which brings the target level at its place; if it does not, the
 		// first change the target cannot take stops the run.
@@ -108,7 +108,7 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 		}
 	}
 	if s.cfg.Source.TwoPhase {
-		if err := target.CheckTwoPhase(ctx, c.app.Conn()); err != nil {
+		if err := targetdb.CheckTwoPhase(ctx, c.app.Conn()); err != nil {
 			return err
 		}
 	}
@@ -118,10 +118,10 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 // chooseBinary decides whether the run asks for values in binary: with the
 // binary setting on, unless an earlier run of this process met a column
 // that could not take them, when every column of the published tables that
-// the target has too can take them as they come (target.Column.BinaryFit).
+// the target has too can take them as they come (targetdb.Column.BinaryFit).
 // pgoutput's binary option is the whole stream's, so one column that cannot
 // puts every table in text. why names what decided, "" for binary.
-func (s *Subscriber) chooseBinary(published []source.PublishedTable, tables []*target.Table) (bool, string) {
+func (s *Subscriber) chooseBinary(published []source.PublishedTable, tables []*targetdb.Table) (bool, string) {
 	switch {
 	case !s.cfg.Binary:
 		return false, "binary = off"

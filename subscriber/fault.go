@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // A run ends at the first fault; Run decides whether the fault is one to
@@ -94,7 +94,7 @@ func faultCause(err error) string {
 	if targetWait(err) != "" {
 		return FaultTargetWait
 	}
-	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, target.ErrOriginInUse) {
+	if errors.Is(err, source.ErrSlotBusy) || errors.Is(err, targetdb.ErrOriginInUse) {
 		// An origin still held: by a backend of ours that is ending.
 		return FaultSlotBusy
 	}

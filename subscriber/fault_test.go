@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 func TestFaultCause(t *testing.T) {
@@ -41,9 +41,9 @@ func TestFaultCause(t *testing.T) {
 		{"publisher out of memory", onPublisher(pg("53200")), ""},
 		{"slot active", pg("55006"), FaultSlotBusy},
 		{"slot busy at start", fmt.Errorf("slot s is in use: %w", source.ErrSlotBusy), FaultSlotBusy},
-		{"origin still held", fmt.Errorf("worker 2: %w", target.OriginError("parapply_s_w2", pg("55006"))), FaultSlotBusy},
-		{"no free origin state", target.OriginError("parapply_s_w9", pg("53400")), ""},
-		{"origins not granted", target.OriginError("parapply_s", pg("42501")), ""},
+		{"origin still held", fmt.Errorf("worker 2: %w", targetdb.OriginError("parapply_s_w2", pg("55006"))), FaultSlotBusy},
+		{"no free origin state", targetdb.OriginError("parapply_s_w9", pg("53400")), ""},
+		{"origins not granted", targetdb.OriginError("parapply_s", pg("42501")), ""},
 		{"lock stall", errLockStall{pg("55P03")}, FaultLockWait},
 		{"wrong password", pg("28P01"), ""},
 		{"missing table", pg("42P01"), ""},

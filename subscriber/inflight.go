@@ -15,7 +15,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/spill"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // A streamed transaction is applied as its chunks arrive, in an open target
@@ -191,11 +191,11 @@ func (l *loop) streamConnFor(ctx context.Context, xid parapply.XID) (streamConn,
 		if !ok {
 			return streamConn{}, fmt.Errorf("the replication origins of all %d stream sessions are in use", l.s.cfg.StreamWorkers)
 		}
-		cfg.Origin = target.OriginName(cfg.Slot, fmt.Sprintf("s%d", origin))
+		cfg.Origin = targetdb.OriginName(cfg.Slot, fmt.Sprintf("s%d", origin))
 		app, err := l.s.open(ctx, cfg, true, true)
 		if err != nil {
 			busy = append(busy, origin)
-			if errors.Is(err, target.ErrOriginInUse) {
+			if errors.Is(err, targetdb.ErrOriginInUse) {
 				continue
 			}
 			return streamConn{}, err

@@ -12,7 +12,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Tables that join the publication while parapply runs (ALTER PUBLICATION
@@ -124,8 +124,8 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 		for _, c := range pt.Columns {
 			rel.Columns = append(rel.Columns, parapply.Column{Name: c})
 		}
-		if _, err := target.ReadTable(ctx, l.app.Conn(), rel); err != nil {
-			if !errors.Is(err, target.ErrSchema) && !errors.Is(err, target.ErrNoTable) {
+		if _, err := targetdb.ReadTable(ctx, l.app.Conn(), rel); err != nil {
+			if !errors.Is(err, targetdb.ErrSchema) && !errors.Is(err, targetdb.ErrNoTable) {
 				return nil, err
 			}
 			l.warnJoined(name, pt, err)
@@ -172,9 +172,9 @@ func (l *loop) warnJoined(key string, pt source.PublishedTable, err error) {
 	case errors.As(err, &ns):
 		msg = fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
 			name, ns.role, name, parapply.Ident(ns.role), schema, parapply.Ident(ns.role))
-	case errors.Is(err, target.ErrNoTable) && l.s.cfg.DDL == DDLApply:
+	case errors.Is(err, targetdb.ErrNoTable) && l.s.cfg.DDL == DDLApply:
 		msg = "" // the applier warns if its changes come with no DDL that makes it
-	case errors.Is(err, target.ErrNoTable):
+	case errors.Is(err, targetdb.ErrNoTable):
 		msg = fmt.Sprintf("table %s joined the publication but does not exist on the target: its changes are skipped until it does; create it there as the publisher has it (for example: pg_dump --schema-only --table=%s on the publisher, run on the target), and parapply copies it without a restart", name, parapply.QuoteLiteral(name))
 	default:
 		msg = fmt.Sprintf("table %s joined the publication, but the target's table cannot take it: %v; its changes are skipped until it can, and parapply then copies it without a restart", name, err)

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Each target session that applies holds a replication origin of its own
-// while it is open (target.SetupOrigin; before PostgreSQL 19 an origin is
+// while it is open (targetdb.SetupOrigin; before PostgreSQL 19 an origin is
 // active in one session at a time). Every origin that was ever set up in a
 // session keeps one of the target cluster's origin state slots until it is
 // dropped, whatever database it was used in, and the cluster has few:
@@ -26,7 +26,7 @@ import (
 // sessions it reads which origins hold state slots
 // (pg_show_replication_origin_status), drops those of its own that this
 // run will not use (copy workers', workers' and stream sessions' above
-// today's counts: target.RetireOrigin), and sizes its workers, stream
+// today's counts: targetdb.RetireOrigin), and sizes its workers, stream
 // sessions and copy workers to the slots left: a run that would need more
 // applies with fewer, and says which setting to raise, rather than fail
 // when the pool opens or a large transaction arrives.
@@ -37,7 +37,7 @@ import (
 // brought parapply's schema up to date (to record origins it retired).
 func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) (migrated bool, err error) {
 	slot := s.cfg.Source.Slot
-	states, err := target.ReadOriginStates(ctx, conn, slot)
+	states, err := targetdb.ReadOriginStates(ctx, conn, slot)
 	if err != nil {
 		return migrated, err
 	}
@@ -49,22 +49,22 @@ func (s *Subscriber) prepareOrigins(ctx context.Context, conn *pgx.Conn) (migrat
 		// As if no other origin held one.
 		held = nil
 	}
-	plan, err := target.PlanOrigins(limit, held, slot, states.Siblings, s.origins.want.workers, s.origins.want.streams, s.origins.want.copiers)
+	plan, err := targetdb.PlanOrigins(limit, held, slot, states.Siblings, s.origins.want.workers, s.origins.want.streams, s.origins.want.copiers)
 	if err != nil {
 		return migrated, err
 	}
 	if len(plan.Retire) > 0 {
 		// Retired numbers are kept in the schema: migrated here, before
 		// the rest of setup, which then does not migrate again.
-		if err := target.Migrate(ctx, conn); err != nil {
+		if err := targetdb.Migrate(ctx, conn); err != nil {
 			return migrated, err
 		}
 		migrated = true
 	}
 	for _, name := range plan.Retire {
-		err := target.RetireOrigin(ctx, conn, slot, name)
+		err := targetdb.RetireOrigin(ctx, conn, slot, name)
 		switch {
-		case errors.Is(err, target.ErrOriginInUse):
+		case errors.Is(err, targetdb.ErrOriginInUse):
 			// Held by a session still ending; the next start drops it.
 			s.log.Debug("a replication origin no longer used is still held; dropped at a later start", "origin", name)
 		case err != nil:
@@ -107,7 +107,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	}
 	var candidates []string
 	for _, name := range held {
-		if _, _, ok := target.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
+		if _, _, ok := targetdb.ParseOrigin(s.cfg.Source.Slot, name); !ok && strings.HasPrefix(name, "parapply_") {
 			candidates = append(candidates, name)
 		}
 	}
@@ -117,7 +117,7 @@ func (s *Subscriber) reportStrayOrigins(ctx context.Context, conn *pgx.Conn, hel
 	slots, unread := recordedSlots(ctx, conn, s.cfg.Target.DSN)
 	var stray []string
 	for _, name := range candidates {
-		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := target.ParseOrigin(slot, name); return ok }) {
+		if !slices.ContainsFunc(slots, func(slot string) bool { _, _, ok := targetdb.ParseOrigin(slot, name); return ok }) {
 			stray = append(stray, name)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/parapply/parapply/pgoutput"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/schedule"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // unit is one or more consecutive source transactions that a worker applies
@@ -166,7 +166,7 @@ func openPool(ctx context.Context, open func(context.Context, apply.Config, bool
 	for i := 1; i <= n; i++ {
 		wcfg := cfg
 		wcfg.AppName = fmt.Sprintf("%s worker %d", cfg.AppName, i)
-		wcfg.Origin = target.OriginName(cfg.Slot, fmt.Sprintf("w%d", i))
+		wcfg.Origin = targetdb.OriginName(cfg.Slot, fmt.Sprintf("w%d", i))
 		wcfg.PrefetchPieces = true
 		app, err := open(ctx, wcfg, true)
 		if err != nil {

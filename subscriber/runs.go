@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/apply"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // claimTimeout bounds the wait for the target sessions of an earlier run
@@ -54,7 +54,7 @@ func (s *Subscriber) open(ctx context.Context, cfg apply.Config, share, stream b
 	}
 	s.mu.Unlock()
 	if share {
-		if err := target.Share(ctx, app.Conn(), cfg.Slot); err != nil {
+		if err := targetdb.Share(ctx, app.Conn(), cfg.Slot); err != nil {
 			app.Close(context.Background())
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // setUp is what the setup phase returns: the claimed connection, what the
@@ -93,33 +93,33 @@ func (s *Subscriber) makeFailover(ctx context.Context, src *source.Source) error
 // target that refuses origins is a setup error), parapply's schema brought
 // up to date (once for the run: everything after reads and writes it), the
 // slot's tables claimed, and what conflict detection reads of the target.
-func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (target.Detection, error) {
+func (s *Subscriber) prepareTarget(ctx context.Context, c claimed) (targetdb.Detection, error) {
 	conn := c.app.Conn()
 	migrated, err := s.prepareOrigins(ctx, conn)
 	if err != nil {
-		return target.Detection{}, err
+		return targetdb.Detection{}, err
 	}
-	if err := c.app.SetupOrigin(ctx, target.OriginName(s.cfg.Source.Slot, "")); err != nil {
-		return target.Detection{}, err
+	if err := c.app.SetupOrigin(ctx, targetdb.OriginName(s.cfg.Source.Slot, "")); err != nil {
+		return targetdb.Detection{}, err
 	}
 	// After the origins: a role refused those is told so first, the fix
 	// it needs whatever else (their retirement migrated already, when it
 	// had origins to retire).
 	if !migrated {
-		if err := target.Migrate(ctx, conn); err != nil {
-			return target.Detection{}, err
+		if err := targetdb.Migrate(ctx, conn); err != nil {
+			return targetdb.Detection{}, err
 		}
 	}
 	if err := s.claimTables(ctx, conn, claimedTables(c.published)); err != nil {
-		return target.Detection{}, err
+		return targetdb.Detection{}, err
 	}
 	if err := s.refuseOnCitus(ctx, conn, c.published); err != nil {
-		return target.Detection{}, err
+		return targetdb.Detection{}, err
 	}
 	if !s.cfg.DetectConflicts {
-		return target.Detection{}, nil
+		return targetdb.Detection{}, nil
 	}
-	return target.ReadDetection(ctx, conn)
+	return targetdb.ReadDetection(ctx, conn)
 }
 
 // errDiverged is the stop of a start whose target records changes past

@@ -96,7 +96,7 @@ type Config struct {
 	// publisher sends as parapply.ddl messages are run on the target.
 	DDL DDLMode
 	// DetectUpdateDeleted records the target's own deletes from published
-	// tables (target/tombstones.go), so that an update whose row they
+	// tables (targetdb/tombstones.go), so that an update whose row they
 	// deleted is update_deleted; off, the records and triggers are
 	// removed. A record is kept until the source commit times applied
 	// pass its delete's by MaxClockSkew, and with MaxRetention above 0 no
@@ -486,7 +486,7 @@ const DefaultReconnectTimeout = 5 * time.Minute
 // set up, stream, until ctx ends or the first error. Everything it opens it
 // closes; what it learnt of the target's state dies with it, but the pids
 // of its target sessions are kept, so that the next run can end any that
-// outlive it (see target.Claim).
+// outlive it (see targetdb.Claim).
 func (s *Subscriber) run(ctx context.Context) (err error) {
 	s.runs.streamedSince.Store(0)
 	defer s.endRun()

@@ -10,7 +10,7 @@ import (
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // setupTombstones installs, with detect_update_deleted, the tombstone
@@ -19,7 +19,7 @@ import (
 // an earlier run left. It reports whether records are kept.
 func (s *Subscriber) setupTombstones(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) (bool, error) {
 	if !s.cfg.DetectConflicts || !s.cfg.DetectUpdateDeleted {
-		n, others, err := target.RemoveTombstones(ctx, conn, s.cfg.Source.Slot)
+		n, others, err := targetdb.RemoveTombstones(ctx, conn, s.cfg.Source.Slot)
 		switch {
 		case err != nil:
 			// Left in place, they cost deletes a little and decide
@@ -32,15 +32,15 @@ func (s *Subscriber) setupTombstones(ctx context.Context, conn *pgx.Conn, publis
 		}
 		return false, nil
 	}
-	var tables []target.TombstoneTable
+	var tables []targetdb.TombstoneTable
 	for _, pt := range published {
 		if len(pt.Key) == 0 {
 			continue // no key to look rows up by (REPLICA IDENTITY FULL or NOTHING)
 		}
-		tables = append(tables, target.TombstoneTable{Name: parapply.QuoteIdent(pt.Schema) + "." + parapply.QuoteIdent(pt.Name), Key: pt.Key})
+		tables = append(tables, targetdb.TombstoneTable{Name: parapply.QuoteIdent(pt.Schema) + "." + parapply.QuoteIdent(pt.Name), Key: pt.Key})
 	}
-	n, skipped, err := target.InstallTombstones(ctx, conn, s.cfg.Source.Slot, tables)
-	if errors.Is(err, target.ErrTombstoneLocked) {
+	n, skipped, err := targetdb.InstallTombstones(ctx, conn, s.cfg.Source.Slot, tables)
+	if errors.Is(err, targetdb.ErrTombstoneLocked) {
 		return false, errLockStall{err}
 	}
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *Subscriber) keepTombstones(ctx context.Context, tr *progress.Tracker, c
 			if !horizon.IsZero() {
 				horizon = horizon.Add(-s.cfg.MaxClockSkew)
 			}
-			pruned, expired, err := target.PruneTombstones(ctx, conn, horizon, s.cfg.MaxRetention, commitTimestamps)
+			pruned, expired, err := targetdb.PruneTombstones(ctx, conn, horizon, s.cfg.MaxRetention, commitTimestamps)
 			s.stats.tombPruned.Add(pruned)
 			s.stats.tombExpired.Add(expired)
 			return err

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/parapply/parapply/internal/pgtest"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // TestPlanFromCatalogs: what plan reads of both catalogs for a table's
@@ -92,7 +92,7 @@ func TestPlanFromCatalogs(t *testing.T) {
 	}
 
 	// Deferred indexes.
-	if err := target.Migrate(ctx, dst); err != nil {
+	if err := targetdb.Migrate(ctx, dst); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadState(ctx, dst, "s"); err != nil {

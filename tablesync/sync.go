@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/parapply/parapply"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // Publisher is the publisher side of a run's sync: the run's slot, which
@@ -95,7 +95,7 @@ func Sync(ctx context.Context, conn *pgx.Conn, req Request) (Synced, error) {
 // later, and returns the tables holding rows (see heldRows).
 func checkFirstStart(ctx context.Context, conn *pgx.Conn, req Request, state map[string]State) ([]string, error) {
 	if len(state) > 0 {
-		return nil, fmt.Errorf("slot %s does not exist on the publisher, but the target records tables copied for an earlier slot of that name (parapply.sync_state): %s", req.Slot, target.LostSlotFix)
+		return nil, fmt.Errorf("slot %s does not exist on the publisher, but the target records tables copied for an earlier slot of that name (parapply.sync_state): %s", req.Slot, targetdb.LostSlotFix)
 	}
 	if !req.CopyData {
 		return nil, nil

@@ -64,7 +64,7 @@ import (
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/internal/pgerr"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // ExistingData is what the copy does with a target table that already
@@ -113,7 +113,7 @@ type Config struct {
 	SyncLSN parapply.LSN
 	Slot    string
 	// Origins, when set, makes copy worker i commit under the replication
-	// origin target.OriginName(Slot, "c<i>"), as the appliers do under
+	// origin targetdb.OriginName(Slot, "c<i>"), as the appliers do under
 	// theirs: copied rows are replicated ones, for downstream subscriptions
 	// with origin = none too.
 	Origins bool
@@ -167,7 +167,7 @@ type State struct {
 }
 
 // LoadState reads the sync state of every table of a slot, keyed by
-// qualified name (parapply's schema is target.Migrate's: the run's claim
+// qualified name (parapply's schema is targetdb.Migrate's: the run's claim
 // phase brought it up to date).
 func LoadState(ctx context.Context, conn *pgx.Conn, slot string) (map[string]State, error) {
 	rows, err := conn.Query(ctx, `SELECT table_name, state, sync_lsn::text FROM parapply.sync_state WHERE slot_name = $1`, slot)
@@ -288,7 +288,7 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 // emptied; then every table the copy empties in one statement (see
 // examine), and the indexes deferred.
 func prepareJobs(ctx context.Context, src, dst *pgx.Conn, cfg Config, tables []Table) ([]*tableJob, error) {
-	if err := target.Share(ctx, dst, cfg.Slot); err != nil {
+	if err := targetdb.Share(ctx, dst, cfg.Slot); err != nil {
 		return nil, err
 	}
 	state, err := LoadState(ctx, dst, cfg.Slot)
@@ -428,7 +428,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 	}
 	columns := func(c *pgx.Conn) (map[string]column, error) {
 		rows, err := c.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), (a.atttypid >= 16384 OR coalesce(e.oid >= 16384, false)), a.attgenerated <> '',
-				t.typsend <> 0 AND t.typreceive <> 0 AND coalesce(e.typsend <> 0 AND e.typreceive <> 0, true) AND t.oid <> ALL (`+target.OIDAliasTypes+`) AND coalesce(e.oid <> ALL (`+target.OIDAliasTypes+`), true)
+				t.typsend <> 0 AND t.typreceive <> 0 AND coalesce(e.typsend <> 0 AND e.typreceive <> 0, true) AND t.oid <> ALL (`+targetdb.OIDAliasTypes+`) AND coalesce(e.oid <> ALL (`+targetdb.OIDAliasTypes+`), true)
 			FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
 			WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, name)
 		if err != nil {
@@ -476,7 +476,7 @@ func plan(ctx context.Context, src, dst *pgx.Conn, t Table) (*tableJob, error) {
 type column struct {
 	typ       string // format_type, prefixed "user:" for a type (or array of one) not built in
 	generated bool
-	binary    bool // the type (and an array's element type) has binary send and receive functions, and is no OID alias (target.OIDAliasTypes)
+	binary    bool // the type (and an array's element type) has binary send and receive functions, and is no OID alias (targetdb.OIDAliasTypes)
 }
 
 // copyColumns chooses the columns of table name to copy, quoted, and the
@@ -508,7 +508,7 @@ func copyColumns(name string, listed []string, src, dst map[string]column) (cols
 			return nil, "", fmt.Errorf("copy: column %s of %s is missing on the target", parapply.QuoteIdent(c), name)
 		}
 		if d.generated {
-			return nil, "", fmt.Errorf("copy: %w", target.GeneratedOnTarget(name, c))
+			return nil, "", fmt.Errorf("copy: %w", targetdb.GeneratedOnTarget(name, c))
 		}
 		if s.typ != d.typ || strings.HasPrefix(s.typ, "user:") || !s.binary || !d.binary {
 			format = "text"
@@ -750,15 +750,15 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 		return fmt.Errorf("copy: connecting to the target: %w", pgerr.Short(err))
 	}
 	defer dst.Close(context.Background())
-	if err := target.Share(ctx, dst, cfg.Slot); err != nil {
+	if err := targetdb.Share(ctx, dst, cfg.Slot); err != nil {
 		return err
 	}
 	if _, err := dst.Exec(ctx, "SET session_replication_role = replica; SET synchronous_commit = off"); err != nil {
 		return fmt.Errorf("copy: preparing the target session: %w", err)
 	}
-	origin := target.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
+	origin := targetdb.OriginName(cfg.Slot, fmt.Sprintf("c%d", n))
 	if cfg.Origins {
-		if err := target.SetupOrigin(ctx, dst, origin); err != nil {
+		if err := targetdb.SetupOrigin(ctx, dst, origin); err != nil {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}
@@ -782,9 +782,9 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 	if cfg.Origins {
 		// The copy worker's origin is not used again: its state slot on
 		// the target, of which there are few, is freed for the workers.
-		err := target.ResetOrigin(ctx, dst)
+		err := targetdb.ResetOrigin(ctx, dst)
 		if err == nil {
-			err = target.RetireOrigin(ctx, dst, cfg.Slot, origin)
+			err = targetdb.RetireOrigin(ctx, dst, cfg.Slot, origin)
 		}
 		if err != nil && cfg.Log != nil {
 			cfg.Log.Debug("copy: the copy worker's replication origin is dropped at a later start", "origin", origin, "error", err)

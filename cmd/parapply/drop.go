@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // DropCommand retires a slot, as DROP SUBSCRIPTION does: its replication
@@ -92,7 +92,7 @@ func (cmd *DropCommand) would(future, past string) string {
 func lockSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 	for deadline := time.Now().Add(dropLockWait); ; time.Sleep(100 * time.Millisecond) {
 		var free bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", slot).Scan(&free); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+targetdb.LockKey+")", slot).Scan(&free); err != nil {
 			return fmt.Errorf("taking slot %s's lock on the target: %w", slot, err)
 		}
 		if free {
@@ -119,7 +119,7 @@ func (cmd *DropCommand) dropOnTarget(ctx context.Context, conn, src *pgx.Conn, s
 		}
 	}
 	fmt.Fprintf(out, "target: %s %d replication origins of slot %s%s\n", cmd.would("drop", "dropped"), len(origins), slot, listed(origins))
-	for _, t := range target.SlotTables {
+	for _, t := range targetdb.SlotTables {
 		n, err := slotRows(ctx, conn, t, slot, cmd.dry)
 		if err != nil {
 			return err
@@ -178,7 +178,7 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 	var gone []string
 	for _, name := range names {
 		var free bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+target.LockKey+")", name).Scan(&free); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+targetdb.LockKey+")", name).Scan(&free); err != nil {
 			return nil, fmt.Errorf("taking slot %s's lock on the target: %w", name, err)
 		}
 		if !free || dropBlockers(ctx, conn, name) != nil {
@@ -209,7 +209,7 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 			}
 		}
 		var parts []string
-		for _, t := range target.SlotTables {
+		for _, t := range targetdb.SlotTables {
 			n, err := slotRows(ctx, conn, t, name, dry)
 			if err != nil {
 				return nil, err
@@ -234,7 +234,7 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 // parapply's tables on the target but no progress row.
 func neverApplied(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
 	var names []string
-	for _, t := range target.SlotTables {
+	for _, t := range targetdb.SlotTables {
 		if t == "progress" {
 			continue
 		}
@@ -296,7 +296,7 @@ func dropTombstones(ctx context.Context, conn *pgx.Conn, slot string, dry bool, 
 		}
 		return nil
 	}
-	removed, others, err := target.RemoveTombstones(ctx, conn, slot)
+	removed, others, err := targetdb.RemoveTombstones(ctx, conn, slot)
 	if err != nil {
 		return fmt.Errorf("removing slot %s's records of deletes (detect_update_deleted) on the target: %w", slot, err)
 	}
@@ -318,7 +318,7 @@ func dropSchemaIfLast(ctx context.Context, conn *pgx.Conn, dropped []string, dry
 		return err
 	}
 	var others []string
-	for _, t := range target.SlotTables {
+	for _, t := range targetdb.SlotTables {
 		rows, _ := conn.Query(ctx, "SELECT DISTINCT slot_name::text FROM parapply."+t+" WHERE slot_name <> ALL ($1)", dropped)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if missingRelation(err) {
@@ -390,7 +390,7 @@ func dropBlockers(ctx context.Context, conn *pgx.Conn, slot string) error {
 
 // slotOrigins lists the slot's replication origins on the target.
 func slotOrigins(ctx context.Context, conn *pgx.Conn, slot string) ([]string, error) {
-	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", target.OriginPattern(slot))
+	rows, _ := conn.Query(ctx, "SELECT roname FROM pg_catalog.pg_replication_origin WHERE roname ~ $1 ORDER BY 1", targetdb.OriginPattern(slot))
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("reading slot %s's replication origins on the target: %w", slot, err)
@@ -408,8 +408,8 @@ func dropOrigins(ctx context.Context, conn *pgx.Conn, names []string) error {
 			if err == nil {
 				break
 			}
-			if !errors.Is(target.OriginError(name, err), target.ErrOriginInUse) || time.Now().After(deadline) {
-				return target.OriginError(name, err)
+			if !errors.Is(targetdb.OriginError(name, err), targetdb.ErrOriginInUse) || time.Now().After(deadline) {
+				return targetdb.OriginError(name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // TestDrop: parapply drop retires a slot as DROP SUBSCRIPTION does: it
@@ -24,7 +24,7 @@ func TestDrop(t *testing.T) {
 	e.waitCaughtUp(r)
 	origins := func() int {
 		var n int
-		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_origin WHERE roname ~ $1`, target.OriginPattern("dropme")).Scan(&n); err != nil {
+		if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM pg_replication_origin WHERE roname ~ $1`, targetdb.OriginPattern("dropme")).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -18,7 +18,7 @@ import (
 	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/internal/verify"
 	"github.com/parapply/parapply/subscriber"
-	"github.com/parapply/parapply/target"
+	"github.com/parapply/parapply/targetdb"
 )
 
 // originLimitSettings are the target's settings (beside fast) that let n
@@ -81,7 +81,7 @@ func originTarget(t *testing.T) (*env, func(db string) string) {
 func (e *env) grantApplier(c *pgx.Conn, db string) {
 	e.t.Helper()
 	e.exec(c, `GRANT CREATE ON DATABASE `+db+` TO applier; GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON t, t2, t3, t4 TO applier;
-		GRANT EXECUTE ON FUNCTION `+target.OriginFunctions+` TO applier`)
+		GRANT EXECUTE ON FUNCTION `+targetdb.OriginFunctions+` TO applier`)
 }
 
 // copied are the tables originTarget makes, each holding rows to copy.
@@ -141,7 +141,7 @@ func TestOriginsAlwaysFit(t *testing.T) {
 	count := func(names []string, kind string) int {
 		n := 0
 		for _, name := range names {
-			if k, _, ok := target.ParseOrigin("fit", name); ok && string(k) == kind {
+			if k, _, ok := targetdb.ParseOrigin("fit", name); ok && string(k) == kind {
 				n++
 			}
 		}

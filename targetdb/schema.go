@@ -1,4 +1,4 @@
-// Package target owns what parapply keeps on and checks of the target
+// Package targetdb owns what parapply keeps on and checks of the target
 // database: the parapply schema and its migrations, the checks a start
 // makes of the target, the slot's claim (its lock, its tables, its
 // holder), the replication origins the appliers use, and the tombstones
@@ -6,7 +6,7 @@
 // decisions over what it reads. It sits low in the import graph (the
 // root package and pgx only), so that every package that reads or writes
 // the target can use it.
-package target
+package targetdb
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package target
+package targetdb
 
 // The parapply schema as earlier releases left it on a target, taken from
 // the history of the statements that made it (progress/progress.go,

@@ -1,4 +1,4 @@
-package target
+package targetdb
 
 // migration1 brings the parapply schema of any release before schema
 // versions to one shape, keeping its rows: those releases created their
