@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/sequences"

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/target"
 )
