@@ -12,7 +12,7 @@ import (
 
 func TestChooseBinary(t *testing.T) {
 	int4 := target.Column{Type: "integer", TypeOID: pgtype.Int4OID, Receives: true}
-	int8 := target.Column{Type: "bigint", TypeOID: pgtype.Int8OID, Receives: true}
+	bigint := target.Column{Type: "bigint", TypeOID: pgtype.Int8OID, Receives: true}
 	arr := target.Column{Type: "integer[]", TypeOID: pgtype.Int4ArrayOID}
 	enum := target.Column{Type: "mood", TypeOID: 16500, Enum: true}
 	tab := func(cols map[string]target.Column) *target.Table { return &target.Table{ByName: cols} }
@@ -30,7 +30,7 @@ func TestChooseBinary(t *testing.T) {
 		{"same built-in types", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*target.Table{tab(map[string]target.Column{"a": int4})}, true, ""},
 		{"off", false, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*target.Table{tab(map[string]target.Column{"a": int4})}, false, "binary = off"},
 		{"an earlier run met an unfit column", true, true, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*target.Table{tab(map[string]target.Column{"a": int4})}, false, "earlier run"},
-		{"another type on the target", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*target.Table{tab(map[string]target.Column{"a": int8})}, false, `column "a" of "public"."t" is of type bigint`},
+		{"another type on the target", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*target.Table{tab(map[string]target.Column{"a": bigint})}, false, `column "a" of "public"."t" is of type bigint`},
 		{"an array", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4ArrayOID})}, []*target.Table{tab(map[string]target.Column{"a": arr})}, false, "integer[]"},
 		{"a user type into an enum", true, false, []source.PublishedTable{pub(map[string]uint32{"m": 17000})}, []*target.Table{tab(map[string]target.Column{"m": enum})}, true, ""},
 		{"an unfit column not published", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID, "b": pgtype.Int4ArrayOID}, "a")}, []*target.Table{tab(map[string]target.Column{"a": int4, "b": arr})}, true, ""},

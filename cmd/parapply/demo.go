@@ -88,7 +88,7 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 
-	var logs io.Writer = io.Discard
+	logs := io.Discard
 	if os.Getenv("PARAPPLY_DEMO_LOG") != "" {
 		logs = os.Stderr
 	}
@@ -107,7 +107,10 @@ func demoCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
-	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: "parapply_demo", ApplicationName: "parapply"}))))
+	go func() {
+		// Ends with ctx; an error would only take the metrics from the demo.
+		_ = metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: "parapply_demo", ApplicationName: "parapply"}))))
+	}()
 	rec := newRecorder(pair.Subscriber.DSN("postgres"), "parapply_demo", "parapply", s, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	final := make(chan error, 1)
 	recorded := make(chan struct{})

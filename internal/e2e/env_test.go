@@ -269,7 +269,7 @@ func (e *env) start(cfg subscriber.Config) *running {
 		cancel()
 		e.t.Fatal("subscriber did not start within 60s")
 	}
-	e.t.Cleanup(func() { r.stop() })
+	e.t.Cleanup(func() { _ = r.stop() })
 	return r
 }
 
