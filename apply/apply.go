@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/internal/pgerr"
@@ -317,7 +318,7 @@ func newApplier(cfg Config, conn *pgx.Conn) *Applier {
 // Conn exposes the target connection for progress bookkeeping between
 // transactions.
 func (a *Applier) Conn() *pgx.Conn {
-	a.wait()
+	_ = a.wait() // an error stays in the sender, for the commit
 	return a.conn
 }
 
@@ -327,7 +328,7 @@ func (a *Applier) SyncCommit() bool { return a.syncCommit }
 // Close closes the target connection; an open transaction is rolled back by
 // the server.
 func (a *Applier) Close(ctx context.Context) error {
-	a.wait()
+	_ = a.wait() // an error stays in the sender, for the commit
 	a.readAhead.close(ctx)
 	return a.conn.Close(ctx)
 }
@@ -458,7 +459,7 @@ func (a *Applier) Begin(txn Txn) {
 // detection, the rows its statements would log).
 func (a *Applier) Retitle(txn Txn) {
 	if a.detector.config != nil {
-		a.wait()
+		_ = a.wait() // an error stays in the sender, for the commit
 		if len(a.detector.found) > 0 && a.txn.XID == txn.XID && a.txn.CommitLSN != txn.CommitLSN {
 			// Conflicts already logged name the stand-in commit.
 			a.queue(`UPDATE parapply.conflicts SET commit_lsn = $1::text::pg_lsn, remote_commit_time = $2

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/targetdb"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/parapply/parapply"
 )
 
@@ -94,35 +95,44 @@ func decodeBinary(oid uint32, b []byte) (string, bool) {
 		}
 	case pgtype.DateOID:
 		if fixed(4) {
-			d := int32(binary.BigEndian.Uint32(b))
-			switch d {
-			case math.MaxInt32:
-				return "infinity", true
-			case math.MinInt32:
-				return "-infinity", true
-			}
-			return postgresEpoch.AddDate(0, 0, int(d)).Format("2006-01-02"), true
+			return dateText(int32(binary.BigEndian.Uint32(b))), true
 		}
 	case pgtype.TimestampOID, pgtype.TimestamptzOID:
 		if fixed(8) {
-			us := int64(binary.BigEndian.Uint64(b))
-			switch us {
-			case math.MaxInt64:
-				return "infinity", true
-			case math.MinInt64:
-				return "-infinity", true
-			}
-			ts := postgresEpoch.Add(time.Duration(us/1e6)*time.Second + time.Duration(us%1e6)*time.Microsecond)
-			s := ts.Format("2006-01-02 15:04:05.999999")
-			if oid == pgtype.TimestamptzOID {
-				s += "+00"
-			}
-			return s, true
+			return timestampText(int64(binary.BigEndian.Uint64(b)), oid == pgtype.TimestamptzOID), true
 		}
 	case pgtype.NumericOID:
 		return numericText(b)
 	}
 	return "", false
+}
+
+// dateText writes d, days from postgresEpoch, as PostgreSQL does.
+func dateText(d int32) string {
+	switch d {
+	case math.MaxInt32:
+		return "infinity"
+	case math.MinInt32:
+		return "-infinity"
+	}
+	return postgresEpoch.AddDate(0, 0, int(d)).Format("2006-01-02")
+}
+
+// timestampText writes us, microseconds from postgresEpoch, as PostgreSQL
+// does; withZone for a timestamptz, in UTC.
+func timestampText(us int64, withZone bool) string {
+	switch us {
+	case math.MaxInt64:
+		return "infinity"
+	case math.MinInt64:
+		return "-infinity"
+	}
+	ts := postgresEpoch.Add(time.Duration(us/1e6)*time.Second + time.Duration(us%1e6)*time.Microsecond)
+	s := ts.Format("2006-01-02 15:04:05.999999")
+	if withZone {
+		s += "+00"
+	}
+	return s
 }
 
 // floatText writes f as PostgreSQL does (shortest exact form; Infinity,

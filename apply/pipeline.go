@@ -104,7 +104,7 @@ func (s *sender) bind(p *preparedStmt, o op) (bound, error) {
 		if v != nil {
 			v = slices.Clone(v)
 		}
-		values = append(values, v)
+		values = append(values, v) //nolint:makezero // values was cut to [:0] above: its array is reused
 	}
 	return bound{p: p, values: values, formats: slices.Clone(s.eqb.ParamFormats)}, nil
 }

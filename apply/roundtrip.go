@@ -88,7 +88,7 @@ func (a *Applier) roundTrip(ctx context.Context, ops []op, desc txns) error {
 		// changes, created since).
 		a.sender.short = a.sender.short[:0]
 		if rerr := a.rereadTables(ctx, ops); rerr != nil {
-			return desc.wrap(fmt.Errorf("%w (met after: %v)", rerr, err))
+			return desc.wrap(fmt.Errorf("%w (met after: %v)", rerr, err)) //nolint:errorlint // the reread's error decides what follows; err is told, not matched
 		}
 		d.keep.ops = a.reread.swap(d.keep.ops)
 		if ops, err = d.replay(a.reread.swap(ops)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 )
 
@@ -107,7 +108,7 @@ func (s *sender) wait() error {
 // forget waits for the round trip in flight and forgets the error of a
 // failed one: the group is being rolled back.
 func (s *sender) forget() {
-	s.wait()
+	_ = s.wait()
 	s.failed = nil
 }
 

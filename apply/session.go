@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/targetdb"

@@ -171,19 +171,19 @@ func TestSQLParamCount(t *testing.T) {
 	for _, tc := range sqlCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := map[int]int{}
-			max := 0
+			highest := 0
 			for _, m := range paramRE.FindAllStringSubmatch(tc.sql, -1) {
 				n, err := strconv.Atoi(m[1])
 				if err != nil {
 					t.Fatal(err)
 				}
 				seen[n]++
-				if n > max {
-					max = n
+				if n > highest {
+					highest = n
 				}
 			}
-			if max != tc.params {
-				t.Errorf("highest parameter $%d, want $%d: %s", max, tc.params, tc.sql)
+			if highest != tc.params {
+				t.Errorf("highest parameter $%d, want $%d: %s", highest, tc.params, tc.sql)
 			}
 			for n := 1; n <= tc.params; n++ {
 				if seen[n] != 1 {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/conflict"
 )

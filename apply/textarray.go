@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/parapply/parapply"
 )
 

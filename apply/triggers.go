@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/parapply/parapply/targetdb"
@@ -66,7 +67,7 @@ func matchSQL(r *run) string {
 	case 'U', 'D':
 		names, cols := k, head
 		if r.kind == 'U' {
-			names, cols = append(k[:len(k):len(k)], aliases("v", len(tail))...), r.cols
+			names, cols = slices.Concat(k, aliases("v", len(tail))), r.cols
 		}
 		unnest(&b, t, cols, names, false)
 		b.WriteString(" WHERE ")

@@ -8,6 +8,7 @@ package citus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -123,7 +124,7 @@ func Read(ctx context.Context, conn *pgx.Conn, oid uint32) (*Table, error) {
 			AND a.attname = pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
 		LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
 		WHERE p.logicalrelid = $1::oid`, oid).Scan(&method, &repmodel, &t.Colocation, &column, &typ, &deterministic, &t.mins, &t.Shards)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/subscriber"

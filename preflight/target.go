@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/sequences"

@@ -81,7 +81,7 @@ func Compare(pub, tgt Column) Fit {
 			return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is shorter than the publisher's %s", tgt.Type, pub.Type)}
 		}
 		return Fit{}
-	case pub.Base == tgt.Base && pub.Base == "numeric":
+	case pub.Base == "numeric" && tgt.Base == "numeric":
 		return compareNumeric(pub, tgt)
 	case pub.Base == tgt.Base && slices.Contains(timeTypes, pub.Base):
 		if len(tgt.Mod) > 0 && (len(pub.Mod) == 0 || tgt.Mod[len(tgt.Mod)-1] < pub.Mod[len(pub.Mod)-1]) {

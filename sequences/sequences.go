@@ -7,11 +7,13 @@ package sequences
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/internal/pgerr"
@@ -169,7 +171,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, seqs []Sequence) ([]Result, erro
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 			JOIN pg_catalog.pg_sequence q ON q.seqrelid = c.oid
 			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&oid, &role, &schemaOK, &readOK, &updateOK, &increment)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			r.Missing = true
 			out = append(out, r)
 			continue

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/preflight/judge"
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/preflight/judge"
 )

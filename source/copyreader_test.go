@@ -83,7 +83,7 @@ func TestCopyReader(t *testing.T) {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					continue
 				}
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {

@@ -57,7 +57,7 @@ func TestPacedConnCarriesBytesBothWays(t *testing.T) {
 			// Uneven writes, some after a pause, as a walsender sends.
 			for off := 0; off < len(want); {
 				n := min(1+off%9000, len(want)-off)
-				peer.Write(want[off : off+n])
+				_, _ = peer.Write(want[off : off+n])
 				off += n
 				if off%100 == 0 {
 					time.Sleep(time.Millisecond)
@@ -90,14 +90,14 @@ func TestPacedConnDeadlines(t *testing.T) {
 	p, peer := pacedPair(t, func() int { return 0 })
 	// A deadline in the past: a timeout at once, and the connection
 	// stays usable (pgconn renews the deadline and reads again).
-	p.SetReadDeadline(time.Unix(1, 0))
+	_ = p.SetReadDeadline(time.Unix(1, 0))
 	_, err := p.Read(make([]byte, 10))
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("read past its deadline: %v, want a timeout", err)
 	}
 	// A deadline set while a read is blocked wakes it.
-	p.SetReadDeadline(time.Time{})
+	_ = p.SetReadDeadline(time.Time{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.Read(make([]byte, 10))
@@ -105,7 +105,7 @@ func TestPacedConnDeadlines(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	began := time.Now()
-	p.SetReadDeadline(time.Now())
+	_ = p.SetReadDeadline(time.Now())
 	select {
 	case err := <-done:
 		if !errors.As(err, &ne) || !ne.Timeout() {
@@ -115,8 +115,8 @@ func TestPacedConnDeadlines(t *testing.T) {
 		t.Fatal("SetReadDeadline did not wake a blocked read")
 	}
 	t.Logf("woken in %s", time.Since(began))
-	p.SetReadDeadline(time.Time{})
-	peer.Write([]byte("after"))
+	_ = p.SetReadDeadline(time.Time{})
+	_, _ = peer.Write([]byte("after"))
 	buf := make([]byte, 5)
 	if _, err := io.ReadFull(p, buf); err != nil || string(buf) != "after" {
 		t.Fatalf("read after timeouts: %q, %v", buf, err)
@@ -150,7 +150,7 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 	// does not pause.
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		peer.Write([]byte("x"))
+		_, _ = peer.Write([]byte("x"))
 	}()
 	if _, err := p.Read(buf); err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 	if !p.waited {
 		t.Fatal("a read that found nothing is not marked as having waited")
 	}
-	peer.Write([]byte("y"))
+	_, _ = peer.Write([]byte("y"))
 	time.Sleep(10 * time.Millisecond)
 	if _, err := p.Read(buf); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 		t.Fatal("a read that found data is marked as having waited")
 	}
 	// With data waiting and pacing allowed, the next read pauses first.
-	peer.Write([]byte("z"))
+	_, _ = peer.Write([]byte("z"))
 	time.Sleep(10 * time.Millisecond)
 	began := time.Now()
 	if _, err := p.Read(buf); err != nil {
@@ -178,7 +178,7 @@ func TestPacedConnPacesOnlyABacklog(t *testing.T) {
 	}
 	// A paced read takes no more than the limit, however much waits.
 	limit.Store(100)
-	peer.Write(make([]byte, 5000))
+	_, _ = peer.Write(make([]byte, 5000))
 	time.Sleep(10 * time.Millisecond)
 	if n, err := p.Read(make([]byte, 8192)); err != nil || n > 100 {
 		t.Errorf("read with a limit of 100 took %d bytes (%v)", n, err)

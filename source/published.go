@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 )
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgerr"
 )

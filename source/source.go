@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
 )

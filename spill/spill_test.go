@@ -30,7 +30,7 @@ func TestReplaySkipsCutRecords(t *testing.T) {
 			offs := map[string]int64{}
 			for _, op := range c.ops {
 				var kind, v string
-				fmt.Sscanf(op, "%1s", &kind)
+				_, _ = fmt.Sscanf(op, "%1s", &kind)
 				if op[:2] == "a:" {
 					v = op[2:]
 					off, err := l.Append([]byte(v))

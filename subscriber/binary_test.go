@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/targetdb"
 )
 
 func TestChooseBinary(t *testing.T) {
 	int4 := targetdb.Column{Type: "integer", TypeOID: pgtype.Int4OID, Receives: true}
-	int8 := targetdb.Column{Type: "bigint", TypeOID: pgtype.Int8OID, Receives: true}
+	bigint := targetdb.Column{Type: "bigint", TypeOID: pgtype.Int8OID, Receives: true}
 	arr := targetdb.Column{Type: "integer[]", TypeOID: pgtype.Int4ArrayOID}
 	enum := targetdb.Column{Type: "mood", TypeOID: 16500, Enum: true}
 	tab := func(cols map[string]targetdb.Column) *targetdb.Table { return &targetdb.Table{ByName: cols} }
@@ -29,7 +30,7 @@ func TestChooseBinary(t *testing.T) {
 		{"same built-in types", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": int4})}, true, ""},
 		{"off", false, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": int4})}, false, "binary = off"},
 		{"an earlier run met an unfit column", true, true, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": int4})}, false, "earlier run"},
-		{"another type on the target", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": int8})}, false, `column "a" of "public"."t" is of type bigint`},
+		{"another type on the target", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": bigint})}, false, `column "a" of "public"."t" is of type bigint`},
 		{"an array", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4ArrayOID})}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": arr})}, false, "integer[]"},
 		{"a user type into an enum", true, false, []source.PublishedTable{pub(map[string]uint32{"m": 17000})}, []*targetdb.Table{tab(map[string]targetdb.Column{"m": enum})}, true, ""},
 		{"an unfit column not published", true, false, []source.PublishedTable{pub(map[string]uint32{"a": pgtype.Int4OID, "b": pgtype.Int4ArrayOID}, "a")}, []*targetdb.Table{tab(map[string]targetdb.Column{"a": int4, "b": arr})}, true, ""},

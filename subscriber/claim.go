@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/targetdb"
 )

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/preflight/judge"
 	"github.com/parapply/parapply/progress"

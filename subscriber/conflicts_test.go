@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/pgoutput"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/targetdb"
 )

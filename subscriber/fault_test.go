@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/targetdb"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *Subscriber) endRun() {
 		}
 	}
 	s.tracker, s.applier, s.pool = nil, nil, nil
-	s.earlier = append(s.sessions, s.streamSessions...)
+	s.earlier = slices.Concat(s.sessions, s.streamSessions)
 	s.sessions, s.streamSessions = nil, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/citus"
 	"github.com/parapply/parapply/progress"

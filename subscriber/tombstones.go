@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"

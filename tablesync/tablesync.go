@@ -61,6 +61,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/enum"
 	"github.com/parapply/parapply/internal/pgerr"
@@ -833,7 +834,7 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk, for
 	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("copy %s: %w", name, err)
 	}
-	defer src.Exec(context.Background(), "ROLLBACK")
+	defer func() { _, _ = src.Exec(context.Background(), "ROLLBACK") }()
 	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(cfg.Snapshot, "'", "''")+"'"); err != nil {
 		return fmt.Errorf("copy %s: importing the snapshot %s (it lives only while the slot's connection is idle): %w", name, cfg.Snapshot, err)
 	}

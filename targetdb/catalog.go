@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 )
 
@@ -146,7 +147,7 @@ func ReadTable(ctx context.Context, conn *pgx.Conn, rel *parapply.Relation) (*Ta
 	for i, c := range rel.Columns {
 		tc, ok := cols[c.Name]
 		if !ok {
-			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), name, name, parapply.QuoteIdent(c.Name))
+			return nil, fmt.Errorf("%w: column %s of published table %s is missing on the target; add it with ALTER TABLE %s ADD COLUMN %s ...", ErrSchema, parapply.QuoteIdent(c.Name), name, name, parapply.QuoteIdent(c.Name)) //nolint:staticcheck // "..." stands for the column's type, the user's to write
 		}
 		if tc.generated {
 			return nil, GeneratedOnTarget(name, c.Name)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
@@ -67,7 +69,7 @@ func distribute(ctx context.Context, sub *pgx.Conn, tables []string) error {
 		var col *string
 		err := sub.QueryRow(ctx, `SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 			WHERE i.indrelid = $1::regclass AND i.indisprimary`, t).Scan(&col)
-		if err != nil && err != pgx.ErrNoRows {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		q := fmt.Sprintf("SELECT create_reference_table('%s')", t)

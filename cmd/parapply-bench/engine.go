@@ -134,7 +134,7 @@ func buildParapply() (string, error) {
 	logf("building parapply")
 	out, err := exec.Command("go", "build", "-o", path, "github.com/parapply/parapply/cmd/parapply").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("building parapply: %v: %s", err, out)
+		return "", fmt.Errorf("building parapply: %w: %s", err, out)
 	}
 	return path, nil
 }
@@ -151,7 +151,7 @@ func startProcess(bin string, args []string) (*process, error) {
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	go func() { _ = p.cmd.Wait(); close(p.done) }() // the exit is read from the output
 	return p, nil
 }
 

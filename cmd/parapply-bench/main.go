@@ -45,8 +45,9 @@ type options struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // the usage asked for is printed
 		}

@@ -375,9 +375,7 @@ func readConfigFile(path string) (map[string]string, error) {
 			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)
 		}
 		name, rest := line[:end], strings.TrimLeft(line[end:], " \t")
-		if strings.HasPrefix(rest, "=") {
-			rest = rest[1:]
-		}
+		rest = strings.TrimPrefix(rest, "=")
 		name = strings.ToLower(strings.TrimSpace(name))
 		if name == "" {
 			return nil, fmt.Errorf("%s:%d: expected name = value", path, n)

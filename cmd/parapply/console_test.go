@@ -37,7 +37,7 @@ func TestConsoleKeepsLiveLineBelowLogs(t *testing.T) {
 	c := &console{w: &buf, tty: true}
 	c.SetLive("streaming lag 0.1 s")
 	buf.Reset()
-	c.Write([]byte("a log record\n"))
+	_, _ = c.Write([]byte("a log record\n"))
 	if got, want := buf.String(), "\r\033[Ka log record\nstreaming lag 0.1 s"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
@@ -45,7 +45,7 @@ func TestConsoleKeepsLiveLineBelowLogs(t *testing.T) {
 	buf.Reset()
 	plain := &console{w: &buf}
 	plain.SetLive("x")
-	plain.Write([]byte("line\n"))
+	_, _ = plain.Write([]byte("line\n"))
 	if buf.String() != "line\n" {
 		t.Errorf("off a terminal: %q", buf.String())
 	}

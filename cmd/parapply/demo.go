@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/pgtest"
@@ -156,7 +157,7 @@ type demoRun struct {
 // startSubscriber starts parapply between the pair as run would, with
 // its metrics and status record.
 func (cmd *DemoCommand) startSubscriber(ctx context.Context, pair *pgtest.Pair) (*demoRun, error) {
-	var logs io.Writer = io.Discard
+	logs := io.Discard
 	if os.Getenv("PARAPPLY_DEMO_LOG") != "" {
 		logs = os.Stderr
 	}
@@ -175,7 +176,10 @@ func (cmd *DemoCommand) startSubscriber(ctx context.Context, pair *pgtest.Pair) 
 		return nil, err
 	}
 	d := &demoRun{s: s, metricsURL: "http://" + ln.Addr().String() + "/metrics", done: make(chan error, 1)}
-	go metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: demoSlot, ApplicationName: demoApp}))))
+	go func() {
+		// Ends with ctx; an error would only take the metrics from the demo.
+		_ = metrics.Serve(ctx, ln, metrics.Handler(metrics.Registry(metrics.NewCollector(s.Status, metrics.Info{Version: buildVersion(), Slot: demoSlot, ApplicationName: demoApp}))))
+	}()
 	rec := newRecorder(pair.Subscriber.DSN("postgres"), demoSlot, demoApp, s, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	final := make(chan error, 1)
 	recorded := make(chan struct{})

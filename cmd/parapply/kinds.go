@@ -63,7 +63,7 @@ type intKind struct {
 	min, max int
 }
 
-func integer(p *int, min, max int) kind { return intKind{p, min, max} }
+func integer(p *int, lo, hi int) kind { return intKind{p, lo, hi} }
 
 func (k intKind) want() string {
 	if k.max == maxInt {
@@ -135,7 +135,7 @@ type sizeKind struct {
 	optional bool
 }
 
-func size(p *int, min int, optional bool) kind { return sizeKind{p, min, optional} }
+func size(p *int, least int, optional bool) kind { return sizeKind{p, least, optional} }
 
 func (k sizeKind) note() string {
 	n := "a `size` with its unit: B, kB, MB, GB or TB"

@@ -45,8 +45,8 @@ Run "parapply run -h" for every setting.
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := run(ctx, os.Args[1:])
+	stop()
 	if code := exitCode(err); code != 0 && !errors.Is(err, errUsage) {
 		fmt.Fprintln(os.Stderr, "parapply:", oneLine(pgerr.Text(err)))
 		os.Exit(code)

@@ -149,7 +149,7 @@ func (r *recorder) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err == nil {
+	if _, err = conn.Exec(ctx, "SET synchronous_commit = off"); err == nil {
 		err = status.Create(ctx, conn)
 	}
 	if err != nil {

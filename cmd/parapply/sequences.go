@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 )

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/parapply/parapply/internal/pgerr"
 	"github.com/parapply/parapply/progress"
 	"github.com/parapply/parapply/sequences"

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,17 +11,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
 // runOnce runs the parapply binary to completion (bounded) and returns its
-// exit error and output.
-func runOnce(t *testing.T, args ...string) (error, string) {
+// output and exit error.
+func runOnce(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, parapplyBinary(t), args...).CombinedOutput()
-	return err, string(out)
+	return string(out), err
 }
 
 // TestBadInput checks that each setup mistake ends parapply at once with a
@@ -120,11 +122,11 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err, out := runOnce(t, append([]string{"run"}, c.args...)...)
+			out, err := runOnce(t, append([]string{"run"}, c.args...)...)
 			if err == nil {
 				t.Fatalf("exit 0, want an error; output:\n%s", out)
 			}
-			ee, ok := err.(*exec.ExitError)
+			ee, ok := errors.AsType[*exec.ExitError](err)
 			if !ok {
 				t.Fatalf("did not exit by itself: %v", err)
 			}
@@ -168,7 +170,7 @@ func TestBadInput(t *testing.T) {
 		holder := e.runProcess(t, "--publication", "pub_items", "--slot", "busy")
 		e.waitSlotExists(t, "busy", holder)
 		defer holder.signal(syscall.SIGTERM)
-		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_items", "--slot", "busy")
+		out, err := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_items", "--slot", "busy")
 		// Refused by the publisher (the holder streams), or, when the
 		// holder is still copying (its slot not yet streamed from), by
 		// the slot's lock on the target, naming the holder.
@@ -195,7 +197,7 @@ func TestBadInput(t *testing.T) {
 		if err := tx.Commit(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_dup", "--slot", "s_dup", "--copy-data", "off")
+		out, err := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_dup", "--slot", "s_dup", "--copy-data", "off")
 		if err == nil {
 			t.Fatalf("exit 0, want an error; output:\n%s", out)
 		}
@@ -214,7 +216,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("value the target cannot accept", func(t *testing.T) {
 		e.exec(e.pub, `SELECT pg_create_logical_replication_slot('s_typed', 'pgoutput')`)
 		e.exec(e.pub, `BEGIN; INSERT INTO typed VALUES (1, '10'), (2, 'twenty'); INSERT INTO typed VALUES (3, '30'); COMMIT`)
-		err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_typed", "--copy-data", "off")
+		out, err := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_typed", "--slot", "s_typed", "--copy-data", "off")
 		if err == nil {
 			t.Fatalf("exit 0, want an error; output:\n%s", out)
 		}
@@ -252,7 +254,7 @@ func TestBadInput(t *testing.T) {
 			{"typed_long", "typed_long", []string{`insert of 400 rows in "public"."typed_long"`, "column v", "twenty", "invalid input syntax"}},
 			{"dup_long", "dup_long", []string{`insert of 400 rows in "public"."dup_long"`, `conflict insert_exists on public.dup_long, key {"id": "300"}`}},
 		} {
-			err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_"+c.pub, "--slot", "s_"+c.pub, "--copy-data", "off")
+			out, err := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "pub_"+c.pub, "--slot", "s_"+c.pub, "--copy-data", "off")
 			if err == nil {
 				t.Fatalf("%s: exit 0, want an error; output:\n%s", c.pub, out)
 			}

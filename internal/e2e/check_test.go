@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -32,9 +33,9 @@ type checkReport struct {
 // and output.
 func runCheck(t *testing.T, args ...string) (checkReport, int, string) {
 	t.Helper()
-	err, out := runOnce(t, append([]string{"check", "--json"}, args...)...)
+	out, err := runOnce(t, append([]string{"check", "--json"}, args...)...)
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("parapply check: %v\n%s", err, out)
@@ -138,8 +139,8 @@ func TestCheck(t *testing.T) {
 
 	// parapply run refuses the same setup before creating anything, and
 	// its last line names each problem.
-	err, runOut := runOnce(t, append([]string{"run"}, args...)...)
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+	runOut, err := runOnce(t, append([]string{"run"}, args...)...)
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("parapply run: %v, want exit status 3:\n%s", err, runOut)
 	}
 	lines := strings.Split(strings.TrimSpace(runOut), "\n")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -59,8 +60,8 @@ func TestOneWriterPerTable(t *testing.T) {
 	e.verify("a", "b")
 
 	// A second process on slot one, which this test's process holds.
-	err, out := runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "one")
-	ee, ok := err.(*exec.ExitError)
+	out, err := runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "one")
+	ee, ok := errors.AsType[*exec.ExitError](err)
 	if !ok || ee.ExitCode() != 3 {
 		t.Fatalf("a second process on a held slot: %v, want exit status 3; output:\n%s", err, out)
 	}
@@ -77,8 +78,8 @@ func TestOneWriterPerTable(t *testing.T) {
 	// cannot be seen alive from here: the busy slot is waited for (a dying
 	// walsender's, perhaps) and, when the wait ends, the holder is named.
 	e.exec(e.sub, `UPDATE parapply.slot_claims SET host = 'replica-b.internal' WHERE slot_name = 'one'`)
-	err, out = runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "one")
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	out, err = runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "one")
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("a second process on a slot held from another host: %v, want exit status 1 (a fault that outlasted its wait); output:\n%s", err, out)
 	}
 	for _, want := range []string{"the target records parapply pid", "on host replica-b.internal", "as slot one's holder", "still so after"} {

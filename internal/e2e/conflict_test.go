@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -172,7 +173,7 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 	}
 	r := e.start(cfg)
 	e.waitCaughtUp(r)
-	r.stop()
+	_ = r.stop()
 	for _, c := range cases {
 		for _, q := range c.local {
 			e.exec(e.sub, q)
@@ -197,7 +198,7 @@ func testConflicts(t *testing.T, workers int, cases []conflictCase, tune ...func
 	}
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
-	r.stop()
+	_ = r.stop()
 	for _, c := range cases {
 		rows, err := e.sub.Query(ctx, fmt.Sprintf(`SELECT coalesce(string_agg(id || ':' || v, ',' ORDER BY id), '') FROM %s`, c.name))
 		if err != nil {
@@ -331,11 +332,11 @@ func TestOnErrorSkip(t *testing.T) {
 			if got := r.s.Status().Skipped; got != 2 {
 				t.Errorf("status counts %d skipped transactions, want 2", got)
 			}
-			r.stop()
+			_ = r.stop()
 			e.exec(e.pub, `INSERT INTO typed VALUES (7, '7')`)
 			r = e.start(cfg)
 			e.waitCaughtUp(r)
-			r.stop()
+			_ = r.stop()
 			e.exec(e.sub, `DELETE FROM typed WHERE id = 7`)
 			check("after another start")
 			var left int

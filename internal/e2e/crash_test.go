@@ -36,7 +36,7 @@ func parapplyBinary(t *testing.T) string {
 		binary.path = filepath.Join(dir, "parapply")
 		out, err := exec.Command("go", "build", "-o", binary.path, "github.com/parapply/parapply/cmd/parapply").CombinedOutput()
 		if err != nil {
-			binary.err = fmt.Errorf("go build: %v: %s", err, out)
+			binary.err = fmt.Errorf("go build: %w: %s", err, out)
 		}
 	})
 	if binary.err != nil {
@@ -89,7 +89,7 @@ func startProcess(t *testing.T, args ...string) *proc {
 func (p *proc) alive() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("parapply exited: %v: %s", p.err, p.out.String())
+		return fmt.Errorf("parapply exited: %v: %s", p.err, p.out.String()) //nolint:errorlint // nil after a clean exit, which %w would print as %!w(<nil>)
 	default:
 		return nil
 	}

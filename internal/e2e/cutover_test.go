@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -31,7 +32,7 @@ func TestCutoverPath(t *testing.T) {
 		e.exec(e.pub, fmt.Sprintf(`INSERT INTO orders (v, note) VALUES (%d, 'live'); INSERT INTO lines VALUES (%d, 1, %d); UPDATE orders SET v = v + 1 WHERE id = %d`, i, i, i, 1+i*7))
 	}
 	// Writes have stopped: the cut-over.
-	err, out := runOnce(t, "cutover", "--source", src, "--target", dst, "--publication", "pub", "--slot", "cut", "--timeout", "2m")
+	out, err := runOnce(t, "cutover", "--source", src, "--target", dst, "--publication", "pub", "--slot", "cut", "--timeout", "2m")
 	if err != nil {
 		t.Fatalf("parapply cutover: %v\n%s", err, out)
 	}
@@ -50,8 +51,8 @@ func TestCutoverPath(t *testing.T) {
 
 	// A row changed on the target alone: verify names it and fails.
 	e.exec(e.sub, `UPDATE lines SET qty = 999 WHERE order_id = 7`)
-	err, out = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub")
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	out, err = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub")
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("parapply verify after a change on the target: %v, want exit status 1\n%s", err, out)
 	}
 	for _, w := range []string{"public.orders: equal, 340 rows", "public.lines: DIFFERS", "(7,1,7) is on the publisher, not on the target", "1 of 2 published tables differ"} {
@@ -60,7 +61,7 @@ func TestCutoverPath(t *testing.T) {
 		}
 	}
 	e.exec(e.sub, `UPDATE lines SET qty = 7 WHERE order_id = 7`)
-	if err, out = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub"); err != nil {
+	if out, err = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub"); err != nil {
 		t.Errorf("parapply verify once equal again: %v\n%s", err, out)
 	}
 
@@ -72,7 +73,7 @@ func TestCutoverPath(t *testing.T) {
 
 	// A start refused before it made anything leaves no row; one that an
 	// earlier release left, an hour and more ago, is not shown.
-	if err, out := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", "tried"); err == nil {
+	if out, err := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", "tried"); err == nil {
 		t.Fatalf("a run with a missing publication succeeded:\n%s", out)
 	}
 	if n := e.count(`SELECT count(*) FROM parapply.status WHERE slot_name = 'tried'`); n != 0 {
@@ -105,7 +106,7 @@ func TestCutoverPath(t *testing.T) {
 	if origins == 0 {
 		t.Fatal("slot cut has no replication origins on the target")
 	}
-	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut", "--dry-run")
+	out, err = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut", "--dry-run")
 	if err != nil {
 		t.Fatalf("parapply drop --dry-run: %v\n%s", err, out)
 	}
@@ -125,7 +126,7 @@ func TestCutoverPath(t *testing.T) {
 		t.Errorf("drop --dry-run deleted the progress row")
 	}
 	// One drop: slot cut, what slot tried left, and the schema.
-	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut")
+	out, err = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut")
 	if err != nil {
 		t.Fatalf("parapply drop --slot cut: %v\n%s", err, out)
 	}
@@ -136,7 +137,7 @@ func TestCutoverPath(t *testing.T) {
 		t.Errorf("schema parapply is still there after the last slot was dropped")
 	}
 	// Dropping again, with the schema gone, finds nothing to do.
-	if err, out := runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut"); err != nil || !strings.Contains(out, "publisher: no slot cut") {
+	if out, err := runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "cut"); err != nil || !strings.Contains(out, "publisher: no slot cut") {
 		t.Errorf("drop after the schema went: %v\n%s", err, out)
 	}
 	if n := count(`SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'parapply_%'`); n != 0 {

@@ -353,7 +353,7 @@ func TestDDLInTransactions(t *testing.T) {
 	if err := e.sub.QueryRow(ctx, `SELECT pg_get_indexdef('big_extra_idx'::regclass)`).Scan(&def); err != nil || !strings.Contains(def, "(v)") {
 		t.Fatalf("the target's own index was changed: %q, %v", def, err)
 	}
-	r.stop()
+	_ = r.stop()
 	// What stands for the skipped statement, run by hand.
 	e.exec(e.sub, `DROP INDEX big_extra_idx; CREATE INDEX big_extra_idx ON big (extra)`)
 
@@ -383,7 +383,7 @@ func TestDDLInTransactions(t *testing.T) {
 		t.Fatalf("schemas differ after a start behind the publisher:\n%s\n%s", a, b)
 	}
 	e.verify("public.big")
-	r.stop()
+	_ = r.stop()
 
 	// ddl = off: the messages are passed over.
 	cfg.DDL = subscriber.DDLOff
@@ -534,13 +534,13 @@ func TestDDLCommands(t *testing.T) {
 	e.applyOwnsTables() // ddl = apply alters the tables and creates in their schema: the apply role owns them (docs/operations.md)
 	mustRun := func(want string, args ...string) string {
 		t.Helper()
-		err, out := runOnce(t, args...)
+		out, err := runOnce(t, args...)
 		if err != nil || !strings.Contains(out, want) {
 			t.Fatalf("parapply %s: %v, output lacks %q:\n%s", strings.Join(args[:2], " "), err, want, out)
 		}
 		return out
 	}
-	if err, out := runOnce(t, "ddl", "--source", src); err == nil || !strings.Contains(out, "install, uninstall or status") {
+	if out, err := runOnce(t, "ddl", "--source", src); err == nil || !strings.Contains(out, "install, uninstall or status") {
 		t.Fatalf("parapply ddl without a subcommand: %v\n%s", err, out)
 	}
 	mustRun("no DDL capture installed", "ddl", "status", "--source", src)
@@ -559,7 +559,7 @@ func TestDDLCommands(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// The running parapply records its status every second.
-		_, text := runOnce(t, "status", "--target", dst, "--slot", "ddlcmd")
+		text, _ := runOnce(t, "status", "--target", dst, "--slot", "ddlcmd")
 		if strings.Contains(text, "schema changes") {
 			break
 		}

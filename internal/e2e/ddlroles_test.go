@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
@@ -53,7 +54,7 @@ func TestDDLRoles(t *testing.T) {
 
 	// The install, without --grant-to, prints the replication role's
 	// grants.
-	err, out := runOnce(t, "ddl", "install", "--source", superSrc, "--publication", "app_pub")
+	out, err := runOnce(t, "ddl", "install", "--source", superSrc, "--publication", "app_pub")
 	if err != nil {
 		t.Fatalf("parapply ddl install: %v\n%s", err, out)
 	}
@@ -62,7 +63,7 @@ func TestDDLRoles(t *testing.T) {
 			t.Errorf("parapply ddl install does not print %q:\n%s", g, out)
 		}
 	}
-	err, out = runOnce(t, "ddl", "status", "--source", src)
+	out, err = runOnce(t, "ddl", "status", "--source", src)
 	if err != nil || !strings.Contains(out, "role repl may not read which publications") || !strings.Contains(out, ddl.Grants("repl")[0]) {
 		t.Errorf("parapply ddl status as repl, before the grants: %v\n%s", err, out)
 	}
@@ -125,8 +126,8 @@ func TestDDLRoles(t *testing.T) {
 	}
 	// parapply run refuses the same roles before it creates anything,
 	// naming the fixes.
-	err, runOut := runOnce(t, append([]string{"run"}, args...)...)
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 ||
+	runOut, err := runOnce(t, append([]string{"run"}, args...)...)
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 3 ||
 		!strings.Contains(runOut, "ALTER TABLE shop.orders OWNER TO apply;") || !strings.Contains(runOut, "GRANT CREATE ON SCHEMA shop TO apply;") {
 		t.Fatalf("parapply run as the roles without the ddl = apply fixes: %v, want exit status 3 naming the fixes:\n%s", err, runOut)
 	}
@@ -161,7 +162,7 @@ func TestDDLRoles(t *testing.T) {
 	if _, code, out := runCheck(t, args...); code != 3 || !strings.Contains(out, "ALTER TABLE shop.orders OWNER TO apply;") {
 		t.Fatalf("parapply check after the fixes were undone: exit status %d, want 3 and the fix again:\n%s", code, out)
 	}
-	err, out = runOnce(t, "ddl", "install", "--source", superSrc, "--publication", "app_pub", "--grant-to", "repl")
+	out, err = runOnce(t, "ddl", "install", "--source", superSrc, "--publication", "app_pub", "--grant-to", "repl")
 	if err != nil || !strings.Contains(out, "role repl may read the capture") {
 		t.Fatalf("parapply ddl install --grant-to repl: %v\n%s", err, out)
 	}

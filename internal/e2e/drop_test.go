@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/targetdb"
 )
 
@@ -33,7 +34,7 @@ func TestDrop(t *testing.T) {
 		t.Fatalf("the slot's run made %d origins; the test needs the reader's and a worker's", origins())
 	}
 	args := []string{"drop", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--slot", "dropme"}
-	err, out := runOnce(t, args...)
+	out, err := runOnce(t, args...)
 	if err == nil || !strings.Contains(out, "slot dropme is in use") {
 		t.Fatalf("drop while parapply runs: %v, want a refusal; output:\n%s", err, out)
 	}
@@ -48,7 +49,7 @@ func TestDrop(t *testing.T) {
 		e.exec(c, `ALTER DATABASE postgres SET default_transaction_read_only = on`)
 		defer e.exec(c, `ALTER DATABASE postgres RESET default_transaction_read_only`)
 	}
-	err, out = runOnce(t, args...)
+	out, err = runOnce(t, args...)
 	if err != nil {
 		t.Fatalf("drop: %v; output:\n%s", err, out)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/pgtest"
@@ -268,7 +269,7 @@ func (e *env) start(cfg subscriber.Config) *running {
 		cancel()
 		e.t.Fatal("subscriber did not start within 60s")
 	}
-	e.t.Cleanup(func() { r.stop() })
+	e.t.Cleanup(func() { _ = r.stop() })
 	return r
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/internal/verify"
@@ -336,8 +338,8 @@ func TestDivergedTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.exec(e.sub, `UPDATE parapply.progress SET commit_lsn = '7/0', end_lsn = '7/10' WHERE slot_name = 'div'`)
-	err, out := runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "div")
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+	out, err := runOnce(t, "run", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "div")
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("start on a diverged target: %v, want exit status 3:\n%s", err, out)
 	}
 	for _, w := range []string{"records changes of slot div up to 7/10, past the publisher's WAL end", "parapply verify", "existing_data = truncate"} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/subscriber"
 )

@@ -79,17 +79,17 @@ func testGroupingOrder(t *testing.T, workers int) {
 				return
 			default:
 			}
-			var count, max, sum int64
-			err := reader.QueryRow(ctx, `SELECT (SELECT count(*) FROM seq), (SELECT coalesce(max(n), 0) FROM seq), (SELECT sum(v) FROM hot)`).Scan(&count, &max, &sum)
+			var count, highest, sum int64
+			err := reader.QueryRow(ctx, `SELECT (SELECT count(*) FROM seq), (SELECT coalesce(max(n), 0) FROM seq), (SELECT sum(v) FROM hot)`).Scan(&count, &highest, &sum)
 			if err != nil {
 				bad++
 				firstBad = err.Error()
 				return
 			}
 			polls++
-			if count != max || sum != count {
+			if count != highest || sum != count {
 				if bad == 0 {
-					firstBad = fmt.Sprintf("first: %d rows in seq, highest %d, hot rows summing to %d", count, max, sum)
+					firstBad = fmt.Sprintf("first: %d rows in seq, highest %d, hot rows summing to %d", count, highest, sum)
 				}
 				bad++
 			}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func TestFullWithoutEquality(t *testing.T) {
 				}
 				var id int
 				err := builtin.QueryRow(ctx, "SELECT id FROM shapes").Scan(&id)
-				if err != nil && err != pgx.ErrNoRows {
+				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					t.Fatal(err)
 				}
 				if id == 2 {

@@ -315,7 +315,7 @@ func testObservability(t *testing.T, workers int) {
 	// error does not quote the password either.
 	applied := st["applied_lsn"]
 	for _, slot := range []string{"obs", "obs_fail"} {
-		if fail, _ := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", slot); fail == nil {
+		if _, fail := runOnce(t, "run", "--source", src, "--target", dst, "--publication", "nosuchpub", "--slot", slot); fail == nil {
 			t.Fatal("run with a missing publication succeeded")
 		}
 	}
@@ -326,8 +326,8 @@ func testObservability(t *testing.T, workers int) {
 	if n := e.count(`SELECT count(*) FROM parapply.status WHERE slot_name = 'obs_fail'`); n != 0 {
 		t.Errorf("a refused start of a slot that never ran left %d status rows", n)
 	}
-	_, unreachable := runOnce(t, "run", "--source", src, "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5", "--publication", "pub", "--slot", "obs_unreach")
-	_, badStatus := runOnce(t, "status", "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5")
+	unreachable, _ := runOnce(t, "run", "--source", src, "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5", "--publication", "pub", "--slot", "obs_unreach")
+	badStatus, _ := runOnce(t, "status", "--target", "host=127.0.0.1 port=1 user=postgres password="+password+" connect_timeout=5")
 
 	// JSON logs: every line parses, and progress lines were logged.
 	logs := p.out.String()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -47,7 +48,7 @@ func TestReplicationOrigins(t *testing.T) {
 				t.Cleanup(func() {
 					c, err := pgx.Connect(context.Background(), e.pair.Publisher.DSN("down"))
 					if err == nil {
-						c.Exec(context.Background(), `DROP SUBSCRIPTION down`)
+						_, _ = c.Exec(context.Background(), `DROP SUBSCRIPTION down`)
 						c.Close(context.Background())
 					}
 				})
@@ -188,7 +189,7 @@ func TestOriginNone(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("target with origin = none: %v, want %v", got, want)
 	}
-	r.stop()
+	_ = r.stop()
 
 	// The same stream with origin = any, from the start.
 	e.exec(e.sub, `TRUNCATE t`)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/subscriber"
 )

@@ -199,7 +199,7 @@ func TestSequenceSafety(t *testing.T) {
 	// parapply sync-sequences: the same, and says so sequence by sequence.
 	e.exec(e.pub, `INSERT INTO plain (v) VALUES (11)`)
 	want["plain_id_seq"] = 11
-	err, out := runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", target, "--publication", "pub_owners,pub_root")
+	out, err := runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", target, "--publication", "pub_owners,pub_root")
 	t.Logf("parapply sync-sequences:\n%s", out)
 	if err == nil {
 		t.Errorf("sync-sequences exited 0 with a sequence refused")

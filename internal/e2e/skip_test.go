@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -53,14 +54,14 @@ func TestSkip(t *testing.T) {
 			t.Fatalf("%s: the error names no commit LSN or no duplicate key: %v", what, err)
 		}
 		t.Logf("%s: %v", what, err)
-		xerr, out := runOnce(t, "skip", "--target", dst, "--slot", "skipper", "--lsn", m[1])
+		out, xerr := runOnce(t, "skip", "--target", dst, "--slot", "skipper", "--lsn", m[1])
 		if xerr != nil || !strings.Contains(out, "will be skipped") {
 			t.Fatalf("parapply skip --lsn %s: %v\n%s", m[1], xerr, out)
 		}
 	}
 	// The first stop by the command, its target given with a password:
 	// the skip command it prints runs as printed, and holds no password.
-	err, out := runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", dst+" password=secret",
+	out, err := runOnce(t, "run", "--source", e.pair.Publisher.DSN("postgres"), "--target", dst+" password=secret",
 		"--publication", "pub", "--slot", "skipper", "--copy-data", "off", "--streaming", "on", "--logical-decoding-work-mem", "64kB",
 		"--reconnect-timeout", "0")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -74,7 +75,7 @@ func TestSkip(t *testing.T) {
 		t.Fatalf("the printed skip command is\n%s\nwant\n%s", m[1], want)
 	}
 	words := shellWords(t, m[1])
-	if xerr, xout := runOnce(t, words[1:]...); xerr != nil || !strings.Contains(xout, "will be skipped") {
+	if xout, xerr := runOnce(t, words[1:]...); xerr != nil || !strings.Contains(xout, "will be skipped") {
 		t.Fatalf("%s, run as printed: %v\n%s", m[1], xerr, xout)
 	}
 	skipNext("the streamed transaction")
@@ -84,7 +85,7 @@ func TestSkip(t *testing.T) {
 	if got := r.s.Status().Skipped; got != 1 {
 		t.Errorf("status counts %d skipped transactions in this run, want 1", got)
 	}
-	r.stop()
+	_ = r.stop()
 	want := map[int]string{1: "updated", 5: "on the target", 6: "after", 7000: "on the target too", 8: "last"}
 	check := func(when string) {
 		t.Helper()
@@ -118,7 +119,7 @@ func TestSkip(t *testing.T) {
 	want[9] = "later"
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
-	r.stop()
+	_ = r.stop()
 	check("after another start")
 	var left int
 	if err := e.sub.QueryRow(ctx, `SELECT count(*) FROM parapply.skip`).Scan(&left); err != nil || left != 0 {
@@ -136,7 +137,7 @@ func TestSkip(t *testing.T) {
 		{[]string{"--slot", "nosuchslot", "--lsn", "0/10"}, "no progress recorded for this slot"},
 		{[]string{"--slot", "skipper", "--lsn", "later"}, "invalid --lsn"},
 	} {
-		err, out := runOnce(t, append([]string{"skip", "--target", dst}, c.args...)...)
+		out, err := runOnce(t, append([]string{"skip", "--target", dst}, c.args...)...)
 		if err == nil || !strings.Contains(out, c.want) {
 			t.Errorf("parapply skip %v: %v, %q; want an error with %q", c.args, err, out, c.want)
 		}
@@ -196,13 +197,13 @@ func TestSkipGroup(t *testing.T) {
 	}
 	skip := func(lsn string) {
 		t.Helper()
-		if err, out := runOnce(t, "skip", "--target", dst, "--slot", "grouped", "--lsn", lsn); err != nil || !strings.Contains(out, "will be skipped") {
+		if out, err := runOnce(t, "skip", "--target", dst, "--slot", "grouped", "--lsn", lsn); err != nil || !strings.Contains(out, "will be skipped") {
 			t.Fatalf("parapply skip --lsn %s: %v\n%s", lsn, err, out)
 		}
 	}
 	list := func(when string, want ...string) {
 		t.Helper()
-		err, out := runOnce(t, "skip", "--target", dst, "--slot", "grouped", "--list")
+		out, err := runOnce(t, "skip", "--target", dst, "--slot", "grouped", "--list")
 		if err != nil {
 			t.Fatalf("%s: parapply skip --list: %v\n%s", when, err, out)
 		}
@@ -243,7 +244,7 @@ func TestSkipGroup(t *testing.T) {
 	if got := r.s.Status().Skipped; got != 1 {
 		t.Errorf("the last run counts %d skipped transactions, want 1 (the second)", got)
 	}
-	r.stop()
+	_ = r.stop()
 	list("after the second skip", second+` skipped at .*; passed`)
 	rows := func(c *pgx.Conn, q string) string {
 		t.Helper()
@@ -275,7 +276,7 @@ func TestSkipGroup(t *testing.T) {
 	if got := r.s.Status().Skipped; got != 0 {
 		t.Errorf("a start after both skips counts %d skipped transactions, want 0", got)
 	}
-	r.stop()
+	_ = r.stop()
 	check("after another start")
 	list("after another start", "no skip requests")
 }

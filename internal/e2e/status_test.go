@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply"
 )
 
@@ -251,7 +253,7 @@ func TestStatusDuringCopy(t *testing.T) {
 	// parapply sync-sequences: its run is what status shows.
 	e.exec(e.pub, `INSERT INTO counters (n) SELECT g FROM generate_series(1, 5) g`)
 	e.waitSlotConfirmed("cp", 2*time.Minute, p.alive)
-	if err, out := runOnce(t, "sync-sequences", "--source", src, "--target", dst, "--publication", "pub", "--slot", "cp"); err != nil {
+	if out, err := runOnce(t, "sync-sequences", "--source", src, "--target", dst, "--publication", "pub", "--slot", "cp"); err != nil {
 		t.Fatalf("sync-sequences: %v: %s", err, out)
 	}
 	st, out := statusJSON(t, "--target", dst, "--slot", "cp")
@@ -363,7 +365,7 @@ func TestStatusLiveness(t *testing.T) {
 	// cutover: stops within seconds, naming why.
 	e.exec(e.pub, `INSERT INTO w (v) VALUES (1)`)
 	began := time.Now()
-	err, out := runOnce(t, "cutover", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live", "--timeout", "2m")
+	out, err := runOnce(t, "cutover", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live", "--timeout", "2m")
 	if err == nil || !strings.Contains(out, "and no parapply streams from it: the slot is inactive on the publisher and no target session holds its lock; its last run (pid ") ||
 		!strings.Contains(out, "was streaming when it stopped recording") || !strings.Contains(out, "start parapply on the slot (parapply run ... --slot live), then run parapply cutover again") {
 		t.Errorf("cutover with parapply killed: %v, want it to say no parapply streams from the slot and why:\n%s", err, out)
@@ -389,10 +391,10 @@ func TestStatusLiveness(t *testing.T) {
 		wrote <- n
 	}()
 	time.Sleep(200 * time.Millisecond)
-	err, out = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live")
+	out, err = runOnce(t, "verify", "--source", src, "--target", dst, "--publication", "pub", "--slot", "live")
 	stop()
 	t.Logf("the writer inserted %d rows", <-wrote)
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 		t.Errorf("verify while the publisher writes, parapply killed: %v, want exit status 1\n%s", err, out)
 	}
 	for _, w := range []string{"note: the publisher wrote during the comparison (its WAL moved from ", "writes are running, so these results are not final; stop the writes, then run parapply cutover",
@@ -405,7 +407,7 @@ func TestStatusLiveness(t *testing.T) {
 	// Refused starts leave no row; on a fresh target, no schema.
 	e.exec(e.sub, `CREATE DATABASE fresh`)
 	for _, target := range []string{dst, e.pair.Subscriber.DSN("fresh")} {
-		if err, out := runOnce(t, "run", "--source", src, "--target", target, "--publication", "nosuchpub", "--slot", "typo_slot"); err == nil {
+		if out, err := runOnce(t, "run", "--source", src, "--target", target, "--publication", "nosuchpub", "--slot", "typo_slot"); err == nil {
 			t.Fatalf("a run with a missing publication succeeded:\n%s", out)
 		}
 	}
@@ -425,11 +427,11 @@ func TestStatusLiveness(t *testing.T) {
 	// Rows an earlier release left for refused starts: drop removes them
 	// with the slot it retires, and the schema goes.
 	e.exec(e.sub, `INSERT INTO parapply.status (slot_name, state, updated_at, last_error) VALUES ('old_typo', 'failed', now(), 'x'), ('old_pub', 'failed', now(), 'y')`)
-	err, out = runOnce(t, "drop", "--target", dst, "--slot", "live", "--dry-run")
+	out, err = runOnce(t, "drop", "--target", dst, "--slot", "live", "--dry-run")
 	if err != nil || !strings.Contains(out, "target: kept the rows of slots old_pub, old_typo, which have no progress row (no run resumes from them): with --source, drop removes them too") {
 		t.Errorf("drop --dry-run without --source: %v\n%s", err, out)
 	}
-	err, out = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "live")
+	out, err = runOnce(t, "drop", "--source", src, "--target", dst, "--slot", "live")
 	for _, w := range []string{"target: deleted what slot old_pub left (1 from parapply.status): no run resumes from it (no progress row on the target, no slot on the publisher)",
 		"target: deleted what slot old_typo left (1 from parapply.status)", "target: dropped schema parapply: no slot uses it any more", "publisher: dropped slot live"} {
 		if err != nil || !strings.Contains(out, w) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/subscriber"
 )
 
@@ -103,7 +104,7 @@ func TestTombstones(t *testing.T) {
 	if n := count(`SELECT count(*) FROM audit`); n != 1 {
 		t.Fatalf("the table's own trigger fired %d times, want once (for the local delete; not in parapply's sessions, as in the built-in's)", n)
 	}
-	r.stop()
+	_ = r.stop()
 
 	// max_retention_duration: the horizon never passes (skew of an hour),
 	// the record goes anyway, and the update that follows is
@@ -130,7 +131,7 @@ func TestTombstones(t *testing.T) {
 	if err := e.sub.QueryRow(ctx, `SELECT string_agg(conflict_type, ',') FROM parapply.conflicts WHERE key = '{"id": "4"}'`).Scan(&ctype); err != nil || ctype != "update_missing" {
 		t.Fatalf("the update of an expired record's row was logged as %q (%v), want update_missing", ctype, err)
 	}
-	r.stop()
+	_ = r.stop()
 
 	// Off for a slot while another keeps them: they stay. Off for the
 	// last: triggers and table removed, the table's own trigger kept.
@@ -138,14 +139,14 @@ func TestTombstones(t *testing.T) {
 	cfg.DetectUpdateDeleted = false
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
-	r.stop()
+	_ = r.stop()
 	if n := count(`SELECT count(*) FROM pg_trigger WHERE tgname = 'parapply_tombstones'`); n != 2 {
 		t.Fatalf("%d tombstone triggers with another slot keeping them, want 2", n)
 	}
 	e.exec(e.sub, `DELETE FROM parapply.tombstone_slots WHERE slot_name = 'other'`)
 	r = e.start(cfg)
 	e.waitCaughtUp(r)
-	r.stop()
+	_ = r.stop()
 	if n := count(`SELECT count(*) FROM pg_trigger WHERE tgname = 'parapply_tombstones'`); n != 0 {
 		t.Fatalf("%d tombstone triggers left with detect_update_deleted off", n)
 	}

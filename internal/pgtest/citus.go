@@ -34,7 +34,7 @@ func CitusBinaries() (string, error) {
 	}
 	lib := filepath.Join(strings.TrimSpace(string(out)), "citus.so")
 	if _, err := os.Stat(lib); err != nil {
-		return "", fmt.Errorf("Citus is not installed into the PostgreSQL of %s (%s missing)", bin, lib)
+		return "", fmt.Errorf("no Citus in the PostgreSQL of %s (%s missing)", bin, lib)
 	}
 	return bin, nil
 }

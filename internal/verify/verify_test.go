@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/internal/pgtest"
 )
 
@@ -52,7 +53,7 @@ func TestCompare(t *testing.T) {
 			if _, err := dst.Exec(ctx, c.corrupt); err != nil {
 				t.Fatal(err)
 			}
-			defer dst.Exec(ctx, c.undo)
+			defer func() { _, _ = dst.Exec(ctx, c.undo) }()
 			_, err := Tables(ctx, src, dst, "public.t")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("row comparison: got %v, want an error saying %q", err, c.want)

@@ -159,8 +159,8 @@ func SlotInUse(slot string, pid int, app string) *Finding {
 
 // PreparedTransactions judges the target's max_prepared_transactions for
 // two_phase = on: parapply applies each prepared transaction as one there.
-func PreparedTransactions(max int) *Finding {
-	if max > 0 {
+func PreparedTransactions(limit int) *Finding {
+	if limit > 0 {
 		return nil
 	}
 	return &Finding{What: "two_phase = on applies prepared transactions as prepared transactions on the target, but its max_prepared_transactions is 0",

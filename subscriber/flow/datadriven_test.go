@@ -189,9 +189,7 @@ type shell struct {
 	bytes   int
 	open    bool // a transaction is begun in the sink
 	streams map[parapply.XID]*spilled
-	// prepared is the prepared transaction being applied.
-	prepared *Txn
-	ended    bool // the run ended (one-by-one passed the failed group)
+	ended   bool // the run ended (one-by-one passed the failed group)
 }
 
 // spilled is a stream's model spill file: its changes, by offset.
