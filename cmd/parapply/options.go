@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -19,7 +20,7 @@ type options struct {
 	Publications         []string
 	Slot                 string
 	ApplicationName      string
-	SynchronousCommit    string
+	SynchronousCommit    apply.SynchronousCommit
 	Streaming            bool
 	DecodingWorkMem      int // bytes; 0 keeps the publisher's own
 	TwoPhase             bool
@@ -57,7 +58,7 @@ type options struct {
 	ReconnectTimeout     time.Duration
 	StatusInterval       time.Duration
 	MetricsAddr          string
-	LogFormat            string
+	LogFormat            logFormat
 	LogLevel             slog.Level
 }
 
