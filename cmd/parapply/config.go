@@ -127,8 +127,8 @@ var settings = []setting{
 
 // read reads every setting once into its typed field, refusing what a
 // run would refuse: the settings a run cannot start without come first,
-// so that they are named even when a later one is bad as well; then the
-// first bad value, in the order of settings. What it returns is the one
+// named even when another one is bad as well; then the first bad value, in
+// the order of settings. What it returns is the one
 // typed value run, check and the pre-flight gate start from (through
 // subscriberConfig).
 func (c config) read() (options, error) {
@@ -137,6 +137,18 @@ func (c config) read() (options, error) {
 		return options{}, verr
 	}
 	return o, err
+}
+
+// loadOptions resolves the settings a command takes (loadConfig; names as
+// there) and reads them typed (options): the one value the command starts
+// from. A command that names a missing setting before a bad one calls the
+// two itself, as cutover does.
+func loadOptions(fs *flag.FlagSet, args []string, names ...string) (options, error) {
+	c, err := loadConfig(fs, args, names...)
+	if err != nil {
+		return options{}, err
+	}
+	return c.options(names...)
 }
 
 // subscriberConfig reads the settings (read) into a subscriber

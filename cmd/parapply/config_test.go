@@ -1104,7 +1104,7 @@ func TestSkipLine(t *testing.T) {
 		// The target came from the environment or a flag, not the file.
 		{"host=other dbname=app", "app", file, "parapply skip --target 'host=other dbname=app' --slot app"},
 	} {
-		got := skipLine(config{"target": tt.target, "slot": tt.slot}, tt.file)
+		got := skipLine(options{Target: tt.target, Slot: tt.slot}, tt.file)
 		if got != tt.want {
 			t.Errorf("skipLine(%q, %q, %q):\n got %s\nwant %s", tt.target, tt.slot, tt.file, got, tt.want)
 		}

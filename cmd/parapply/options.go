@@ -63,19 +63,21 @@ type options struct {
 }
 
 // options reads the named settings (every one if none is named) into their
-// typed fields, in the order of settings: the first bad value's error names
-// its setting.
+// typed fields, in the order of settings. The error is the first bad
+// value's, naming its setting; the others are read all the same, so that a
+// command can name a setting it lacks before a bad one.
 func (c config) options(names ...string) (options, error) {
 	var o options
+	var first error
 	for _, s := range settings {
 		if len(names) > 0 && !contains(names, s.name) {
 			continue
 		}
-		if err := s.kind(&o).set(s.name, c[s.name]); err != nil {
-			return o, err
+		if err := s.kind(&o).set(s.name, c[s.name]); err != nil && first == nil {
+			first = err
 		}
 	}
-	return o, nil
+	return o, first
 }
 
 func contains(names []string, name string) bool {
