@@ -32,10 +32,10 @@ type Config struct {
 	// Origin names the replication origin the session commits under (see
 	// SetupOrigin; its caller sets it up once the slot is claimed).
 	Origin string
-	// SynchronousCommit is the target session's synchronous_commit; "off"
+	// SynchronousCommit is the target session's synchronous_commit; off
 	// (the default, as for built-in subscriptions) is safe because the
 	// publisher is only told positions the target has flushed.
-	SynchronousCommit string
+	SynchronousCommit SynchronousCommit
 	// BinaryValues says the stream carries tuple data in binary (pgoutput's
 	// binary option): every published column's values then go to the
 	// target as they came (see textarray.go); a table one of whose columns
@@ -269,7 +269,7 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 		cfg.PipelineBytes = DefaultPipelineBytes
 	}
 	if cfg.SynchronousCommit == "" {
-		cfg.SynchronousCommit = "off"
+		cfg.SynchronousCommit = SyncCommitOff
 	}
 	cc, err := pgx.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -289,8 +289,8 @@ func Open(ctx context.Context, cfg Config) (*Applier, error) {
 	if cfg.Prefetch {
 		a.readAhead.open(cc, cfg.PrefetchConns, func(m string) { a.Warn(m) })
 	}
-	a.syncCommit = cfg.SynchronousCommit != "off" && cfg.SynchronousCommit != "local"
-	if err := targetdb.PrepareSession(ctx, conn, cfg.SynchronousCommit, cfg.LockTimeout); err != nil {
+	a.syncCommit = cfg.SynchronousCommit.durable()
+	if err := targetdb.PrepareSession(ctx, conn, string(cfg.SynchronousCommit), cfg.LockTimeout); err != nil {
 		a.Close(ctx)
 		return nil, err
 	}

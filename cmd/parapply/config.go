@@ -42,7 +42,9 @@ var settings = []setting{
 	{"application_name", "parapply", "application_name shown in the publisher's pg_stat_replication and on the target",
 		func(o *options) kind { return str(&o.ApplicationName) }},
 	{"synchronous_commit", "off", "synchronous_commit of the target sessions; the publisher is told only flushed positions either way",
-		func(o *options) kind { return choice(&o.SynchronousCommit, synchronousCommits, parseSynchronousCommit) }},
+		func(o *options) kind {
+			return choice(&o.SynchronousCommit, apply.SynchronousCommits, apply.ParseSynchronousCommit)
+		}},
 	{"streaming", "on", "ask the publisher to stream large in-progress transactions (on/off); they are applied as they arrive and kept in spill files until they commit",
 		func(o *options) kind { return boolean(&o.Streaming) }},
 	{"logical_decoding_work_mem", "1MB", "set on parapply's session on the publisher: how much of in-progress transactions it holds before streaming the largest (smaller: sent and applied sooner, but more transactions streamed); empty keeps the publisher's setting (64MB by default)",
@@ -125,8 +127,8 @@ var settings = []setting{
 
 // read reads every setting once into its typed field, refusing what a
 // run would refuse: the settings a run cannot start without come first,
-// so that they are named even when a later one is bad as well; then the
-// first bad value, in the order of settings. What it returns is the one
+// named even when another one is bad as well; then the first bad value, in
+// the order of settings. What it returns is the one
 // typed value run, check and the pre-flight gate start from (through
 // subscriberConfig).
 func (c config) read() (options, error) {
@@ -135,6 +137,18 @@ func (c config) read() (options, error) {
 		return options{}, verr
 	}
 	return o, err
+}
+
+// loadOptions resolves the settings a command takes (loadConfig; names as
+// there) and reads them typed (options): the one value the command starts
+// from. A command that names a missing setting before a bad one calls the
+// two itself, as cutover does.
+func loadOptions(fs *flag.FlagSet, args []string, names ...string) (options, error) {
+	c, err := loadConfig(fs, args, names...)
+	if err != nil {
+		return options{}, err
+	}
+	return c.options(names...)
 }
 
 // subscriberConfig reads the settings (read) into a subscriber
@@ -180,7 +194,7 @@ func (o options) subscriberConfig(log *slog.Logger) (subscriber.Config, error) {
 // logger is the logger log_format and log_level ask for, writing to w.
 func (o options) logger(w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: o.LogLevel}
-	if o.LogFormat == "json" {
+	if o.LogFormat == logJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

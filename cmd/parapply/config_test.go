@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -572,9 +573,9 @@ func TestEnumSettings(t *testing.T) {
 			`sequences = "fast" is not valid: choose none, owned or all`},
 		{"origin", []string{"any", "none"}, func(o options) string { return string(o.Origin) },
 			`origin = "fast" is not valid: choose any or none`},
-		{"synchronous_commit", []string{"on", "off", "local", "remote_write", "remote_apply"}, func(o options) string { return o.SynchronousCommit },
+		{"synchronous_commit", []string{"on", "off", "local", "remote_write", "remote_apply"}, func(o options) string { return string(o.SynchronousCommit) },
 			`synchronous_commit = "fast" is not valid: choose on, off, local, remote_write or remote_apply`},
-		{"log_format", []string{"text", "json"}, func(o options) string { return o.LogFormat },
+		{"log_format", []string{"text", "json"}, func(o options) string { return string(o.LogFormat) },
 			`log_format = "fast" is not valid: choose text or json`},
 	}
 	for _, tt := range tests {
@@ -760,7 +761,7 @@ func TestSubscriberConfigSynchronousCommit(t *testing.T) {
 			t.Errorf("synchronous_commit %q: %v", v, err)
 			continue
 		}
-		if cfg.Target.SynchronousCommit != v {
+		if string(cfg.Target.SynchronousCommit) != v {
 			t.Errorf("synchronous_commit %q: got %q", v, cfg.Target.SynchronousCommit)
 		}
 	}
@@ -821,7 +822,7 @@ func TestSubscriberConfigMapping(t *testing.T) {
 		{"Target.DSN", dst.DSN, "host=dst dbname=b"},
 		{"Target.AppName", dst.AppName, "myapp apply"},
 		{"Target.Slot", dst.Slot, "myslot"},
-		{"Target.SynchronousCommit", dst.SynchronousCommit, "remote_apply"},
+		{"Target.SynchronousCommit", dst.SynchronousCommit, apply.SyncCommitRemoteApply},
 		{"Target.BatchRows", dst.BatchRows, 123},
 	}
 	for _, ch := range checks {
@@ -1103,7 +1104,7 @@ func TestSkipLine(t *testing.T) {
 		// The target came from the environment or a flag, not the file.
 		{"host=other dbname=app", "app", file, "parapply skip --target 'host=other dbname=app' --slot app"},
 	} {
-		got := skipLine(config{"target": tt.target, "slot": tt.slot}, tt.file)
+		got := skipLine(options{Target: tt.target, Slot: tt.slot}, tt.file)
 		if got != tt.want {
 			t.Errorf("skipLine(%q, %q, %q):\n got %s\nwant %s", tt.target, tt.slot, tt.file, got, tt.want)
 		}

@@ -36,22 +36,22 @@ func (cmd *DDLCommand) Run(ctx context.Context, args []string) error {
 		synopsis = "parapply ddl install --source DSN --publication NAME [--event-triggers=false] [--grant-to ROLE] [--config FILE]"
 	}
 	usageFor(fs, synopsis)
-	c, err := loadConfig(fs, args[1:], "source", "publication", "application_name")
+	o, err := loadOptions(fs, args[1:], "source", "publication", "application_name")
 	if err != nil {
 		return err
 	}
-	if c["source"] == "" {
+	if o.Source == "" {
 		return fmt.Errorf("ddl %s needs --source, the publisher (as a superuser for install and uninstall: event triggers need one)", what)
 	}
 	connect := connector("parapply ddl "+what, what != "status")
-	conn, err := connect(ctx, c["source"], "source", c["application_name"]+" ddl")
+	conn, err := connect(ctx, o.Source, "source", o.ApplicationName+" ddl")
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
 	switch what {
 	case "install":
-		pubs := splitList(c["publication"])
+		pubs := o.Publications
 		if err := ddl.Install(ctx, conn, pubs, *triggers); err != nil {
 			return err
 		}

@@ -37,19 +37,19 @@ func (cmd *DropCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
 	fs.BoolVar(&cmd.dry, "dry-run", false, "say what would be dropped and deleted, change nothing")
 	usageFor(fs, "parapply drop --target DSN --slot NAME [--source DSN] [--dry-run] [--config FILE]")
-	c, err := loadConfig(fs, args, "target", "source", "slot", "application_name")
+	o, err := loadOptions(fs, args, "target", "source", "slot", "application_name")
 	if err != nil {
 		return err
 	}
-	slot := c["slot"]
-	if c["target"] == "" {
+	slot := o.Slot
+	if o.Target == "" {
 		return fmt.Errorf("drop needs --target and --slot (default %q); with --source it drops the slot on the publisher too", "parapply")
 	}
 	// A target made read-only (default_transaction_read_only) is written
 	// all the same; dropping the slot on the publisher writes nothing a
 	// read-only transaction refuses.
 	connect := connector("parapply drop", !cmd.dry)
-	conn, err := connect(ctx, c["target"], "target", c["application_name"]+" drop")
+	conn, err := connect(ctx, o.Target, "target", o.ApplicationName+" drop")
 	if err != nil {
 		return err
 	}
@@ -57,8 +57,8 @@ func (cmd *DropCommand) Run(ctx context.Context, args []string) error {
 	// The publisher is reached before anything changes: it also tells
 	// which other slots recorded on the target never applied anything.
 	var src *pgx.Conn
-	if c["source"] != "" {
-		if src, err = connectPlain(ctx, c["source"], "source", c["application_name"]+" drop"); err != nil {
+	if o.Source != "" {
+		if src, err = connectPlain(ctx, o.Source, "source", o.ApplicationName+" drop"); err != nil {
 			return err
 		}
 		defer src.Close(context.Background())

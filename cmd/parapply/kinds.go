@@ -273,19 +273,19 @@ func (k choiceKind[T]) set(_, v string) error {
 	return nil
 }
 
-// synchronousCommits are synchronous_commit's values on the target, as
-// PostgreSQL takes them (without its boolean spellings, which parapply
-// never took).
-var synchronousCommits = []string{"on", "off", "local", "remote_write", "remote_apply"}
+// logFormat is log_format: how parapply writes its log lines.
+type logFormat string
 
-func parseSynchronousCommit(s string) (string, error) {
-	return enum.Parse("synchronous_commit", s, synchronousCommits)
-}
+// The values of logFormat.
+const (
+	logText logFormat = "text"
+	logJSON logFormat = "json"
+)
 
 // logFormats are log_format's values.
-var logFormats = []string{"text", "json"}
+var logFormats = []logFormat{logText, logJSON}
 
-func parseLogFormat(s string) (string, error) { return enum.Parse("log_format", s, logFormats) }
+func parseLogFormat(s string) (logFormat, error) { return enum.Parse("log_format", s, logFormats) }
 
 // levelKind is a log level, as log/slog reads one (debug, info, warn,
 // error, in any case, with an offset such as info+2).

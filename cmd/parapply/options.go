@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
@@ -19,7 +20,7 @@ type options struct {
 	Publications         []string
 	Slot                 string
 	ApplicationName      string
-	SynchronousCommit    string
+	SynchronousCommit    apply.SynchronousCommit
 	Streaming            bool
 	DecodingWorkMem      int // bytes; 0 keeps the publisher's own
 	TwoPhase             bool
@@ -57,24 +58,26 @@ type options struct {
 	ReconnectTimeout     time.Duration
 	StatusInterval       time.Duration
 	MetricsAddr          string
-	LogFormat            string
+	LogFormat            logFormat
 	LogLevel             slog.Level
 }
 
 // options reads the named settings (every one if none is named) into their
-// typed fields, in the order of settings: the first bad value's error names
-// its setting.
+// typed fields, in the order of settings. The error is the first bad
+// value's, naming its setting; the others are read all the same, so that a
+// command can name a setting it lacks before a bad one.
 func (c config) options(names ...string) (options, error) {
 	var o options
+	var first error
 	for _, s := range settings {
 		if len(names) > 0 && !contains(names, s.name) {
 			continue
 		}
-		if err := s.kind(&o).set(s.name, c[s.name]); err != nil {
-			return o, err
+		if err := s.kind(&o).set(s.name, c[s.name]); err != nil && first == nil {
+			first = err
 		}
 	}
-	return o, nil
+	return o, first
 }
 
 func contains(names []string, name string) bool {

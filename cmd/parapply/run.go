@@ -74,7 +74,7 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 		return subscriber.Permanent(err)
 	}
 	cfg.Source = withSourceEnv(cfg.Source)
-	cfg.Target.SkipCommand = skipLine(c, fs.Lookup("config").Value.String())
+	cfg.Target.SkipCommand = skipLine(o, fs.Lookup("config").Value.String())
 	if !con.tty {
 		cfg.CopyProgress = copyProgressLogger(log)
 	}

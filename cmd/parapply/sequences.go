@@ -26,11 +26,7 @@ func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
 	out := cmd.out
 	fs := flag.NewFlagSet("sync-sequences", flag.ContinueOnError)
 	usageFor(fs, "parapply sync-sequences --source DSN --target DSN --publication NAME[,NAME] [--sequences owned|all] [--config FILE]")
-	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "sequences", "application_name")
-	if err != nil {
-		return err
-	}
-	o, err := c.options("sequences")
+	o, err := loadOptions(fs, args, "source", "target", "publication", "slot", "sequences", "application_name")
 	if err != nil {
 		return err
 	}
@@ -38,23 +34,23 @@ func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
 	if mode == sequences.None {
 		mode = sequences.Owned
 	}
-	if c["source"] == "" || c["target"] == "" {
+	if o.Source == "" || o.Target == "" {
 		return fmt.Errorf("sync-sequences needs --source and --target")
 	}
-	src, err := sequences.Connect(ctx, c["source"], c["application_name"]+" sequences")
+	src, err := sequences.Connect(ctx, o.Source, o.ApplicationName+" sequences")
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
-	dst, err := sequences.Connect(ctx, c["target"], c["application_name"]+" sequences")
+	dst, err := sequences.Connect(ctx, o.Target, o.ApplicationName+" sequences")
 	if err != nil {
 		return err
 	}
 	defer dst.Close(context.Background())
-	if mode == sequences.Owned && c["publication"] == "" {
+	if mode == sequences.Owned && len(o.Publications) == 0 {
 		return fmt.Errorf("sequences = owned syncs the sequences of the published tables: name the publication with --publication (or use --sequences all)")
 	}
-	res, err := syncSequences(ctx, src, dst, mode, c)
+	res, err := syncSequences(ctx, src, dst, mode, o)
 	if err != nil {
 		return err
 	}
@@ -71,12 +67,12 @@ func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
 }
 
 // syncSequences brings the sequences over once, those of the published
-// tables (Owned) or all, and records the sync where parapply status shows
-// it.
-func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode, c config) ([]sequences.Result, error) {
+// tables (Owned: o's publications) or all, and records the sync where
+// parapply status shows it (under o's slot).
+func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode, o options) ([]sequences.Result, error) {
 	var tables []sequences.Table
 	if mode == sequences.Owned {
-		published, err := source.ListPublished(ctx, src.PgConn(), splitList(c["publication"]))
+		published, err := source.ListPublished(ctx, src.PgConn(), o.Publications)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +81,7 @@ func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode,
 		}
 	}
 	res, err := sequences.Sync(ctx, src, dst, mode, tables)
-	recordSequenceSync(ctx, dst, c["slot"], res, err, os.Stderr)
+	recordSequenceSync(ctx, dst, o.Slot, res, err, os.Stderr)
 	return res, err
 }
 

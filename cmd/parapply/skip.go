@@ -34,11 +34,11 @@ func (cmd *SkipCommand) Run(ctx context.Context, args []string) error {
 	ddlOnly := fs.Bool("ddl", false, "skip only the DDL statements the publisher sent in that transaction (ddl = apply), not its row changes: after running them, or what stands for them, on the target by hand")
 	list := fs.Bool("list", false, "list the slot's skip requests and whether each is pending, skipped or passed, instead of adding one")
 	usageFor(fs, "parapply skip --target DSN --slot NAME (--lsn LSN [--ddl] | --list) [--config FILE]")
-	c, err := loadConfig(fs, args, "target", "slot", "application_name")
+	o, err := loadOptions(fs, args, "target", "slot", "application_name")
 	if err != nil {
 		return err
 	}
-	if c["target"] == "" || (*lsnFlag == "") == !*list {
+	if o.Target == "" || (*lsnFlag == "") == !*list {
 		return fmt.Errorf("skip needs --target, --slot (default %q) and either --lsn, the commit LSN of the source transaction to skip, or --list", "parapply")
 	}
 	var lsn parapply.LSN
@@ -48,25 +48,25 @@ func (cmd *SkipCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("invalid --lsn %q: give a commit LSN as PostgreSQL prints it, such as 0/1A2B3C4", *lsnFlag)
 		}
 	}
-	conn, err := connector("parapply skip", !*list)(ctx, c["target"], "target", c["application_name"]+" skip")
+	conn, err := connector("parapply skip", !*list)(ctx, o.Target, "target", o.ApplicationName+" skip")
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
 	if *list {
-		return listSkips(ctx, conn, c["slot"], out)
+		return listSkips(ctx, conn, o.Slot, out)
 	}
 	if *ddlOnly {
-		if err := progress.SetSkip(ctx, conn, c["slot"], lsn, progress.SkipDDL); err != nil {
+		if err := progress.SetSkip(ctx, conn, o.Slot, lsn, progress.SkipDDL); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "slot %s: the DDL statements of the source transaction committed at %s will be skipped, its row changes applied, when parapply next starts (restart it if it runs)\n", c["slot"], lsn)
+		fmt.Fprintf(out, "slot %s: the DDL statements of the source transaction committed at %s will be skipped, its row changes applied, when parapply next starts (restart it if it runs)\n", o.Slot, lsn)
 		return nil
 	}
-	if err := progress.SetSkip(ctx, conn, c["slot"], lsn, ""); err != nil {
+	if err := progress.SetSkip(ctx, conn, o.Slot, lsn, ""); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "slot %s: the source transaction committed at %s will be skipped, none of its changes applied, when parapply next starts (restart it if it runs); parapply.skip on the target holds the request, with any others, until the target has passed it (parapply skip --list shows them)\n", c["slot"], lsn)
+	fmt.Fprintf(out, "slot %s: the source transaction committed at %s will be skipped, none of its changes applied, when parapply next starts (restart it if it runs); parapply.skip on the target holds the request, with any others, until the target has passed it (parapply skip --list shows them)\n", o.Slot, lsn)
 	return nil
 }
 
@@ -108,12 +108,15 @@ func listSkips(ctx context.Context, conn *pgx.Conn, slot string, out io.Writer) 
 // (apply.Config.SkipCommand): --config FILE where the run took its target
 // from that file, else --target with the run's target without its
 // password, and --slot, so that it runs as printed.
-func skipLine(c config, file string) string {
+func skipLine(o options, file string) string {
 	args := []string{"parapply", "skip"}
 	fromFile := false
 	if file != "" {
 		vals, err := readConfigFile(file)
-		fromFile = err == nil && vals["target"] == c["target"]
+		if err == nil {
+			fo, err := config(vals).options("target")
+			fromFile = err == nil && fo.Target == o.Target
+		}
 	}
 	if fromFile {
 		if abs, err := filepath.Abs(file); err == nil {
@@ -121,9 +124,9 @@ func skipLine(c config, file string) string {
 		}
 		args = append(args, "--config", shellQuote(file))
 	} else {
-		args = append(args, "--target", shellQuote(withoutSecrets(c["target"])))
+		args = append(args, "--target", shellQuote(withoutSecrets(o.Target)))
 	}
-	return strings.Join(append(args, "--slot", shellQuote(c["slot"])), " ")
+	return strings.Join(append(args, "--slot", shellQuote(o.Slot)), " ")
 }
 
 // shellQuote is s as a POSIX shell word: as it is when it holds nothing

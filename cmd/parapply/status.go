@@ -129,27 +129,35 @@ func (cmd *StatusCommand) Run(ctx context.Context, args []string) error {
 }
 
 // resolve takes target, source and slot not given as flags from the
-// config file, then the environment, as run does, and checks them.
+// config file, then the environment (where the file leaves one empty), and
+// reads them typed, as run does its settings, then checks them.
 func (cmd *StatusCommand) resolve(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	fields := map[string]*string{"target": &cmd.target, "source": &cmd.source, "slot": &cmd.slot}
+	names := []string{"target", "source", "slot"}
+	c := config{}
 	if cmd.file != "" {
 		vals, err := readConfigFile(cmd.file)
 		if err != nil {
 			return err
 		}
-		for name, p := range fields {
-			if v, ok := vals[name]; ok && !given[name] {
-				*p = v
-			}
+		for _, name := range names {
+			c[name] = vals[name]
 		}
 	}
-	for name, p := range fields {
-		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(name)); ok && !given[name] && *p == "" {
-			*p = v
+	for _, name := range names {
+		if v, ok := os.LookupEnv("PARAPPLY_" + strings.ToUpper(name)); ok && c[name] == "" {
+			c[name] = v
 		}
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if contains(names, f.Name) {
+			c[f.Name] = f.Value.String()
+		}
+	})
+	o, err := c.options(names...)
+	if err != nil {
+		return err
+	}
+	cmd.target, cmd.source, cmd.slot = o.Target, o.Source, o.Slot
 	if err := checkDSN("target", cmd.target); err != nil {
 		return err
 	}

@@ -52,14 +52,14 @@ func (cmd *VerifyCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the comparison as JSON")
 	usageFor(fs, "parapply verify --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--config FILE] [--json]")
-	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "application_name")
+	o, err := loadOptions(fs, args, "source", "target", "publication", "slot", "application_name")
 	if err != nil {
 		return err
 	}
-	if c["source"] == "" || c["target"] == "" || c["publication"] == "" {
+	if o.Source == "" || o.Target == "" || len(o.Publications) == 0 {
 		return usageError{errors.New("verify needs --source, --target and --publication")}
 	}
-	src, dst, err := connectBoth(ctx, c, "verify")
+	src, dst, err := connectBoth(ctx, o, "verify")
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (cmd *VerifyCommand) Run(ctx context.Context, args []string) error {
 	defer dst.Close(context.Background())
 	// Best effort: a publisher in recovery has no WAL insert position.
 	before, markErr := readWALMark(ctx, src)
-	checks, err := compareTables(ctx, src, dst, splitList(c["publication"]), func(tc tableCheck) {
+	checks, err := compareTables(ctx, src, dst, o.Publications, func(tc tableCheck) {
 		if !*asJSON {
 			fmt.Fprintln(out, checkLine(tc))
 		}
@@ -84,7 +84,7 @@ func (cmd *VerifyCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	if verdict(checks) != nil && markErr == nil {
-		n, err := slotNote(ctx, src, dst, c["slot"], before.LSN)
+		n, err := slotNote(ctx, src, dst, o.Slot, before.LSN)
 		if err != nil {
 			return err
 		}
@@ -112,13 +112,13 @@ func (cmd *VerifyCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// connectBoth connects to the publisher and the target as the command.
-func connectBoth(ctx context.Context, c config, command string) (src, dst *pgx.Conn, err error) {
-	app := c["application_name"] + " " + command
-	if src, err = connectPlain(ctx, c["source"], "source", app); err != nil {
+// connectBoth connects to o's publisher and target as the command.
+func connectBoth(ctx context.Context, o options, command string) (src, dst *pgx.Conn, err error) {
+	app := o.ApplicationName + " " + command
+	if src, err = connectPlain(ctx, o.Source, "source", app); err != nil {
 		return nil, nil, err
 	}
-	if dst, err = connectPlain(ctx, c["target"], "target", app); err != nil {
+	if dst, err = connectPlain(ctx, o.Target, "target", app); err != nil {
 		src.Close(context.Background())
 		return nil, nil, err
 	}
@@ -202,25 +202,28 @@ func (cmd *CutoverCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cutover", flag.ContinueOnError)
 	wait := fs.Duration("timeout", 5*time.Minute, "how long to wait for parapply to catch up")
 	usageFor(fs, "parapply cutover --source DSN --target DSN --publication NAME[,NAME] [--slot NAME] [--sequences owned|all] [--timeout 5m] [--config FILE]")
-	c, err := loadConfig(fs, args, "source", "target", "publication", "slot", "sequences", "application_name")
+	names := []string{"source", "target", "publication", "slot", "sequences", "application_name"}
+	c, err := loadConfig(fs, args, names...)
 	if err != nil {
 		return err
 	}
-	if c["source"] == "" || c["target"] == "" || c["publication"] == "" {
+	// Read in two steps (see loadOptions): a missing setting is named
+	// before a bad --sequences.
+	o, err := c.options(names...)
+	if o.Source == "" || o.Target == "" || len(o.Publications) == 0 {
 		return usageError{errors.New("cutover needs --source, --target and --publication")}
 	}
-	o, err := c.options("sequences")
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	src, dst, err := connectBoth(ctx, c, "cutover")
+	src, dst, err := connectBoth(ctx, o, "cutover")
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
 	defer dst.Close(context.Background())
-	slot := c["slot"]
+	slot := o.Slot
 	var end parapply.LSN
 	if err := src.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text").Scan((*lsnText)(&end)); err != nil {
 		return fmt.Errorf("reading the publisher's WAL position: %w", err)
@@ -235,7 +238,7 @@ func (cmd *CutoverCommand) Run(ctx context.Context, args []string) error {
 		mode = sequences.Owned
 	}
 	fmt.Fprintf(out, "2. bringing the sequences over (sequences = %s)\n", mode)
-	res, err := syncSequences(ctx, src, dst, mode, c)
+	res, err := syncSequences(ctx, src, dst, mode, o)
 	if err != nil {
 		return err
 	}
@@ -250,7 +253,7 @@ func (cmd *CutoverCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d sequences could not be synced (above): the target is not ready", n)
 	}
 	fmt.Fprintln(out, "3. verifying every published table")
-	checks, err := compareTables(ctx, src, dst, splitList(c["publication"]), func(tc tableCheck) { fmt.Fprintln(out, "   "+checkLine(tc)) })
+	checks, err := compareTables(ctx, src, dst, o.Publications, func(tc tableCheck) { fmt.Fprintln(out, "   "+checkLine(tc)) })
 	if err != nil {
 		return err
 	}
