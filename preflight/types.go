@@ -53,62 +53,130 @@ func Compare(pub, tgt Column) Fit {
 	if pub.Type == tgt.Type && len(pub.Enum) == 0 {
 		return Fit{}
 	}
-	switch {
-	case len(pub.Enum) > 0 && len(tgt.Enum) > 0:
-		var missing []string
-		for _, l := range pub.Enum {
-			if !slices.Contains(tgt.Enum, l) {
-				missing = append(missing, "'"+l+"'")
-			}
+	for _, r := range fitRules {
+		if r.applies(pub, tgt) {
+			return r.fit(pub, tgt)
 		}
-		if len(missing) > 0 {
-			labels := make([]string, len(missing))
-			for i, m := range missing {
-				labels[i] = strings.Trim(m, "'")
-			}
-			return Fit{Fails: true, Why: fmt.Sprintf("the target's enum %s lacks the publisher's labels %s", tgt.Type, strings.Join(missing, ", ")), Labels: labels}
+	}
+	return castFit(pub, tgt)
+}
+
+// fitRule is how one pair of column kinds compares: the first rule that
+// applies to a pair decides its fit.
+type fitRule struct {
+	applies func(pub, tgt Column) bool
+	fit     func(pub, tgt Column) Fit
+}
+
+// fitRules are Compare's cases in order; a pair none applies to is cast
+// (castFit).
+var fitRules = []fitRule{
+	// An enum into an enum: the target's must have every label.
+	{func(pub, tgt Column) bool { return len(pub.Enum) > 0 && len(tgt.Enum) > 0 }, compareEnums},
+	// An enum into unbounded text.
+	{func(pub, tgt Column) bool { return len(pub.Enum) > 0 && unboundedText(tgt) }, fits},
+	// The same type limited in characters or bits.
+	{func(pub, tgt Column) bool { return pub.Base == tgt.Base && slices.Contains(lengthTypes, pub.Base) }, compareLength},
+	{func(pub, tgt Column) bool { return pub.Base == "numeric" && tgt.Base == "numeric" }, compareNumeric},
+	// The same time type, limited in digits of a second.
+	{func(pub, tgt Column) bool { return pub.Base == tgt.Base && slices.Contains(timeTypes, pub.Base) }, compareTime},
+	{func(pub, tgt Column) bool { return integerRank[pub.Base] > 0 && integerRank[tgt.Base] > 0 }, compareIntegers},
+	// An integer into numeric: an unbounded one holds it, a bounded one
+	// is cast.
+	{func(pub, tgt Column) bool { return integerRank[pub.Base] > 0 && tgt.Base == "numeric" }, integerToNumeric},
+	// A string into unbounded text.
+	{func(pub, tgt Column) bool { return slices.Contains(stringTypes, pub.Base) && unboundedText(tgt) }, fits},
+	// A string into a type limited in length.
+	{func(pub, tgt Column) bool {
+		return slices.Contains(stringTypes, pub.Base) && slices.Contains(lengthTypes, tgt.Base)
+	}, compareStringLength},
+}
+
+// unboundedText reports whether c holds any string: text, or character
+// varying without a length.
+func unboundedText(c Column) bool {
+	return c.Base == "text" || (c.Base == "character varying" && len(c.Mod) == 0)
+}
+
+// fits is the fit of a pair whose every value is stored as it is.
+func fits(_, _ Column) Fit { return Fit{} }
+
+// castFit is the fit of a pair Compare has no rule for: values are cast,
+// and one the target refuses stops the apply.
+func castFit(pub, tgt Column) Fit {
+	return Fit{Warns: true, Why: fmt.Sprintf("values are cast from the publisher's %s to the target's %s; one the target refuses stops the apply", pub.Type, tgt.Type)}
+}
+
+// compareEnums fails when the target's enum lacks some of the publisher's
+// labels, and names them.
+func compareEnums(pub, tgt Column) Fit {
+	var missing []string
+	for _, l := range pub.Enum {
+		if !slices.Contains(tgt.Enum, l) {
+			missing = append(missing, "'"+l+"'")
 		}
-		return Fit{}
-	case len(pub.Enum) > 0 && (tgt.Base == "text" || (tgt.Base == "character varying" && len(tgt.Mod) == 0)):
-		return Fit{}
-	case pub.Base == tgt.Base && slices.Contains(lengthTypes, pub.Base):
-		switch {
-		case len(tgt.Mod) == 0:
-			return Fit{}
-		case len(pub.Mod) == 0:
-			return Fit{Warns: true, Why: fmt.Sprintf("the publisher's %s has no length limit; a value longer than the target's %s is refused", pub.Type, tgt.Type)}
-		case tgt.Mod[0] < pub.Mod[0]:
-			return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is shorter than the publisher's %s", tgt.Type, pub.Type)}
-		}
-		return Fit{}
-	case pub.Base == "numeric" && tgt.Base == "numeric":
-		return compareNumeric(pub, tgt)
-	case pub.Base == tgt.Base && slices.Contains(timeTypes, pub.Base):
-		if len(tgt.Mod) > 0 && (len(pub.Mod) == 0 || tgt.Mod[len(tgt.Mod)-1] < pub.Mod[len(pub.Mod)-1]) {
-			return Fit{Warns: true, Why: fmt.Sprintf("the target's %s keeps fewer digits of a second than the publisher's %s: values are rounded", tgt.Type, pub.Type)}
-		}
-		return Fit{}
-	case integerRank[pub.Base] > 0 && integerRank[tgt.Base] > 0:
-		if integerRank[tgt.Base] < integerRank[pub.Base] {
-			return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is narrower than the publisher's %s", tgt.Type, pub.Type)}
-		}
-		return Fit{}
-	case integerRank[pub.Base] > 0 && tgt.Base == "numeric":
-		if len(tgt.Mod) == 0 {
-			return Fit{}
-		}
-	case slices.Contains(stringTypes, pub.Base) && (tgt.Base == "text" || (tgt.Base == "character varying" && len(tgt.Mod) == 0)):
-		return Fit{}
-	case slices.Contains(stringTypes, pub.Base) && slices.Contains(lengthTypes, tgt.Base):
-		if len(pub.Mod) > 0 && len(tgt.Mod) > 0 && tgt.Mod[0] < pub.Mod[0] {
-			return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is shorter than the publisher's %s", tgt.Type, pub.Type)}
-		}
-		if len(pub.Mod) == 0 {
-			return Fit{Warns: true, Why: fmt.Sprintf("the publisher's %s has no length limit; a value longer than the target's %s is refused", pub.Type, tgt.Type)}
-		}
+	}
+	if len(missing) == 0 {
 		return Fit{}
 	}
-	return Fit{Warns: true, Why: fmt.Sprintf("values are cast from the publisher's %s to the target's %s; one the target refuses stops the apply", pub.Type, tgt.Type)}
+	labels := make([]string, len(missing))
+	for i, m := range missing {
+		labels[i] = strings.Trim(m, "'")
+	}
+	return Fit{Fails: true, Why: fmt.Sprintf("the target's enum %s lacks the publisher's labels %s", tgt.Type, strings.Join(missing, ", ")), Labels: labels}
+}
+
+// compareLength compares two columns of one length-limited type: the
+// target's limit must be as long as the publisher's.
+func compareLength(pub, tgt Column) Fit {
+	switch {
+	case len(tgt.Mod) == 0:
+		return Fit{}
+	case len(pub.Mod) == 0:
+		return Fit{Warns: true, Why: fmt.Sprintf("the publisher's %s has no length limit; a value longer than the target's %s is refused", pub.Type, tgt.Type)}
+	case tgt.Mod[0] < pub.Mod[0]:
+		return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is shorter than the publisher's %s", tgt.Type, pub.Type)}
+	}
+	return Fit{}
+}
+
+// compareTime compares two columns of one time type: fewer digits of a
+// second on the target round the values.
+func compareTime(pub, tgt Column) Fit {
+	if len(tgt.Mod) > 0 && (len(pub.Mod) == 0 || tgt.Mod[len(tgt.Mod)-1] < pub.Mod[len(pub.Mod)-1]) {
+		return Fit{Warns: true, Why: fmt.Sprintf("the target's %s keeps fewer digits of a second than the publisher's %s: values are rounded", tgt.Type, pub.Type)}
+	}
+	return Fit{}
+}
+
+// compareIntegers fails when the target's integer type is narrower.
+func compareIntegers(pub, tgt Column) Fit {
+	if integerRank[tgt.Base] < integerRank[pub.Base] {
+		return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is narrower than the publisher's %s", tgt.Type, pub.Type)}
+	}
+	return Fit{}
+}
+
+// integerToNumeric: an unbounded numeric holds every integer; a bounded
+// one takes them cast.
+func integerToNumeric(pub, tgt Column) Fit {
+	if len(tgt.Mod) == 0 {
+		return Fit{}
+	}
+	return castFit(pub, tgt)
+}
+
+// compareStringLength compares a string into a length-limited type: it
+// fails when the target's limit is shorter, and warns when the
+// publisher's has none.
+func compareStringLength(pub, tgt Column) Fit {
+	if len(pub.Mod) > 0 && len(tgt.Mod) > 0 && tgt.Mod[0] < pub.Mod[0] {
+		return Fit{Fails: true, Why: fmt.Sprintf("the target's %s is shorter than the publisher's %s", tgt.Type, pub.Type)}
+	}
+	if len(pub.Mod) == 0 {
+		return Fit{Warns: true, Why: fmt.Sprintf("the publisher's %s has no length limit; a value longer than the target's %s is refused", pub.Type, tgt.Type)}
+	}
+	return Fit{}
 }
 
 // compareNumeric compares numeric(p,s) columns: the target must have as

@@ -333,22 +333,7 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.started = time.Now()
 	s.mu.Unlock()
-	defer func() {
-		s.runs.wait.Store(nil)
-		if err != nil {
-			s.completeSkipHint(err)
-			s.runs.state.Store(StateFailed)
-		} else {
-			s.runs.state.Store(StateStopped)
-		}
-	}()
-	defer func() {
-		// Given up: a slot this process created and never streamed from
-		// goes, with what its starts recorded on the target.
-		if err != nil && (s.runs.createdSlot || s.runs.createdRecord) && !s.runs.everStreamed.Load() {
-			s.abandonSlot()
-		}
-	}()
+	defer func() { s.runsEnded(err) }()
 	var faultSince time.Time
 	for try := 1; ; try++ {
 		began := time.Now()
@@ -399,6 +384,22 @@ func (s *Subscriber) Run(ctx context.Context) (err error) {
 			return nil
 		case <-time.After(r.delay):
 		}
+	}
+}
+
+// runsEnded ends Run, which returns err: given up, a slot this process
+// created and never streamed from goes, with what its starts recorded on
+// the target; the state says whether Run stopped or failed.
+func (s *Subscriber) runsEnded(err error) {
+	if err != nil && (s.runs.createdSlot || s.runs.createdRecord) && !s.runs.everStreamed.Load() {
+		s.abandonSlot()
+	}
+	s.runs.wait.Store(nil)
+	if err != nil {
+		s.completeSkipHint(err)
+		s.runs.state.Store(StateFailed)
+	} else {
+		s.runs.state.Store(StateStopped)
 	}
 }
 

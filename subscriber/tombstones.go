@@ -102,30 +102,8 @@ func (s *Subscriber) keepTombstones(ctx context.Context, tr *progress.Tracker, c
 			return
 		case <-t.C:
 		}
-		err := func() error {
-			ctx, cancel := context.WithTimeout(ctx, pruneTimeout)
-			defer cancel()
-			if conn == nil || conn.IsClosed() {
-				c, err := sequences.Connect(ctx, s.cfg.Target.DSN, s.targetName()+" tombstones")
-				if err != nil {
-					return err
-				}
-				conn = c
-				// Pruning skips locked records; a lock on the table
-				// itself (an ALTER) is waited for only so long.
-				if _, err := conn.Exec(ctx, "SET lock_timeout = '1s'"); err != nil {
-					return err
-				}
-			}
-			horizon := s.pruneHorizon(tr)
-			if !horizon.IsZero() {
-				horizon = horizon.Add(-s.cfg.MaxClockSkew)
-			}
-			pruned, expired, err := targetdb.PruneTombstones(ctx, conn, horizon, s.cfg.MaxRetention, commitTimestamps)
-			s.stats.tombPruned.Add(pruned)
-			s.stats.tombExpired.Add(expired)
-			return err
-		}()
+		var err error
+		conn, err = s.pruneTombstones(ctx, conn, tr, commitTimestamps)
 		if err != nil {
 			if conn != nil {
 				conn.Close(context.Background())
@@ -142,4 +120,32 @@ func (s *Subscriber) keepTombstones(ctx context.Context, tr *progress.Tracker, c
 		}
 		failing = false
 	}
+}
+
+// pruneTombstones is one round of keepTombstones, within pruneTimeout: on
+// conn, or on a new connection if conn is nil or closed; it returns the
+// connection it used (or made), to be closed after an error.
+func (s *Subscriber) pruneTombstones(ctx context.Context, conn *pgx.Conn, tr *progress.Tracker, commitTimestamps bool) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, pruneTimeout)
+	defer cancel()
+	if conn == nil || conn.IsClosed() {
+		c, err := sequences.Connect(ctx, s.cfg.Target.DSN, s.targetName()+" tombstones")
+		if err != nil {
+			return conn, err
+		}
+		conn = c
+		// Pruning skips locked records; a lock on the table itself (an
+		// ALTER) is waited for only so long.
+		if _, err := conn.Exec(ctx, "SET lock_timeout = '1s'"); err != nil {
+			return conn, err
+		}
+	}
+	horizon := s.pruneHorizon(tr)
+	if !horizon.IsZero() {
+		horizon = horizon.Add(-s.cfg.MaxClockSkew)
+	}
+	pruned, expired, err := targetdb.PruneTombstones(ctx, conn, horizon, s.cfg.MaxRetention, commitTimestamps)
+	s.stats.tombPruned.Add(pruned)
+	s.stats.tombExpired.Add(expired)
+	return conn, err
 }

@@ -302,22 +302,11 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			if r.every <= 0 {
-				if !r.idle.due() || (s.runs.caughtUp.Load() && !l.wantPool.Load() && r.idle.tick%tuneIdleEvery != 0) {
-					// Nothing waits (idle), or the run keeps up with
-					// the publisher: more workers could not apply
-					// sooner, and nothing is read ahead (backlog.go).
-					continue
-				}
-				watched, ok := s.tuneSample(ctx, r)
-				if !ok {
-					return
-				}
-				if !watched {
-					continue
-				}
+			watched, ok := s.sampleIfDue(ctx, r)
+			if !ok {
+				return
 			}
-			if now.Before(r.windowEnd) {
+			if !watched || now.Before(r.windowEnd) {
 				continue
 			}
 			if !s.judgeWindow(runCtx, ctx, r, now) {
@@ -325,6 +314,22 @@ func (s *Subscriber) tune(runCtx, ctx context.Context, l *loop, cc *pgx.ConnConf
 			}
 		}
 	}
+}
+
+// sampleIfDue samples the run's target sessions on a tick that is due
+// (tuneSample); watched is false for a tick left out, always true with
+// AutoSwitchEvery (nothing is sampled), ok false when tune is to end.
+func (s *Subscriber) sampleIfDue(ctx context.Context, r *tuning) (watched, ok bool) {
+	if r.every > 0 {
+		return true, true
+	}
+	if !r.idle.due() || (s.runs.caughtUp.Load() && !r.l.wantPool.Load() && r.idle.tick%tuneIdleEvery != 0) {
+		// Nothing waits (idle), or the run keeps up with the publisher:
+		// more workers could not apply sooner, and nothing is read ahead
+		// (backlog.go).
+		return false, true
+	}
+	return s.tuneSample(ctx, r)
 }
 
 // tuning is what tune keeps between its samples: the run's loop and the

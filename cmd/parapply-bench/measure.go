@@ -204,28 +204,9 @@ func subscriberServer(o options, w workload) (pgtest.Options, error) {
 // on both sides (distributed on a Citus target), preloads them, and
 // publishes them; it returns the tables published.
 func (r *runEnv) prepare(ctx context.Context, w workload, citus bool) ([]string, error) {
-	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz); CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable, heartbeatTable)
 	for i, c := range []*pgx.Conn{r.pub, r.sub} {
-		if _, err := c.Exec(ctx, schema); err != nil {
-			return nil, fmt.Errorf("schema: %w", err)
-		}
-		if i == 1 && citus {
-			if err := distribute(ctx, c, append(append([]string(nil), w.tables...), markerTable, heartbeatTable)); err != nil {
-				return nil, err
-			}
-		}
-		if w.preload != nil && (i == 0 || w.method != methodInitial) && !w.replicated {
-			logf("preloading the %s", []string{"publisher", "subscriber"}[i])
-			for _, q := range w.preload(r.o.scale) {
-				if _, err := c.Exec(ctx, q); err != nil {
-					return nil, fmt.Errorf("preload: %w", err)
-				}
-			}
-		}
-		for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
-			if _, err := c.Exec(ctx, q); err != nil {
-				return nil, err
-			}
+		if err := r.prepareSide(ctx, c, i == 1, w, citus); err != nil {
+			return nil, err
 		}
 	}
 	tables := append(append([]string(nil), w.tables...), markerTable, heartbeatTable)
@@ -242,6 +223,39 @@ func (r *runEnv) prepare(ctx context.Context, w workload, citus bool) ([]string,
 		return nil, err
 	}
 	return tables, nil
+}
+
+// prepareSide makes the schema on one side (the subscriber's if sub),
+// distributes it on a Citus subscriber, preloads it where the workload
+// wants it there, and vacuums and checkpoints.
+func (r *runEnv) prepareSide(ctx context.Context, c *pgx.Conn, sub bool, w workload, citus bool) error {
+	schema := w.schema + fmt.Sprintf("; CREATE TABLE %s (id int PRIMARY KEY, at timestamptz); CREATE TABLE %s (id int PRIMARY KEY, at timestamptz)", markerTable, heartbeatTable)
+	if _, err := c.Exec(ctx, schema); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	if sub && citus {
+		if err := distribute(ctx, c, append(append([]string(nil), w.tables...), markerTable, heartbeatTable)); err != nil {
+			return err
+		}
+	}
+	if w.preload != nil && (!sub || w.method != methodInitial) && !w.replicated {
+		side := "publisher"
+		if sub {
+			side = "subscriber"
+		}
+		logf("preloading the %s", side)
+		for _, q := range w.preload(r.o.scale) {
+			if _, err := c.Exec(ctx, q); err != nil {
+				return fmt.Errorf("preload: %w", err)
+			}
+		}
+	}
+	for _, q := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newEngine makes the engine the cell measures: the built-in

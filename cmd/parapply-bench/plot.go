@@ -21,6 +21,29 @@ func writePlots(dir string, rs []result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	order, byWorkload := groupByWorkload(rs)
+	for _, w := range order {
+		cells := byWorkload[w]
+		if c := workersChart(w, cells); len(c.Series) > 0 {
+			if err := c.writePNG(filepath.Join(dir, w+"-workers.png")); err != nil {
+				return fmt.Errorf("plot %s: %w", w, err)
+			}
+		}
+		if workloads[w].method != methodLive {
+			continue
+		}
+		if lag := lagChart(w, cells); len(lag.Series) > 0 {
+			if err := lag.writePNG(filepath.Join(dir, w+"-lag.png")); err != nil {
+				return fmt.Errorf("plot %s lag: %w", w, err)
+			}
+		}
+	}
+	return nil
+}
+
+// groupByWorkload returns the results by workload, and the workloads in
+// the order they first appear.
+func groupByWorkload(rs []result) ([]string, map[string][]result) {
 	byWorkload := map[string][]result{}
 	var order []string
 	for _, r := range rs {
@@ -29,64 +52,61 @@ func writePlots(dir string, rs []result) error {
 		}
 		byWorkload[r.Workload] = append(byWorkload[r.Workload], r)
 	}
-	for _, w := range order {
-		cells := byWorkload[w]
-		c := lineChart{Title: w + ": catch-up time by parapply worker count", XLabel: "workers", YLabel: "seconds"}
-		if workloads[w].method == methodLive {
-			c.Title, c.YLabel = w+": sustained TPS by parapply worker count", "transactions per second"
-		}
-		s := series{Name: "parapply"}
-		for _, r := range cells {
-			if !r.Verified {
-				continue
-			}
-			y := r.CatchupS
-			if workloads[w].method == methodLive {
-				y = r.SustainedTPS
-			}
-			if r.Engine == "builtin" || r.Workers == autoWorkers {
-				if r.Workers == autoWorkers {
-					c.RefLines = append(c.RefLines, refLine{Name: "parapply, workers = auto", Y: y})
-					continue
-				}
-				c.RefLines = append(c.RefLines, refLine{Name: "built-in subscription", Y: y})
-				continue
-			}
-			s.X, s.Y = append(s.X, float64(r.Workers)), append(s.Y, y)
-		}
-		if len(s.X) > 0 {
-			c.Series, c.XTicks = append(c.Series, s), s.X
-		}
-		if len(c.Series) > 0 {
-			if err := c.writePNG(filepath.Join(dir, w+"-workers.png")); err != nil {
-				return fmt.Errorf("plot %s: %w", w, err)
-			}
-		}
-		if workloads[w].method != methodLive {
+	return order, byWorkload
+}
+
+// workersChart is workload w's catch-up time (sustained TPS for live runs)
+// by parapply worker count, the built-in's and workers = auto's as
+// reference lines; it has no series when no fixed worker count verified.
+func workersChart(w string, cells []result) lineChart {
+	live := workloads[w].method == methodLive
+	c := lineChart{Title: w + ": catch-up time by parapply worker count", XLabel: "workers", YLabel: "seconds"}
+	if live {
+		c.Title, c.YLabel = w+": sustained TPS by parapply worker count", "transactions per second"
+	}
+	s := series{Name: "parapply"}
+	for _, r := range cells {
+		if !r.Verified {
 			continue
 		}
-		lag := lineChart{Title: w + ": replication lag during the live run", XLabel: "seconds since the workload started", YLabel: "lag, seconds"}
-		for _, r := range cells {
-			if !r.Verified || len(r.Lag) == 0 {
-				continue
-			}
-			name := r.Engine
-			if r.Engine == "parapply" {
-				name = "parapply, workers " + workersText(r.Workers)
-			}
-			ls := series{Name: name}
-			for _, p := range r.Lag {
-				ls.X, ls.Y = append(ls.X, p.T), append(ls.Y, p.Lag)
-			}
-			lag.Series = append(lag.Series, ls)
+		y := r.CatchupS
+		if live {
+			y = r.SustainedTPS
 		}
-		if len(lag.Series) > 0 {
-			if err := lag.writePNG(filepath.Join(dir, w+"-lag.png")); err != nil {
-				return fmt.Errorf("plot %s lag: %w", w, err)
-			}
+		switch {
+		case r.Workers == autoWorkers:
+			c.RefLines = append(c.RefLines, refLine{Name: "parapply, workers = auto", Y: y})
+		case r.Engine == "builtin":
+			c.RefLines = append(c.RefLines, refLine{Name: "built-in subscription", Y: y})
+		default:
+			s.X, s.Y = append(s.X, float64(r.Workers)), append(s.Y, y)
 		}
 	}
-	return nil
+	if len(s.X) > 0 {
+		c.Series, c.XTicks = append(c.Series, s), s.X
+	}
+	return c
+}
+
+// lagChart is workload w's replication lag over its live run, a line per
+// verified cell that sampled it.
+func lagChart(w string, cells []result) lineChart {
+	lag := lineChart{Title: w + ": replication lag during the live run", XLabel: "seconds since the workload started", YLabel: "lag, seconds"}
+	for _, r := range cells {
+		if !r.Verified || len(r.Lag) == 0 {
+			continue
+		}
+		name := r.Engine
+		if r.Engine == "parapply" {
+			name = "parapply, workers " + workersText(r.Workers)
+		}
+		ls := series{Name: name}
+		for _, p := range r.Lag {
+			ls.X, ls.Y = append(ls.X, p.T), append(ls.Y, p.Lag)
+		}
+		lag.Series = append(lag.Series, ls)
+	}
+	return lag
 }
 
 // Chart size in pixels, as PNG at vgimg's 96 dots per inch.

@@ -176,16 +176,9 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 	if err != nil || len(names) == 0 {
 		return nil, err
 	}
-	var gone []string
-	for _, name := range names {
-		var free bool
-		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+targetdb.LockKey+")", name).Scan(&free); err != nil {
-			return nil, fmt.Errorf("taking slot %s's lock on the target: %w", name, err)
-		}
-		if !free || dropBlockers(ctx, conn, name) != nil {
-			continue // a start of it runs, or its rows are more than a record
-		}
-		gone = append(gone, name)
+	gone, err := lockUnused(ctx, conn, names)
+	if err != nil {
+		return nil, err
 	}
 	if src == nil {
 		if len(gone) > 0 {
@@ -200,35 +193,63 @@ func dropNeverApplied(ctx context.Context, conn, src *pgx.Conn, slot string, dry
 	}
 	gone = slices.DeleteFunc(gone, func(n string) bool { return slices.Contains(onPublisher, n) })
 	for _, name := range gone {
-		origins, err := slotOrigins(ctx, conn, name)
-		if err != nil {
+		if err := dropLeftovers(ctx, conn, name, dry, out); err != nil {
 			return nil, err
 		}
-		if !dry {
-			if err := dropOrigins(ctx, conn, origins); err != nil {
-				return nil, err
-			}
-		}
-		var parts []string
-		for _, t := range targetdb.SlotTables {
-			n, err := slotRows(ctx, conn, t, name, dry)
-			if err != nil {
-				return nil, err
-			}
-			if n > 0 {
-				parts = append(parts, fmt.Sprintf("%d from parapply.%s", n, t))
-			}
-		}
-		if len(origins) > 0 {
-			parts = append(parts, fmt.Sprintf("%d replication origins%s", len(origins), listed(origins)))
-		}
-		verb := "deleted"
-		if dry {
-			verb = "would delete"
-		}
-		fmt.Fprintf(out, "target: %s what slot %s left (%s): no run resumes from it (no progress row on the target, no slot on the publisher)\n", verb, name, strings.Join(parts, ", "))
 	}
 	return gone, nil
+}
+
+// lockUnused takes the target's lock of each of names, and returns those
+// whose lock was free (no parapply runs them; the lock is kept until drop
+// ends) and whose rows are no more than a record of a refused start.
+func lockUnused(ctx context.Context, conn *pgx.Conn, names []string) ([]string, error) {
+	var unused []string
+	for _, name := range names {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock("+targetdb.LockKey+")", name).Scan(&free); err != nil {
+			return nil, fmt.Errorf("taking slot %s's lock on the target: %w", name, err)
+		}
+		if !free || dropBlockers(ctx, conn, name) != nil {
+			continue // a start of it runs, or its rows are more than a record
+		}
+		unused = append(unused, name)
+	}
+	return unused, nil
+}
+
+// dropLeftovers deletes (or, dry, counts) what slot name, which no run
+// resumes from, left on the target: its replication origins and its rows
+// in parapply's tables, and says so on out.
+func dropLeftovers(ctx context.Context, conn *pgx.Conn, name string, dry bool, out io.Writer) error {
+	origins, err := slotOrigins(ctx, conn, name)
+	if err != nil {
+		return err
+	}
+	if !dry {
+		if err := dropOrigins(ctx, conn, origins); err != nil {
+			return err
+		}
+	}
+	var parts []string
+	for _, t := range targetdb.SlotTables {
+		n, err := slotRows(ctx, conn, t, name, dry)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d from parapply.%s", n, t))
+		}
+	}
+	if len(origins) > 0 {
+		parts = append(parts, fmt.Sprintf("%d replication origins%s", len(origins), listed(origins)))
+	}
+	verb := "deleted"
+	if dry {
+		verb = "would delete"
+	}
+	fmt.Fprintf(out, "target: %s what slot %s left (%s): no run resumes from it (no progress row on the target, no slot on the publisher)\n", verb, name, strings.Join(parts, ", "))
+	return nil
 }
 
 // neverApplied lists the slots other than slot that have rows in

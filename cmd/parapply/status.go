@@ -217,6 +217,9 @@ func connectPlain(ctx context.Context, dsn, side, app string) (*pgx.Conn, error)
 // --all.
 const recentSlot = time.Hour
 
+// collectStatus reads the report of slot (every slot if empty; those
+// long idle without a progress row only with all) from the target, and
+// with sconn the publisher's view of each slot and its inactive slots.
 func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all bool, sourceDSN string) (statusReport, error) {
 	// Every slot's record, for the list of inactive slots; the slot asked
 	// for, or every one, for the report.
@@ -224,17 +227,9 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 	if err != nil {
 		return statusReport{}, err
 	}
-	var recs []status.Record
-	for _, r := range every {
-		if slot == "" || r.Slot == slot {
-			recs = append(recs, r)
-		}
-	}
-	if len(recs) == 0 {
-		if slot != "" {
-			return statusReport{}, fmt.Errorf("the target has no status of slot %s: no parapply has run for it (check --slot)", slot)
-		}
-		return statusReport{}, errors.New("the target has no parapply status yet: no parapply has run against it")
+	recs, err := slotRecords(every, slot)
+	if err != nil {
+		return statusReport{}, err
 	}
 	now := time.Now()
 	rep := statusReport{Time: now, Slots: []slotReport{}}
@@ -252,40 +247,80 @@ func collectStatus(ctx context.Context, tconn, sconn *pgx.Conn, slot string, all
 			continue
 		}
 		if ok {
-			pr := &progressReport{CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), XID: uint32(p.XID)}
-			if !p.CommitTime.IsZero() {
-				pr.CommitTime = &p.CommitTime
-			}
-			if !p.AppliedAt.IsZero() {
-				pr.AppliedAt = &p.AppliedAt
-			}
-			sr.Progress = pr
+			sr.Progress = newProgressReport(p)
 		}
 		if sconn != nil {
-			s, err := status.ReadSlot(ctx, sconn, r.Slot)
-			if err != nil && !errors.Is(err, status.ErrNoSlot) {
+			if sr.Publisher, err = publisherSlot(ctx, sconn, sourceDSN, r.Slot); err != nil {
 				return rep, err
-			}
-			if err == nil {
-				s.Standbys = readStandbys(ctx, sourceDSN, r.Slot, sconn)
-				sr.Publisher = &s
 			}
 		}
 		rep.Slots = append(rep.Slots, sr)
 	}
 	if sconn != nil {
-		names, err := status.SlotNames(ctx, tconn)
-		if err != nil {
+		if rep.InactiveSlots, err = inactiveUnheld(ctx, tconn, sconn, every); err != nil {
 			return rep, err
 		}
-		inactive, err := status.InactiveSlots(ctx, sconn, names)
-		if err != nil {
-			return rep, err
-		}
-		rep.InactiveSlots = unheld(inactive, every)
-
 	}
 	return rep, nil
+}
+
+// slotRecords keeps the record of slot (every record if slot is empty);
+// none is an error that says no parapply has run for it.
+func slotRecords(every []status.Record, slot string) ([]status.Record, error) {
+	var recs []status.Record
+	for _, r := range every {
+		if slot == "" || r.Slot == slot {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) == 0 {
+		if slot != "" {
+			return nil, fmt.Errorf("the target has no status of slot %s: no parapply has run for it (check --slot)", slot)
+		}
+		return nil, errors.New("the target has no parapply status yet: no parapply has run against it")
+	}
+	return recs, nil
+}
+
+// newProgressReport is a slot's progress row as the report shows it, its
+// times left out when unknown.
+func newProgressReport(p progress.Position) *progressReport {
+	pr := &progressReport{CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), XID: uint32(p.XID)}
+	if !p.CommitTime.IsZero() {
+		pr.CommitTime = &p.CommitTime
+	}
+	if !p.AppliedAt.IsZero() {
+		pr.AppliedAt = &p.AppliedAt
+	}
+	return pr
+}
+
+// publisherSlot is slot as the publisher sees it, with the standbys of a
+// multi-host source; nil if the publisher has no such slot.
+func publisherSlot(ctx context.Context, sconn *pgx.Conn, sourceDSN, slot string) (*status.Slot, error) {
+	s, err := status.ReadSlot(ctx, sconn, slot)
+	if errors.Is(err, status.ErrNoSlot) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.Standbys = readStandbys(ctx, sourceDSN, slot, sconn)
+	return &s, nil
+}
+
+// inactiveUnheld lists the publisher's slots named as one parapply used on
+// this target that no one streams from and no live parapply holds.
+func inactiveUnheld(ctx context.Context, tconn, sconn *pgx.Conn, every []status.Record) ([]status.Slot, error) {
+	names, err := status.SlotNames(ctx, tconn)
+	if err != nil {
+		return nil, err
+	}
+	inactive, err := status.InactiveSlots(ctx, sconn, names)
+	if err != nil {
+		return nil, err
+	}
+	return unheld(inactive, every), nil
 }
 
 // unheld keeps the inactive slots no live parapply holds (recs: every
