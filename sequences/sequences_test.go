@@ -47,3 +47,27 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("Failed: %d, want 3 (missing, unreadable, refused)", n)
 	}
 }
+
+// TestChoose: a publication that publishes sequences (PostgreSQL 19's FOR
+// ALL SEQUENCES) decides which are synced under owned and all alike;
+// without one the setting does, as before 19; none syncs none whatever
+// the publications hold.
+func TestChoose(t *testing.T) {
+	for _, c := range []struct {
+		mode         Mode
+		pubSequences bool
+		want         From
+	}{
+		{None, false, FromNothing},
+		{None, true, FromNothing},
+		{"", true, FromNothing},
+		{Owned, false, FromOwners},
+		{All, false, FromDatabase},
+		{Owned, true, FromPublications},
+		{All, true, FromPublications},
+	} {
+		if got := Choose(c.mode, c.pubSequences); got != c.want {
+			t.Errorf("Choose(%q, publications publish sequences %v): %v, want %v", c.mode, c.pubSequences, got, c.want)
+		}
+	}
+}
