@@ -139,10 +139,7 @@ func Choose(mode Mode, pubSequences bool) From {
 // sequences (pg_publication.puballsequences, PostgreSQL 19 and later);
 // false on an earlier publisher, whose publications hold tables only.
 func PublishesSequences(ctx context.Context, conn *pgx.Conn, publications []string) (bool, error) {
-	// Reported at connection start from PostgreSQL 16 on: an earlier one
-	// reads as 0, and predates 19 anyway.
-	version, _ := strconv.Atoi(conn.PgConn().ParameterStatus("server_version_num"))
-	if version < 190000 || len(publications) == 0 {
+	if serverMajor(conn.PgConn().ParameterStatus("server_version")) < 19 || len(publications) == 0 {
 		return false, nil
 	}
 	var yes bool
@@ -152,6 +149,18 @@ func PublishesSequences(ctx context.Context, conn *pgx.Conn, publications []stri
 		return false, fmt.Errorf("reading whether the publications publish sequences: %w", err)
 	}
 	return yes, nil
+}
+
+// serverMajor is the major version in a server_version as the server
+// reports it at connection start ("19rc1 (Debian 19~rc1-1)", "15.4"); 0
+// when it starts with no number.
+func serverMajor(version string) int {
+	end := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(version)
+	}
+	n, _ := strconv.Atoi(version[:end])
+	return n
 }
 
 // scopes is Read's condition on a sequence c (in schema n) for each

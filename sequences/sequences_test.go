@@ -71,3 +71,13 @@ func TestChoose(t *testing.T) {
 		}
 	}
 }
+
+// TestServerMajor: the major version is read from server_version as
+// servers report it, release candidates and packagers' notes included.
+func TestServerMajor(t *testing.T) {
+	for in, want := range map[string]int{"19rc1 (Debian 19~rc1-1)": 19, "19.0": 19, "18.6": 18, "15.4 (Ubuntu 15.4-1)": 15, "9.6.24": 9, "": 0, "devel": 0} {
+		if got := serverMajor(in); got != want {
+			t.Errorf("serverMajor(%q): %d, want %d", in, got, want)
+		}
+	}
+}

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/parapply/parapply/internal/pgtest"
 	"github.com/parapply/parapply/internal/verify"
+	"github.com/parapply/parapply/sequences"
 )
 
 // What PostgreSQL 19 adds to publications: FOR ALL TABLES EXCEPT (TABLE
@@ -127,5 +129,90 @@ func TestPublicationExceptChangedLive(t *testing.T) {
 			t.Fatalf("the built-in subscription and parapply differ after the EXCEPT list changed: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPublicationAllSequences: with a publication FOR ALL SEQUENCES among
+// parapply's, the publications decide which sequences are synced, not the
+// published tables' columns: under sequences = owned the run brings a
+// sequence no published table owns, and leaves out an unlogged one (19
+// publishes none); sync-sequences --sequences all and cutover bring the
+// same ones, not every sequence of the database. Without that publication
+// owned still means the published tables' sequences.
+func TestPublicationAllSequences(t *testing.T) {
+	if major, err := pgtest.Major(); err != nil || major < 19 {
+		t.Skipf("FOR ALL SEQUENCES needs PostgreSQL 19 or later (this is %d)", major)
+	}
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.both(`CREATE TABLE orders (id bigserial PRIMARY KEY, v int); CREATE TABLE ident (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int);
+		CREATE SEQUENCE free_seq; CREATE UNLOGGED SEQUENCE unlogged_seq`)
+	e.exec(e.pub, `CREATE PUBLICATION pub FOR TABLE orders; CREATE PUBLICATION pub_seq FOR ALL SEQUENCES`)
+	e.exec(e.pub, `INSERT INTO ident (v) SELECT g FROM generate_series(1, 70) g; SELECT nextval('free_seq') FROM generate_series(1, 7);
+		SELECT nextval('unlogged_seq') FROM generate_series(1, 9)`)
+	last := func(seq string) int64 {
+		t.Helper()
+		var v *int64
+		if err := e.sub.QueryRow(ctx, "SELECT last_value FROM pg_sequences WHERE sequencename = $1", seq).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return 0
+		}
+		return *v
+	}
+
+	// The publication of tables alone: owned is the published tables'.
+	out, err := runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--sequences", "owned")
+	t.Logf("parapply sync-sequences --publication pub:\n%s", out)
+	if err != nil || !strings.Contains(out, "sequences = owned: "+sequences.FromOwners.String()) || strings.Contains(out, "ident_id_seq") {
+		t.Fatalf("sync-sequences of a publication of tables (%v): want the sequences orders owns, not ident_id_seq", err)
+	}
+
+	cfg := e.config("allseq")
+	cfg.Source.Publications = []string{"pub", "pub_seq"}
+	cfg.Sequences, cfg.SequenceSyncInterval = sequences.Owned, 200*time.Millisecond
+	r := e.start(cfg)
+	e.exec(e.pub, `INSERT INTO orders (v) SELECT g FROM generate_series(1, 50) g`)
+	e.waitCaughtUp(r)
+	deadline := time.Now().Add(20 * time.Second)
+	for last("orders_id_seq") < 50 || last("free_seq") < 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("orders_id_seq at %d and free_seq at %d on the target 20 s after the publisher's reached 50 and 7 (status %+v)", last("orders_id_seq"), last("free_seq"), r.s.Status().Sequences)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := map[string]int64{"orders_id_seq": 50, "ident_id_seq": 70, "free_seq": 7, "unlogged_seq": 0}
+	for seq, v := range want {
+		if got := last(seq); got != v {
+			t.Errorf("%s on the target: %d, want %d (the publications' sequences at the publisher's values; no unlogged one)", seq, got, v)
+		}
+	}
+	if st := r.s.Status(); st.Sequences.Sequences != 3 || st.SequenceError != "" {
+		t.Errorf("status after the syncs: %+v, error %q; want the publication's 3 sequences", st.Sequences, st.SequenceError)
+	}
+
+	// Writes stop; the cut-over brings the publication's sequences, and
+	// sync-sequences --sequences all the same ones.
+	e.exec(e.pub, `SELECT nextval('free_seq') FROM generate_series(1, 5); SELECT nextval('unlogged_seq')`)
+	out, err = runOnce(t, "cutover", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub,pub_seq", "--slot", "allseq", "--timeout", "1m")
+	t.Logf("parapply cutover:\n%s", out)
+	if err != nil || !strings.Contains(out, "3 sequences, "+sequences.FromPublications.String()) {
+		t.Errorf("cutover (%v): want the publications' 3 sequences", err)
+	}
+	if got := last("free_seq"); got != 12 {
+		t.Errorf("free_seq on the target after the cut-over: %d, want 12", got)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub,pub_seq", "--sequences", "all")
+	t.Logf("parapply sync-sequences --sequences all:\n%s", out)
+	if err != nil || !strings.Contains(out, "sequences = all: "+sequences.FromPublications.String()) || !strings.Contains(out, "3 sequences: 0 moved forward, 3 already there") ||
+		strings.Contains(out, "unlogged_seq") {
+		t.Errorf("sync-sequences --sequences all (%v): want the publications' 3 sequences, already there, and no unlogged_seq", err)
+	}
+	if got := last("unlogged_seq"); got != 0 {
+		t.Errorf("unlogged_seq on the target: %d, want it untouched (no publication publishes it)", got)
 	}
 }
