@@ -442,7 +442,7 @@ func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg subscriber
 	for i, t := range p.tables {
 		tables[i] = sequences.Table{Schema: t.Schema, Name: t.Name}
 	}
-	seqs, err := sequences.Read(ctx, conn, cfg.Sequences, tables)
+	seqs, from, err := sequences.Read(ctx, conn, cfg.Sequences, cfg.Source.Publications, tables)
 	if err != nil {
 		rep.add(sidePub, "sequences", "", warn("", err.Error(), ""))
 		return
@@ -454,7 +454,7 @@ func checkPublisherSequences(ctx context.Context, conn *pgx.Conn, cfg subscriber
 			probs = append(probs, warn(s.QualifiedName(), "role "+p.role+" may not read it: it is not carried to the target", s.SourceGrant()))
 		}
 	}
-	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s)", len(seqs), cfg.Sequences), probs...)
+	rep.add(sidePub, "sequences", fmt.Sprintf("%d sequences (sequences = %s: %s)", len(seqs), cfg.Sequences, from), probs...)
 }
 
 // readColumns reads a table's columns as Compare takes them, which are

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,22 +91,115 @@ func (r Result) Refused() bool { return r.Grant != "" }
 // Table names a published table.
 type Table struct{ Schema, Name string }
 
-// Read lists the publisher's sequences for mode: those owned by a column
-// of one of tables or of a relation their rows come from (Owned), or all
-// (All). A published partition's or inheritance child's rows draw on
-// sequences its ancestors own (a partitioned root's bigserial is owned by
-// the root, whether the publication sends the root or its leaves), and a
+// From says which publisher sequences a sync reads.
+type From int
+
+// Where a sync's sequences come from.
+const (
+	FromNothing      From = iota // sequences = none
+	FromOwners                   // those the published tables' columns own (owned)
+	FromDatabase                 // every sequence of the publisher database (all)
+	FromPublications             // the publications' own (PostgreSQL 19's FOR ALL SEQUENCES)
+)
+
+// String says where the sequences come from, for the operator.
+func (f From) String() string {
+	switch f {
+	case FromOwners:
+		return "those the published tables' columns own"
+	case FromDatabase:
+		return "every sequence of the publisher database"
+	case FromPublications:
+		return "the publications' sequences (FOR ALL SEQUENCES)"
+	default:
+		return "none"
+	}
+}
+
+// Choose is where a sync under mode takes its sequences from. When one of
+// the publications publishes sequences (pubSequences: PostgreSQL 19's FOR
+// ALL SEQUENCES), the publications decide, for owned and all alike, as
+// they decide which tables are replicated; otherwise mode does: owned
+// guesses them from the published tables' serial and identity columns,
+// all takes every one.
+func Choose(mode Mode, pubSequences bool) From {
+	switch {
+	case mode == None || mode == "":
+		return FromNothing
+	case pubSequences:
+		return FromPublications
+	case mode == All:
+		return FromDatabase
+	default:
+		return FromOwners
+	}
+}
+
+// PublishesSequences reports whether one of the publications publishes
+// sequences (pg_publication.puballsequences, PostgreSQL 19 and later);
+// false on an earlier publisher, whose publications hold tables only.
+func PublishesSequences(ctx context.Context, conn *pgx.Conn, publications []string) (bool, error) {
+	if serverMajor(conn.PgConn().ParameterStatus("server_version")) < 19 || len(publications) == 0 {
+		return false, nil
+	}
+	var yes bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p
+		WHERE p.pubname = ANY ($1::text[]) AND p.puballsequences)`, publications).Scan(&yes)
+	if err != nil {
+		return false, fmt.Errorf("reading whether the publications publish sequences: %w", err)
+	}
+	return yes, nil
+}
+
+// serverMajor is the major version in a server_version as the server
+// reports it at connection start ("19rc1 (Debian 19~rc1-1)", "15.4"); 0
+// when it starts with no number.
+func serverMajor(version string) int {
+	end := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(version)
+	}
+	n, _ := strconv.Atoi(version[:end])
+	return n
+}
+
+// scopes is Read's condition on a sequence c (in schema n) for each
+// source: owned by a column of a carried relation, any, or listed by
+// pg_publication_sequences for one of the publications (the view is
+// PostgreSQL 19's, read only when a publication publishes sequences).
+var scopes = map[From]string{
+	FromOwners: `EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+			WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass
+			AND d.deptype IN ('a', 'i') AND d.refobjid IN (SELECT oid FROM carried))`,
+	FromDatabase: `true`,
+	FromPublications: `(n.nspname, c.relname) IN (SELECT s.schemaname, s.sequencename FROM pg_catalog.pg_publication_sequences s
+			WHERE s.pubname IN (SELECT name FROM pubs))`,
+}
+
+// Read lists the publisher's sequences for mode, and where they came from
+// (Choose): the publications' own when one of publications publishes
+// sequences (PostgreSQL 19), else those owned by a column of one of
+// tables or of a relation their rows come from (Owned), or all (All). A
+// published partition's or inheritance child's rows draw on sequences its
+// ancestors own (a partitioned root's bigserial is owned by the root,
+// whether the publication sends the root or its leaves), and a
 // partitioned table published through its root carries its partitions'
 // rows, so with Owned the sequences of those relations count too.
-func Read(ctx context.Context, conn *pgx.Conn, mode Mode, tables []Table) ([]Sequence, error) {
+func Read(ctx context.Context, conn *pgx.Conn, mode Mode, publications []string, tables []Table) ([]Sequence, From, error) {
 	if mode == None {
-		return nil, nil
+		return nil, FromNothing, nil
 	}
+	pubSequences, err := PublishesSequences(ctx, conn, publications)
+	if err != nil {
+		return nil, FromNothing, err
+	}
+	from := Choose(mode, pubSequences)
 	schemas, names := make([]string, len(tables)), make([]string, len(tables))
 	for i, t := range tables {
 		schemas[i], names[i] = t.Schema, t.Name
 	}
-	rows, err := conn.Query(ctx, `WITH RECURSIVE published AS (
+	rows, err := conn.Query(ctx, `WITH RECURSIVE pubs(name) AS (SELECT pg_catalog.unnest($1::text[])),
+		published AS (
 			SELECT c.oid, c.relkind FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 			WHERE (n.nspname::text, c.relname::text) IN (SELECT * FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[])))),
 		ancestors(oid) AS (
@@ -119,29 +213,24 @@ func Read(ctx context.Context, conn *pgx.Conn, mode Mode, tables []Table) ([]Seq
 			CASE WHEN pg_catalog.has_sequence_privilege(c.oid, 'SELECT,USAGE') THEN (SELECT s.last_value FROM pg_catalog.pg_sequences s WHERE s.schemaname = n.nspname AND s.sequencename = c.relname) END
 		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind = 'S' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%'
-		AND ($1 OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-			WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.refclassid = 'pg_catalog.pg_class'::regclass
-			AND d.deptype IN ('a', 'i') AND d.refobjid IN (SELECT oid FROM carried)))
-		ORDER BY 1, 2`, mode == All, schemas, names)
+		AND `+scopes[from]+`
+		ORDER BY 1, 2`, publications, schemas, names)
 	if err != nil {
-		return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
+		return nil, from, fmt.Errorf("reading the publisher's sequences: %w", err)
 	}
-	var out []Sequence
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Sequence, error) {
 		var s Sequence
 		var last *int64
-		if err := rows.Scan(&s.Schema, &s.Name, &s.Role, &s.Owner, &s.Readable, &last); err != nil {
-			return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
-		}
+		err := row.Scan(&s.Schema, &s.Name, &s.Role, &s.Owner, &s.Readable, &last)
 		if last != nil {
 			s.Last, s.Used = *last, true
 		}
-		out = append(out, s)
+		return s, err
+	})
+	if err != nil {
+		return nil, from, fmt.Errorf("reading the publisher's sequences: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading the publisher's sequences: %w", err)
-	}
-	return out, nil
+	return out, from, nil
 }
 
 // Apply brings each used sequence on the target to the publisher's last
@@ -260,13 +349,15 @@ func Summarize(rs []Result) Summary {
 // the target, unreadable on the source, or refused on the target.
 func (s Summary) Failed() int { return s.Missing + s.Unread + s.Refused }
 
-// Sync reads the publisher's sequences on src and applies them on dst.
-func Sync(ctx context.Context, src, dst *pgx.Conn, mode Mode, tables []Table) ([]Result, error) {
-	seqs, err := Read(ctx, src, mode, tables)
+// Sync reads the publisher's sequences on src (Read) and applies them on
+// dst, saying where they came from.
+func Sync(ctx context.Context, src, dst *pgx.Conn, mode Mode, publications []string, tables []Table) ([]Result, From, error) {
+	seqs, from, err := Read(ctx, src, mode, publications, tables)
 	if err != nil {
-		return nil, err
+		return nil, from, err
 	}
-	return Apply(ctx, dst, seqs)
+	res, err := Apply(ctx, dst, seqs)
+	return res, from, err
 }
 
 // Connect opens an ordinary connection for Sync, named so that operators

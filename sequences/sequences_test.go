@@ -47,3 +47,37 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("Failed: %d, want 3 (missing, unreadable, refused)", n)
 	}
 }
+
+// TestChoose: a publication that publishes sequences (PostgreSQL 19's FOR
+// ALL SEQUENCES) decides which are synced under owned and all alike;
+// without one the setting does, as before 19; none syncs none whatever
+// the publications hold.
+func TestChoose(t *testing.T) {
+	for _, c := range []struct {
+		mode         Mode
+		pubSequences bool
+		want         From
+	}{
+		{None, false, FromNothing},
+		{None, true, FromNothing},
+		{"", true, FromNothing},
+		{Owned, false, FromOwners},
+		{All, false, FromDatabase},
+		{Owned, true, FromPublications},
+		{All, true, FromPublications},
+	} {
+		if got := Choose(c.mode, c.pubSequences); got != c.want {
+			t.Errorf("Choose(%q, publications publish sequences %v): %v, want %v", c.mode, c.pubSequences, got, c.want)
+		}
+	}
+}
+
+// TestServerMajor: the major version is read from server_version as
+// servers report it, release candidates and packagers' notes included.
+func TestServerMajor(t *testing.T) {
+	for in, want := range map[string]int{"19rc1 (Debian 19~rc1-1)": 19, "19.0": 19, "18.6": 18, "15.4 (Ubuntu 15.4-1)": 15, "9.6.24": 9, "": 0, "devel": 0} {
+		if got := serverMajor(in); got != want {
+			t.Errorf("serverMajor(%q): %d, want %d", in, got, want)
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 )
 
 // syncSequences brings the publisher's sequences of the published tables
-// (or all, per the sequences setting) to the target, on connections of
+// (or all, per the sequences setting; the publications' own when they
+// publish sequences, PostgreSQL 19's FOR ALL SEQUENCES) to the target, on connections of
 // its own. A failure is logged and shown in Status, never fatal: the rows
 // keep flowing, and the next sync tries again.
 func (s *Subscriber) syncSequences(ctx context.Context, published []source.PublishedTable) {
@@ -36,7 +37,7 @@ func (s *Subscriber) syncSequences(ctx context.Context, published []source.Publi
 			return err
 		}
 		defer dst.Close(context.Background())
-		res, err := sequences.Sync(ctx, src, dst, mode, tables)
+		res, _, err := sequences.Sync(ctx, src, dst, mode, s.cfg.Source.Publications, tables)
 		if err != nil {
 			return err
 		}

@@ -50,10 +50,11 @@ func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
 	if mode == sequences.Owned && len(o.Publications) == 0 {
 		return fmt.Errorf("sequences = owned syncs the sequences of the published tables: name the publication with --publication (or use --sequences all)")
 	}
-	res, err := syncSequences(ctx, src, dst, mode, o)
+	res, from, err := syncSequences(ctx, src, dst, mode, o)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "sequences = %s: %s\n", mode, from)
 	for _, r := range res {
 		fmt.Fprintf(out, "%s: %s\n", r.QualifiedName(), resultText(r))
 	}
@@ -67,22 +68,23 @@ func (cmd *SyncSequencesCommand) Run(ctx context.Context, args []string) error {
 }
 
 // syncSequences brings the sequences over once, those of the published
-// tables (Owned: o's publications) or all, and records the sync where
-// parapply status shows it (under o's slot).
-func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode, o options) ([]sequences.Result, error) {
+// tables (Owned: o's publications) or all, or the publications' own
+// when they publish sequences (PostgreSQL 19's FOR ALL SEQUENCES), and
+// records the sync where parapply status shows it (under o's slot).
+func syncSequences(ctx context.Context, src, dst *pgx.Conn, mode sequences.Mode, o options) ([]sequences.Result, sequences.From, error) {
 	var tables []sequences.Table
 	if mode == sequences.Owned {
 		published, err := source.ListPublished(ctx, src.PgConn(), o.Publications)
 		if err != nil {
-			return nil, err
+			return nil, sequences.FromNothing, err
 		}
 		for _, t := range published {
 			tables = append(tables, sequences.Table{Schema: t.Schema, Name: t.Name})
 		}
 	}
-	res, err := sequences.Sync(ctx, src, dst, mode, tables)
+	res, from, err := sequences.Sync(ctx, src, dst, mode, o.Publications, tables)
 	recordSequenceSync(ctx, dst, o.Slot, res, err, os.Stderr)
-	return res, err
+	return res, from, err
 }
 
 // resultText says what Apply did with one sequence, in the words an

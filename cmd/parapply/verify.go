@@ -238,12 +238,12 @@ func (cmd *CutoverCommand) Run(ctx context.Context, args []string) error {
 		mode = sequences.Owned
 	}
 	fmt.Fprintf(out, "2. bringing the sequences over (sequences = %s)\n", mode)
-	res, err := syncSequences(ctx, src, dst, mode, o)
+	res, from, err := syncSequences(ctx, src, dst, mode, o)
 	if err != nil {
 		return err
 	}
 	sum := sequences.Summarize(res)
-	fmt.Fprintf(out, "   %d sequences: %d moved forward, %d already there, %d ahead of the publisher\n", sum.Sequences, sum.Moved, sum.Unchanged, sum.Ahead)
+	fmt.Fprintf(out, "   %d sequences, %s: %d moved forward, %d already there, %d ahead of the publisher\n", sum.Sequences, from, sum.Moved, sum.Unchanged, sum.Ahead)
 	if n := sum.Failed(); n > 0 {
 		for _, r := range res {
 			if r.Refused() || r.Missing || !r.Readable {
