@@ -161,8 +161,11 @@ BEGIN
 		IF jsonb_array_length(objs) = 0 THEN
 			EXIT capture;
 		END IF;
-		IF current_setting('wal_level') <> 'logical' THEN
-			RAISE EXCEPTION 'wal_level is %, not logical', current_setting('wal_level');
+		-- From PostgreSQL 19 on, effective_wal_level: logical under
+		-- wal_level = replica while a logical slot exists.
+		IF coalesce(current_setting('effective_wal_level', true), current_setting('wal_level')) <> 'logical' THEN
+			RAISE EXCEPTION 'wal_level is %, not logical%', current_setting('wal_level'),
+				coalesce(' (effective_wal_level ' || current_setting('effective_wal_level', true) || ': no logical slot has turned logical decoding on)', '');
 		END IF;
 		IF sql IS NULL THEN
 			sql := current_query();

@@ -55,14 +55,15 @@ func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) pub
 	defer conn.Close(context.Background())
 	p.reached = true
 	var version, maxSlots, maxSenders, slots, senders int
-	var walLevel string
+	var walLevel, effectiveWAL string
 	var super, replication, readStats bool
 	err = conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num')::int, pg_catalog.current_setting('wal_level'),
+			coalesce(pg_catalog.current_setting('effective_wal_level', true), ''),
 			pg_catalog.current_setting('max_replication_slots')::int, pg_catalog.current_setting('max_wal_senders')::int,
 			(SELECT count(*) FROM pg_catalog.pg_replication_slots)::int,
 			(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type = 'walsender')::int,
 			current_user::text, r.rolsuper, r.rolreplication, pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
-		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&version, &walLevel, &maxSlots, &maxSenders, &slots, &senders,
+		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&version, &walLevel, &effectiveWAL, &maxSlots, &maxSenders, &slots, &senders,
 		&p.role, &super, &replication, &readStats)
 	if err != nil {
 		rep.add(sidePub, "connection", "", broken("", "reading the publisher's settings", err))
@@ -70,10 +71,10 @@ func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) pub
 	}
 	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role),
 		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone, cfg.Source.TwoPhase))...)
-	if f := judge.WALLevel(walLevel); f != nil {
+	if f := judge.WALLevel(walLevel, effectiveWAL); f != nil {
 		rep.add(sidePub, "wal_level", "", failing(f)...)
 	} else {
-		rep.add(sidePub, "wal_level", "logical")
+		rep.add(sidePub, "wal_level", judge.WALLevelDetail(walLevel, effectiveWAL))
 	}
 	switch {
 	case super:

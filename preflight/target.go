@@ -117,12 +117,10 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, ro
 	if !super {
 		var missing []string
 		status := false
-		for _, f := range strings.Split(targetdb.OriginFunctions, "), ") {
-			if !strings.HasSuffix(f, ")") {
-				f += ")"
-			}
+		for _, f := range strings.Split(targetdb.OriginFunctions, ", ") {
+			// By name: the arguments differ by version (see OriginFunctions).
 			var ok bool
-			if err := conn.QueryRow(ctx, "SELECT pg_catalog.has_function_privilege($1, 'EXECUTE')", f).Scan(&ok); err != nil || !ok {
+			if err := conn.QueryRow(ctx, "SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regproc($1)::oid, 'EXECUTE'), false)", f).Scan(&ok); err != nil || !ok {
 				if strings.Contains(f, "pg_show_replication_origin_status") {
 					status = true // only read to plan the origin states
 					continue

@@ -42,12 +42,13 @@ func (s *Source) check(ctx context.Context) error {
 	}
 	s.SystemID = sys.SystemID
 	s.WALAtConnect = parapply.LSN(sys.XLogPos)
-	rows, err := s.query(ctx, "SHOW wal_level")
+	// effective_wal_level (PostgreSQL 19 on) reads NULL, so "", before it.
+	rows, err := s.query(ctx, "SELECT pg_catalog.current_setting('wal_level'), pg_catalog.current_setting('effective_wal_level', true)")
 	if err != nil {
 		return fmt.Errorf("reading wal_level on the source: %w", err)
 	}
-	if len(rows) == 1 {
-		if f := judge.WALLevel(string(rows[0][0])); f != nil {
+	if len(rows) == 1 && len(rows[0]) == 2 {
+		if f := judge.WALLevel(string(rows[0][0]), string(rows[0][1])); f != nil {
 			return f
 		}
 	}

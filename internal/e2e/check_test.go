@@ -263,3 +263,45 @@ func TestCheckSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckWALLevelReplica: a publisher left at wal_level = replica. From
+// PostgreSQL 19 on, logical decoding turns on by itself with the first
+// logical slot (effective_wal_level): check passes, saying so, and a run
+// copies and streams; before 19, check fails on wal_level with its fix.
+func TestCheckWALLevelReplica(t *testing.T) {
+	e := newEnvSettings(t, `CREATE TABLE items (id int PRIMARY KEY, v text)`, map[string]string{"wal_level": "replica"}, nil)
+	e.exec(e.pub, `INSERT INTO items VALUES (1, 'copied')`)
+	args := []string{"--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--slot", "replica_level"}
+	walLevel := func() (status, detail, problems string) {
+		rep, _, out := runCheck(t, args...)
+		for _, r := range rep.Results {
+			if r.Side == "publisher" && r.Check == "wal_level" {
+				for _, p := range r.Problems {
+					problems += p.What + " (fix: " + p.Fix + ")"
+				}
+				return r.Status, r.Detail, problems
+			}
+		}
+		t.Fatalf("check reports no wal_level:\n%s", out)
+		return "", "", ""
+	}
+	status, detail, problems := walLevel()
+	if e.pair.Publisher.Version < 19 {
+		if status != "failed" || !strings.Contains(problems, "wal_level is replica") || !strings.Contains(problems, "ALTER SYSTEM SET wal_level = logical") {
+			t.Fatalf("PostgreSQL %d at wal_level = replica: wal_level %s (%s), want failed with the fix", e.pair.Publisher.Version, status, problems)
+		}
+		return
+	}
+	if status != "ok" || !strings.Contains(detail, "effective_wal_level replica: logical decoding turns on when parapply creates its slot") {
+		t.Fatalf("wal_level %s %q (%s), want ok, naming effective_wal_level", status, detail, problems)
+	}
+	p := e.runProcess(t, "--publication", "pub", "--slot", "replica_level")
+	e.waitSlotExists(t, "replica_level", p)
+	e.exec(e.pub, `INSERT INTO items VALUES (2, 'streamed'); UPDATE items SET v = 'changed' WHERE id = 1`)
+	e.waitSlotConfirmed("replica_level", waitCaughtUpFor, p.alive)
+	e.verify("items")
+	if status, detail, _ = walLevel(); status != "ok" || !strings.Contains(detail, "effective_wal_level logical") {
+		t.Errorf("with parapply's slot: wal_level %s %q, want ok, effective_wal_level logical", status, detail)
+	}
+	p.signal(syscall.SIGTERM)
+}

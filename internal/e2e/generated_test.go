@@ -188,11 +188,14 @@ func TestGeneratedOnTarget(t *testing.T) {
 			}
 
 			// The built-in refuses it too: its workers fail, and
-			// pg_stat_subscription_stats counts them (within a minute).
+			// pg_stat_subscription_stats counts them (within a minute):
+			// every *_error_count column, as 19 split sync_error_count
+			// into sync_table_error_count and sync_seq_error_count.
 			deadline := time.Now().Add(time.Minute)
 			for {
 				var errs int64
-				if err := bc.QueryRow(ctx, `SELECT coalesce(sum(sync_error_count + apply_error_count), 0)::bigint FROM pg_stat_subscription_stats WHERE subname = $1`, db).Scan(&errs); err != nil {
+				if err := bc.QueryRow(ctx, `SELECT coalesce(sum(v.value::bigint), 0)::bigint FROM pg_stat_subscription_stats AS s, jsonb_each_text(to_jsonb(s)) AS v
+					WHERE s.subname = $1 AND v.key LIKE '%error_count'`, db).Scan(&errs); err != nil {
 					t.Fatal(err)
 				}
 				if errs > 0 {

@@ -224,9 +224,16 @@ func testObservability(t *testing.T, workers int) {
 	var stOut string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if err := e.pub.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'obs'`).Scan(&slotLSN); err != nil {
+		var confirmed string
+		if err := e.pub.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'obs'`).Scan(&confirmed); err != nil {
 			t.Fatal(err)
 		}
+		// As parapply prints LSNs: PostgreSQL 19 pads the low half to eight digits.
+		l, err := parapply.ParseLSN(confirmed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slotLSN = l.String()
 		fams = scrape(t, addr)
 		flushed := parapply.LSN(value(t, fams, "parapply_lsn_bytes", "position", "flushed"))
 		st, stOut = statusJSON(t, "--target", dst, "--source", src)

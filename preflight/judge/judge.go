@@ -72,13 +72,36 @@ func TargetVersion(version int) *Finding {
 	return nil
 }
 
-// WALLevel judges the publisher's wal_level: logical decoding needs
-// logical.
-func WALLevel(level string) *Finding {
-	if level == "logical" {
+// WALLevel judges whether the publisher can decode logically, from its
+// wal_level and, from PostgreSQL 19 on, its effective_wal_level (effective
+// is "" where the server has no such setting). wal_level = logical always
+// serves. On 19, wal_level = replica serves too: the server turns logical
+// decoding on by itself while a logical slot exists (effective_wal_level
+// then says logical), and parapply's start creates its slot. Only minimal
+// fails there.
+func WALLevel(level, effective string) *Finding {
+	if level == "logical" || effective == "logical" || (effective != "" && level == "replica") {
 		return nil
 	}
-	return &Finding{What: "wal_level is " + level + "; logical decoding needs logical", Fix: "ALTER SYSTEM SET wal_level = logical; then restart the publisher"}
+	fix := "ALTER SYSTEM SET wal_level = logical; then restart the publisher"
+	if effective == "" {
+		return &Finding{What: "wal_level is " + level + "; logical decoding needs logical", Fix: fix}
+	}
+	return &Finding{What: "wal_level is " + level + " and effective_wal_level " + effective +
+		"; logical decoding needs wal_level = logical, or replica (under which it turns on with the first logical slot)", Fix: fix}
+}
+
+// WALLevelDetail is what parapply check shows of a wal_level WALLevel
+// passes: on 19 under wal_level = replica, that logical decoding is on
+// (a logical slot exists) or turns on with the slot parapply creates.
+func WALLevelDetail(level, effective string) string {
+	switch {
+	case level == "logical" || effective == "":
+		return level
+	case effective == "logical":
+		return "wal_level " + level + ", effective_wal_level logical: a logical slot has turned logical decoding on"
+	}
+	return "wal_level " + level + ", effective_wal_level " + effective + ": logical decoding turns on when parapply creates its slot"
 }
 
 // Replication is the problem of a role that may not open a replication

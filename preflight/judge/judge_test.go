@@ -27,8 +27,13 @@ func TestJudgements(t *testing.T) {
 		{"two_phase on 14", PublisherVersion(140010, false, true), "two_phase = on needs PostgreSQL 15 or newer on the publisher (pgoutput's two_phase option), which runs 14 (fix: turn two_phase off, or upgrade the publisher)"},
 		{"target 14", TargetVersion(140000), ""},
 		{"target 12", TargetVersion(120000), "parapply needs PostgreSQL 14 or newer on the target, which runs 12 (fix: upgrade the target)"},
-		{"wal_level logical", WALLevel("logical"), ""},
-		{"wal_level replica", WALLevel("replica"), "wal_level is replica; logical decoding needs logical (fix: ALTER SYSTEM SET wal_level = logical; then restart the publisher)"},
+		{"wal_level logical", WALLevel("logical", ""), ""},
+		{"wal_level replica", WALLevel("replica", ""), "wal_level is replica; logical decoding needs logical (fix: ALTER SYSTEM SET wal_level = logical; then restart the publisher)"},
+		{"wal_level logical on 19", WALLevel("logical", "logical"), ""},
+		{"wal_level replica on 19, a logical slot there", WALLevel("replica", "logical"), ""},
+		{"wal_level replica on 19, no logical slot yet", WALLevel("replica", "replica"), ""},
+		{"wal_level minimal on 19", WALLevel("minimal", "minimal"),
+			"wal_level is minimal and effective_wal_level minimal; logical decoding needs wal_level = logical, or replica (under which it turns on with the first logical slot) (fix: ALTER SYSTEM SET wal_level = logical; then restart the publisher)"},
 		{"replication", Replication("App"), `role App may not open a replication connection (fix: ALTER ROLE "App" REPLICATION;)`},
 		{"publications there", Publications([]string{"a", "b"}, []string{"b", "a"}), ""},
 		{"no publication", Publications(nil, []string{"a"}), "no publication given (fix: set publication to the publication(s) to subscribe to)"},
@@ -67,7 +72,7 @@ func TestReplicaRoleCause(t *testing.T) {
 	if err := error(ReplicaRole("r", refusal)); !errors.As(err, &pe) || pe != refusal {
 		t.Errorf("errors.As(ReplicaRole(...)) = %v, want the server's refusal", pe)
 	}
-	if err := error(WALLevel("minimal")); errors.As(err, &pe) {
+	if err := error(WALLevel("minimal", "")); errors.As(err, &pe) {
 		t.Errorf("a judgement of a value read has a server error: %v", pe)
 	}
 }
@@ -96,6 +101,22 @@ func TestMissingPublication(t *testing.T) {
 		what, fix := MissingPublication(c.pub, c.existing)
 		if what != c.what || fix != c.fix {
 			t.Errorf("MissingPublication(%q, %q) =\n  %q\n  %q\nwant\n  %q\n  %q", c.pub, c.existing, what, fix, c.what, c.fix)
+		}
+	}
+}
+
+// TestWALLevelDetail: check shows wal_level alone where it is all there
+// is, and on 19 under wal_level = replica says whether logical decoding
+// is on already or turns on with parapply's slot.
+func TestWALLevelDetail(t *testing.T) {
+	for _, c := range []struct{ level, effective, want string }{
+		{"logical", "", "logical"},
+		{"logical", "logical", "logical"},
+		{"replica", "logical", "wal_level replica, effective_wal_level logical: a logical slot has turned logical decoding on"},
+		{"replica", "replica", "wal_level replica, effective_wal_level replica: logical decoding turns on when parapply creates its slot"},
+	} {
+		if got := WALLevelDetail(c.level, c.effective); got != c.want {
+			t.Errorf("WALLevelDetail(%q, %q) = %q, want %q", c.level, c.effective, got, c.want)
 		}
 	}
 }
