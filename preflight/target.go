@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -110,6 +111,15 @@ func currentDB(ctx context.Context, conn *pgx.Conn) string {
 	return db
 }
 
+// originFunction finds each function of targetdb.OriginFunctions: a name,
+// with its argument types or alone (where one function has the name).
+var originFunction = regexp.MustCompile(`pg_catalog\.\w+(\([^)]*\))?`)
+
+// originPrivilege says whether the session's role may run the function $1
+// names (NULL when no function has that name).
+const originPrivilege = `SELECT pg_catalog.has_function_privilege(CASE WHEN pg_catalog.strpos($1, '(') > 0
+	THEN pg_catalog.to_regprocedure($1)::oid ELSE pg_catalog.to_regproc($1)::oid END, 'EXECUTE')`
+
 // checkOrigins: every parapply session commits under a replication origin
 // of its own, which a role other than a superuser needs granted, and each
 // holds one of the target's few origin states.
@@ -117,12 +127,9 @@ func checkOrigins(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, ro
 	if !super {
 		var missing []string
 		status := false
-		for _, f := range strings.Split(targetdb.OriginFunctions, "), ") {
-			if !strings.HasSuffix(f, ")") {
-				f += ")"
-			}
+		for _, f := range originFunction.FindAllString(targetdb.OriginFunctions, -1) {
 			var ok bool
-			if err := conn.QueryRow(ctx, "SELECT pg_catalog.has_function_privilege($1, 'EXECUTE')", f).Scan(&ok); err != nil || !ok {
+			if err := conn.QueryRow(ctx, originPrivilege, f).Scan(&ok); err != nil || !ok {
 				if strings.Contains(f, "pg_show_replication_origin_status") {
 					status = true // only read to plan the origin states
 					continue

@@ -38,8 +38,10 @@ func OriginName(slot, suffix string) string {
 
 // originFunctions are the functions a target role needs to run parapply's
 // sessions under replication origins; PostgreSQL lets only superusers run
-// them unless granted.
-const originFunctions = "pg_catalog.pg_replication_origin_create(text), pg_catalog.pg_replication_origin_oid(text), pg_catalog.pg_replication_origin_session_setup(text), pg_catalog.pg_replication_origin_session_reset(), pg_catalog.pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_catalog.pg_replication_origin_drop(text), pg_catalog.pg_show_replication_origin_status()"
+// them unless granted. pg_replication_origin_session_setup is named
+// without its arguments: PostgreSQL 19 gave it a second (pid), and the
+// name alone is one function on every version.
+const originFunctions = "pg_catalog.pg_replication_origin_create(text), pg_catalog.pg_replication_origin_oid(text), pg_catalog.pg_replication_origin_session_setup, pg_catalog.pg_replication_origin_session_reset(), pg_catalog.pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_catalog.pg_replication_origin_drop(text), pg_catalog.pg_show_replication_origin_status()"
 
 // OriginFunctions lists the functions parapply's target role needs granted
 // when it is not a superuser, for messages that name the GRANT.

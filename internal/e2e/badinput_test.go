@@ -53,7 +53,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.exec(other, `CREATE TABLE owned (id int PRIMARY KEY); GRANT ALL ON owned TO notowner;
-		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup(text),
+		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup,
 			pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_replication_origin_drop(text),
 			pg_replication_origin_session_reset(), pg_replication_origin_progress(text, boolean) TO notowner;
 		CREATE SCHEMA locked; GRANT USAGE ON SCHEMA locked TO notowner; CREATE TABLE locked.kept (id int PRIMARY KEY); ALTER TABLE locked.kept OWNER TO notowner`)

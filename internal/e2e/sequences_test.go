@@ -100,7 +100,7 @@ func applyRoleGrants(role string) string {
 		GRANT USAGE ON SCHEMA public TO ` + role + `;
 		GRANT INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA public TO ` + role + `;
 		GRANT SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO ` + role + `;
-		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup(text),
+		GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_oid(text), pg_replication_origin_session_setup,
 			pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone), pg_replication_origin_drop(text) TO ` + role
 }
 
