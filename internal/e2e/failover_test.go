@@ -54,7 +54,7 @@ func publisherFailover(t *testing.T, workers int) {
 	defer primary.Stop()
 	// Slot synchronization off until parapply's slot exists: a sync
 	// worker with nothing to synchronize backs off, up to 30 s a cycle.
-	standby, err := pgtest.StartStandby(ctx, primary, "sb1", pgtest.Options{Name: "standby",
+	standby, err := pgtest.StartStandby(ctx, primary, "sb1", pgtest.Options{Name: "standby", BinDir: primary.BinDir,
 		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "sync_replication_slots": "off"}})
 	if err != nil {
 		t.Fatal(err)

@@ -36,9 +36,6 @@ func StartStandby(ctx context.Context, primary *Server, slot string, opts Option
 	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_create_physical_replication_slot($1, true)", slot); err != nil {
 		return nil, fmt.Errorf("creating the standby's slot on the primary: %w", err)
 	}
-	if opts.BinDir == "" {
-		opts.BinDir = primary.BinDir // a base backup runs on its primary's major version
-	}
 	if opts.Name == "" {
 		opts.Name = "standby"
 	}
