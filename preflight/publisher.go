@@ -70,7 +70,7 @@ func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) pub
 		return p
 	}
 	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role),
-		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone, cfg.Source.TwoPhase))...)
+		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone))...)
 	if f := judge.WALLevel(walLevel, effectiveWAL); f != nil {
 		rep.add(sidePub, "wal_level", "", failing(f)...)
 	} else {

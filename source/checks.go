@@ -22,7 +22,7 @@ func (s *Source) check(ctx context.Context) error {
 		return err
 	}
 	s.ServerVersion = v
-	if f := judge.PublisherVersion(v, s.cfg.Origin == OriginNone, s.cfg.TwoPhase); f != nil {
+	if f := judge.PublisherVersion(v, s.cfg.Origin == OriginNone); f != nil {
 		return f
 	}
 	s.Proto = s.cfg.ProtoVersion

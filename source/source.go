@@ -23,7 +23,7 @@ type Config struct {
 	Slot         string
 	Publications []string
 	// ProtoVersion is the pgoutput protocol version; 0 picks the highest
-	// the publisher supports (2 on 14, 3 on 15, 4 on 16 and later).
+	// the publisher supports (3 on 15, 4 on 16 and later; 14, whose 2 parapply could speak, is refused as untested).
 	ProtoVersion int
 	// Streaming asks the publisher to stream large in-progress transactions.
 	Streaming bool

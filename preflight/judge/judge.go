@@ -38,8 +38,9 @@ func (f *Finding) Unwrap() error { return f.cause }
 // The first PostgreSQL versions (server_version_num) parapply and some of
 // its settings need of the publisher.
 const (
-	minVersion        = 140000
-	twoPhaseVersion   = 150000 // pgoutput's two_phase option (protocol 3)
+	// minVersion is the oldest parapply is tested on (15 to 19): 14's
+	// pgoutput (protocol 2) has no two_phase, and no test runs it.
+	minVersion        = 150000
 	originNoneVersion = 160000 // pgoutput's origin option
 )
 
@@ -47,18 +48,15 @@ const (
 func major(version int) int { return version / 10000 }
 
 // PublisherVersion judges the publisher's version against what parapply and
-// the settings (origin = none, two_phase = on) need; nil when it serves
+// the settings (origin = none) need; nil when it serves
 // them.
-func PublisherVersion(version int, originNone, twoPhase bool) *Finding {
+func PublisherVersion(version int, originNone bool) *Finding {
 	switch {
 	case version < minVersion:
-		return &Finding{What: fmt.Sprintf("parapply needs PostgreSQL 14 or newer on the publisher, which runs %d", major(version)), Fix: "upgrade the publisher"}
+		return &Finding{What: fmt.Sprintf("parapply needs PostgreSQL 15 or newer on the publisher (it is tested on 15 to 19), which runs %d", major(version)), Fix: "upgrade the publisher"}
 	case originNone && version < originNoneVersion:
 		return &Finding{What: fmt.Sprintf("origin = none needs PostgreSQL 16 or newer on the publisher (pgoutput's origin option), which runs %d", major(version)),
 			Fix: "set origin = any, or upgrade the publisher"}
-	case twoPhase && version < twoPhaseVersion:
-		return &Finding{What: fmt.Sprintf("two_phase = on needs PostgreSQL 15 or newer on the publisher (pgoutput's two_phase option), which runs %d", major(version)),
-			Fix: "turn two_phase off, or upgrade the publisher"}
 	}
 	return nil
 }
@@ -67,7 +65,7 @@ func PublisherVersion(version int, originNone, twoPhase bool) *Finding {
 // to it.
 func TargetVersion(version int) *Finding {
 	if version < minVersion {
-		return &Finding{What: fmt.Sprintf("parapply needs PostgreSQL 14 or newer on the target, which runs %d", major(version)), Fix: "upgrade the target"}
+		return &Finding{What: fmt.Sprintf("parapply needs PostgreSQL 15 or newer on the target (it is tested on 15 to 19), which runs %d", major(version)), Fix: "upgrade the target"}
 	}
 	return nil
 }

@@ -20,13 +20,14 @@ func TestJudgements(t *testing.T) {
 		got  *Finding
 		want string // "" for nil
 	}{
-		{"publisher 18", PublisherVersion(180001, true, true), ""},
-		{"publisher 13", PublisherVersion(130011, false, false), "parapply needs PostgreSQL 14 or newer on the publisher, which runs 13 (fix: upgrade the publisher)"},
-		{"origin none on 15", PublisherVersion(150004, true, false), "origin = none needs PostgreSQL 16 or newer on the publisher (pgoutput's origin option), which runs 15 (fix: set origin = any, or upgrade the publisher)"},
-		{"origin none on 16", PublisherVersion(160000, true, false), ""},
-		{"two_phase on 14", PublisherVersion(140010, false, true), "two_phase = on needs PostgreSQL 15 or newer on the publisher (pgoutput's two_phase option), which runs 14 (fix: turn two_phase off, or upgrade the publisher)"},
-		{"target 14", TargetVersion(140000), ""},
-		{"target 12", TargetVersion(120000), "parapply needs PostgreSQL 14 or newer on the target, which runs 12 (fix: upgrade the target)"},
+		{"publisher 18", PublisherVersion(180001, true), ""},
+		{"publisher 13", PublisherVersion(130011, false), "parapply needs PostgreSQL 15 or newer on the publisher (it is tested on 15 to 19), which runs 13 (fix: upgrade the publisher)"},
+		{"publisher 14", PublisherVersion(140010, false), "parapply needs PostgreSQL 15 or newer on the publisher (it is tested on 15 to 19), which runs 14 (fix: upgrade the publisher)"},
+		{"origin none on 15", PublisherVersion(150004, true), "origin = none needs PostgreSQL 16 or newer on the publisher (pgoutput's origin option), which runs 15 (fix: set origin = any, or upgrade the publisher)"},
+		{"origin none on 16", PublisherVersion(160000, true), ""},
+		{"target 15", TargetVersion(150000), ""},
+		{"target 14", TargetVersion(140000), "parapply needs PostgreSQL 15 or newer on the target (it is tested on 15 to 19), which runs 14 (fix: upgrade the target)"},
+		{"target 12", TargetVersion(120000), "parapply needs PostgreSQL 15 or newer on the target (it is tested on 15 to 19), which runs 12 (fix: upgrade the target)"},
 		{"wal_level logical", WALLevel("logical", ""), ""},
 		{"wal_level replica", WALLevel("replica", ""), "wal_level is replica; logical decoding needs logical (fix: ALTER SYSTEM SET wal_level = logical; then restart the publisher)"},
 		{"wal_level logical on 19", WALLevel("logical", "logical"), ""},
