@@ -37,6 +37,9 @@ import (
 // fix, until the target has it; with ddl = apply a table the publisher
 // creates is created on the target by its DDL and synced from the start
 // of the stream.
+//
+// A table that leaves the publication is forgotten as copied (left.go),
+// so that it is copied again, as here, if it joins again.
 
 // publicationRefreshEvery is how often the run reads the publication's
 // tables when no relation message asks it to.
