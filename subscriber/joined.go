@@ -37,6 +37,9 @@ import (
 // fix, until the target has it; with ddl = apply a table the publisher
 // creates is created on the target by its DDL and synced from the start
 // of the stream.
+//
+// A table that leaves the publication is forgotten as copied (left.go),
+// so that it is copied again, as here, if it joins again.
 
 // publicationRefreshEvery is how often the run reads the publication's
 // tables when no relation message asks it to.
@@ -52,8 +55,12 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 	if !l.core.Between() || len(l.streams) > 0 {
 		return nil
 	}
+	forgot, err := l.forgetLeft(ctx)
+	if err != nil {
+		return err
+	}
 	met := l.app.Joined()
-	if len(met) == 0 && now.Before(l.refreshAt) {
+	if len(met) == 0 && !forgot && now.Before(l.refreshAt) {
 		return nil
 	}
 	every := l.s.cfg.PublicationRefresh
@@ -113,6 +120,21 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 	if err != nil {
 		return nil, err
 	}
+	if err := l.noteLeft(ctx, conn, published); err != nil {
+		return nil, err
+	}
+	l.s.log.Debug("read the publication's tables", "tables", len(published))
+	if _, err := l.forgetLeft(ctx); err != nil { // those that came back
+		return nil, err
+	}
+	return l.copyable(ctx, conn, published)
+}
+
+// copyable lists the published tables that are not synced and that the
+// target has (with every published column), may write and, under
+// existing_data = error, holds no rows of; it warns, once a table, about
+// the others. conn is the publisher session.
+func (l *loop) copyable(ctx context.Context, conn *pgx.Conn, published []source.PublishedTable) ([]source.PublishedTable, error) {
 	synced := l.app.Synced()
 	var out []source.PublishedTable
 	for _, pt := range published {
@@ -139,6 +161,13 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 		if !may {
 			l.warnJoined(name, pt, errNoGrant{role})
 			continue
+		}
+		if held, err := l.holdsRows(ctx, name); err != nil || held {
+			if err == nil {
+				l.warnJoined(name, pt, errHeldRows{})
+				continue
+			}
+			return nil, err
 		}
 		if l.s.cfg.CopyData {
 			var may bool
@@ -172,6 +201,9 @@ func (l *loop) warnJoined(key string, pt source.PublishedTable, err error) {
 	case errors.As(err, &ns):
 		msg = fmt.Sprintf("table %s joined the publication, but the source role %s may not read it for its copy: its changes are skipped until it may; on the publisher: GRANT SELECT ON %s TO %s; (and, for tables made later: ALTER DEFAULT PRIVILEGES IN SCHEMA %s GRANT SELECT ON TABLES TO %s;), and parapply copies it without a restart",
 			name, ns.role, name, parapply.Ident(ns.role), schema, parapply.Ident(ns.role))
+	case errors.As(err, new(errHeldRows)):
+		msg = fmt.Sprintf("table %s joined the publication, but the target's table already holds rows (existing_data = error): its changes are skipped until it is copied; empty it on the target (TRUNCATE %s;), and parapply copies it without a restart; or set existing_data = truncate (the copy replaces the rows) or keep (it copies on top of them) and start parapply again",
+			name, name)
 	case errors.Is(err, targetdb.ErrNoTable) && l.s.cfg.DDL == DDLApply:
 		msg = "" // the applier warns if its changes come with no DDL that makes it
 	case errors.Is(err, targetdb.ErrNoTable):
@@ -188,6 +220,26 @@ func (l *loop) warnJoined(key string, pt source.PublishedTable, err error) {
 	l.joinWarned[key] = msg
 	l.s.log.Warn(msg)
 }
+
+// holdsRows reports whether the target's table name holds rows that the
+// copy of a table that joined would refuse: with copy_data on and
+// existing_data = error, rows other than those an interrupted copy left
+// (the copy empties those).
+func (l *loop) holdsRows(ctx context.Context, name string) (bool, error) {
+	if !l.s.cfg.CopyData || (l.s.cfg.ExistingData != "" && l.s.cfg.ExistingData != tablesync.ExistingError) {
+		return false, nil
+	}
+	var held bool
+	err := l.app.Conn().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+name+`)
+		AND NOT EXISTS (SELECT 1 FROM parapply.sync_state WHERE slot_name = $1 AND table_name = $2 AND state = 'copying')`, l.s.cfg.Source.Slot, name).Scan(&held)
+	return held, err
+}
+
+// errHeldRows is a joined table whose target table holds rows that
+// existing_data = error refuses to copy over.
+type errHeldRows struct{}
+
+func (errHeldRows) Error() string { return "the target's table holds rows" }
 
 // errNoSelect is a joined table the source role may not read.
 type errNoSelect struct{ role string }

@@ -51,6 +51,11 @@ type loop struct {
 	// each that cannot be copied yet (said again only when it changes).
 	refreshAt  time.Time
 	joinWarned map[string]string
+	// listed holds the tables the last read of the publication listed,
+	// and leaving the copied ones that left it since, to forget (see
+	// left.go).
+	listed  map[string]listedTable
+	leaving map[string]leftTable
 	// lastBegin is the commit time of the transaction whose changes the
 	// loop takes (see noteTime).
 	lastBegin time.Time

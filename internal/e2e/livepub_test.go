@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parapply/parapply/tablesync"
 )
 
 // TestPublicationChangedLive changes a running publication as a DBA may:
@@ -71,4 +73,90 @@ func TestPublicationChangedLive(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		t.Fatalf("parapply still runs 90 s after its publication was dropped; status %+v", r.s.Status())
 	}
+}
+
+// TestTableRejoinsLive takes a table out of the publication while parapply
+// runs, changes it on the publisher, and adds it back: parapply forgets it
+// as copied when it leaves and copies it again when it rejoins, as the
+// built-in's REFRESH PUBLICATION does, with existing_data deciding what
+// becomes of the rows the target kept (truncate: replaced; error: a
+// warning with the fix, and the copy once the target's table is emptied).
+// Then a table that leaves and rejoins between two reads of the
+// publication (a second run reads it only when a table joins): found by
+// its new membership row on the publisher, and copied again as well.
+func TestTableRejoinsLive(t *testing.T) {
+	for _, existing := range []tablesync.ExistingData{tablesync.ExistingTruncate, tablesync.ExistingError} {
+		t.Run(string(existing), func(t *testing.T) { testTableRejoins(t, existing) })
+	}
+}
+
+func testTableRejoins(t *testing.T, existing tablesync.ExistingData) {
+	e := newEnv(t, "")
+	e.both(`CREATE TABLE t (id int PRIMARY KEY, v int); CREATE TABLE u (id int PRIMARY KEY, v int); CREATE TABLE w (id int PRIMARY KEY)`)
+	e.exec(e.pub, `INSERT INTO t SELECT g, g FROM generate_series(1, 100) g; INSERT INTO u SELECT g, g FROM generate_series(1, 100) g;
+		CREATE PUBLICATION pub FOR TABLE t, u`)
+	cfg := e.config("rejoin")
+	cfg.PublicationRefresh, cfg.CopyData, cfg.ExistingData = time.Second, true, existing
+	r := e.start(cfg)
+	e.exec(e.pub, `UPDATE t SET v = -v WHERE id <= 10; UPDATE u SET v = -v WHERE id <= 10`)
+	e.waitCaughtUp(r)
+	e.verify("public.t", "public.u")
+
+	e.exec(e.pub, `ALTER PUBLICATION pub DROP TABLE t`)
+	e.exec(e.pub, `INSERT INTO t VALUES (1000, 1000); UPDATE t SET v = 0 WHERE id BETWEEN 20 AND 30; DELETE FROM t WHERE id > 90`)
+	e.exec(e.pub, `UPDATE u SET v = 0 WHERE id BETWEEN 20 AND 30`)
+	e.waitLog(r, "table public.t left publication pub: its changes are no longer applied", 1)
+	e.exec(e.pub, `ALTER PUBLICATION pub ADD TABLE t`)
+	e.exec(e.pub, `INSERT INTO t VALUES (2000, 2000); UPDATE t SET v = 7 WHERE id BETWEEN 40 AND 45; DELETE FROM t WHERE id = 50`)
+	if existing == tablesync.ExistingError {
+		e.waitLog(r, "empty it on the target (TRUNCATE public.t;)", 1)
+		e.exec(e.sub, `TRUNCATE t`)
+	}
+	e.waitLog(r, "copied tables that joined the publication", 1)
+	e.exec(e.pub, `UPDATE t SET v = 8 WHERE id BETWEEN 60 AND 65`)
+	e.waitCaughtUp(r)
+	e.verify("public.t", "public.u")
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSlotReleased(t, "rejoin")
+
+	// Out and back in between two reads: this run reads the publication
+	// at its start and then only when a table joins (w, below).
+	cfg.PublicationRefresh = time.Hour
+	const read = `msg="read the publication's tables"`
+	reads := strings.Count(e.log.String(), read)
+	r = e.start(cfg)
+	e.waitLog(r, read, reads+1) // the read the next is compared with
+	e.waitCaughtUp(r)
+	e.exec(e.pub, `ALTER PUBLICATION pub DROP TABLE t`)
+	e.exec(e.pub, `UPDATE t SET v = 9 WHERE id BETWEEN 70 AND 75; DELETE FROM t WHERE id = 80; INSERT INTO t VALUES (3000, 3000)`)
+	e.exec(e.pub, `ALTER PUBLICATION pub ADD TABLE t`)
+	if existing == tablesync.ExistingError {
+		e.exec(e.sub, `TRUNCATE t`) // emptied ahead, as the fix says
+	}
+	e.exec(e.pub, `ALTER PUBLICATION pub ADD TABLE w`)
+	e.exec(e.pub, `INSERT INTO w VALUES (1); UPDATE t SET v = 10 WHERE id = 1`)
+	e.waitLog(r, "copied tables that joined the publication", 2)
+	e.waitCaughtUp(r)
+	e.verify("public.t", "public.u", "public.w")
+}
+
+// waitLog waits until the subscribers' log holds s at least n times.
+func (e *env) waitLog(r *running, s string, n int) {
+	e.t.Helper()
+	nudge := time.Now()
+	for deadline := time.Now().Add(waitCaughtUpFor); time.Now().Before(deadline); {
+		if strings.Count(e.log.String(), s) >= n {
+			return
+		}
+		select {
+		case err := <-r.done:
+			r.done <- err
+			e.t.Fatalf("subscriber stopped before logging %q: %v", s, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		e.nudge(&nudge)
+	}
+	e.t.Fatalf("the log does not hold %q %d times after %s", s, n, waitCaughtUpFor)
 }
