@@ -34,7 +34,7 @@ func (p *phaseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 			if pkg == "citus" {
 				// A Citus coordinator's catalog, read with the target's
 				// own (its session, its tables): the target's step.
-				pkg = "target"
+				pkg = "targetdb"
 			}
 			if sender == "" {
 				sender = pkg
@@ -65,7 +65,8 @@ func (p *phaseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 
 // TestSetupInOrder: followed from Run, a run's setup enters each package
 // once, in order. The statements its reader's target session sends in the
-// connect, claim and setup phases come from target, then tombstones, then
+// connect, claim and setup phases come from targetdb (parapply's own
+// objects on the target: the schema, claims, origins, tombstones), then
 // progress, then tablesync, each package in one stretch, at a first start
 // (the slot created, the tables copied) and at a restart alike. (The copy's
 // and the sequences' own sessions are theirs alone; the publisher's
@@ -74,7 +75,7 @@ func TestSetupInOrder(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE a (id int PRIMARY KEY, v text)`)
 	e.exec(e.pub, `INSERT INTO a SELECT g, 'row ' || g FROM generate_series(1, 200) g`)
 	e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
-	want := []string{"target", "tombstones", "progress", "tablesync"}
+	want := []string{"targetdb", "progress", "tablesync"}
 	for i, start := range []string{"first start", "restart"} {
 		tr := &phaseTracer{}
 		cfg := e.config("phases")
