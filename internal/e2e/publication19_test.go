@@ -144,23 +144,12 @@ func TestPublicationAllSequences(t *testing.T) {
 		t.Skipf("FOR ALL SEQUENCES needs PostgreSQL 19 or later (this is %d)", major)
 	}
 	e := newEnv(t, "")
-	ctx := context.Background()
 	e.both(`CREATE TABLE orders (id bigserial PRIMARY KEY, v int); CREATE TABLE ident (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int);
 		CREATE SEQUENCE free_seq; CREATE UNLOGGED SEQUENCE unlogged_seq`)
 	e.exec(e.pub, `CREATE PUBLICATION pub FOR TABLE orders; CREATE PUBLICATION pub_seq FOR ALL SEQUENCES`)
 	e.exec(e.pub, `INSERT INTO ident (v) SELECT g FROM generate_series(1, 70) g; SELECT nextval('free_seq') FROM generate_series(1, 7);
 		SELECT nextval('unlogged_seq') FROM generate_series(1, 9)`)
-	last := func(seq string) int64 {
-		t.Helper()
-		var v *int64
-		if err := e.sub.QueryRow(ctx, "SELECT last_value FROM pg_sequences WHERE sequencename = $1", seq).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		if v == nil {
-			return 0
-		}
-		return *v
-	}
+	last := func(seq string) int64 { t.Helper(); return sequenceLast(t, e.sub, seq) }
 
 	// The publication of tables alone: owned is the published tables'.
 	out, err := runOnce(t, "sync-sequences", "--source", e.sourceDSN(), "--target", e.targetDSN(), "--publication", "pub", "--sequences", "owned")

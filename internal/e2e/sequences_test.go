@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/parapply/parapply/sequences"
 )
 
@@ -29,17 +31,7 @@ func TestSequences(t *testing.T) {
 	e.exec(e.pub, `INSERT INTO ident (v) SELECT g FROM generate_series(1, 70) g`)
 	e.exec(e.pub, `SELECT nextval('free_seq') FROM generate_series(1, 7)`)
 	e.waitCaughtUp(r)
-	last := func(seq string) int64 {
-		t.Helper()
-		var v *int64
-		if err := e.sub.QueryRow(ctx, "SELECT last_value FROM pg_sequences WHERE sequencename = $1", seq).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		if v == nil {
-			return 0
-		}
-		return *v
-	}
+	last := func(seq string) int64 { t.Helper(); return sequenceLast(t, e.sub, seq) }
 	deadline := time.Now().Add(20 * time.Second)
 	for last("orders_id_seq") < 50 {
 		if time.Now().After(deadline) {
@@ -217,4 +209,18 @@ func TestSequenceSafety(t *testing.T) {
 		}
 	}
 	check("after sync-sequences")
+}
+
+// sequenceLast is the last value of the target's sequence seq (0 when it
+// was never used).
+func sequenceLast(t *testing.T, conn *pgx.Conn, seq string) int64 {
+	t.Helper()
+	var v *int64
+	if err := conn.QueryRow(context.Background(), "SELECT last_value FROM pg_sequences WHERE sequencename = $1", seq).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		return 0
+	}
+	return *v
 }
