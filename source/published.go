@@ -53,7 +53,8 @@ func (s *Source) publishedTables(ctx context.Context) ([]PublishedTable, error) 
 func ListPublished(ctx context.Context, conn *pgconn.PgConn, publications []string) ([]PublishedTable, error) {
 	version, _ := strconv.Atoi(conn.ParameterStatus("server_version_num"))
 	if version == 0 {
-		// Reported at connection start only from PostgreSQL 16 on.
+		// Reported at connection start by PostgreSQL 16 to 18 only (not by
+		// 15, nor by 19).
 		res, err := conn.Exec(ctx, "SHOW server_version_num").ReadAll()
 		if err != nil {
 			return nil, fmt.Errorf("reading the source's server version: %w", err)
