@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/parapply/parapply"
+	"github.com/parapply/parapply/internal/enum"
 )
 
 // Mode is the schema setting: where the published tables' definitions
@@ -151,3 +152,7 @@ func onSchemaTargetHas(e Entry, has func(string) bool) bool {
 	}
 	return false
 }
+
+// ParseMode reads the schema setting, naming it and its values when s is
+// none of them.
+func ParseMode(s string) (Mode, error) { return enum.Parse("schema", s, Modes) }

@@ -27,16 +27,21 @@ type setUp struct {
 // time, in the order that keeps a refused start cheap (every refusal comes
 // before the slot's creation, the one step that costs the publisher
 // something): the target (prepareTarget: origins, parapply's schema, the
-// table claims, what detection reads), the tombstone triggers, the slot's
+// table claims, what detection reads), the published tables' definitions
+// with schema = copy (copySchema), the tombstone triggers, the slot's
 // progress record (progress.Open), an existing slot made a failover slot
 // if asked (makeFailover), the tables (tablesync.Sync: its checks, the
-// slot's creation, the copy), and the sequences. A start refused after it
+// slot's creation, the copy; then what a schema copy left for after it),
+// and the sequences. A start refused after it
 // recorded the slot undoes that (see abandonSlot).
 func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	su := setUp{claimed: c}
 	conn := c.app.Conn()
 	td, err := s.prepareTarget(ctx, c)
 	if err != nil {
+		return su, err
+	}
+	if err := s.copySchema(ctx, conn, c.src, c.published); err != nil {
 		return su, err
 	}
 	if su.tombs, err = s.setupTombstones(ctx, conn, c.published); err != nil {

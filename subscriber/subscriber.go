@@ -14,6 +14,7 @@ import (
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
 	"github.com/parapply/parapply/progress"
+	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/tablesync"
@@ -104,6 +105,12 @@ type Config struct {
 	DetectUpdateDeleted bool
 	MaxRetention        time.Duration
 	MaxClockSkew        time.Duration
+	// Schema is schemacopy.Target ("" too) or schemacopy.Copy: whether
+	// a start brings the definitions of the published tables the target
+	// lacks over from the publisher (schema.go), with the pg_dump program
+	// PGDump names (empty: found, schemacopy.Find).
+	Schema schemacopy.Mode
+	PGDump string
 	// SharedTables lets this slot apply to target tables another slot
 	// applies to as well (see claim.go); off, such a start is refused.
 	SharedTables bool
@@ -177,6 +184,8 @@ type runState struct {
 	det            atomic.Pointer[apply.Detection]
 	warnedCommitTS atomic.Bool
 	toldCitus      atomic.Bool
+	// toldSchema, that schema = copy found every published table there.
+	toldSchema atomic.Bool
 	// binary is whether the run's stream carries binary tuple data, given
 	// to every applier it opens (see chooseBinary); textOnly is set once a
 	// run met a column that cannot take them, for the process's later

@@ -40,6 +40,9 @@ func (s *Subscriber) sync(ctx context.Context, src *source.Source, app *apply.Ap
 	if err != nil {
 		return err
 	}
+	if err := s.runDeferredDDL(ctx, app.Conn()); err != nil {
+		return err
+	}
 	app.SetSynced(res.Tables)
 	app.Warn = func(msg string) { s.log.Warn(msg) }
 	return nil

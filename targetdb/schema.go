@@ -34,7 +34,7 @@ const OriginSetting = "parapply.origin"
 // SlotTables are parapply's tables on the target that hold rows per slot
 // (slot_name), which dropping a slot deletes. parapply.conflicts is left:
 // it is the record of what was resolved, for whoever audits it.
-var SlotTables = []string{"progress", "prepared", "applied", "skip", "sync_state", "retired_origins", "table_claims", "slot_claims", "status", "sequence_sync"}
+var SlotTables = []string{"progress", "prepared", "applied", "skip", "sync_state", "retired_origins", "table_claims", "slot_claims", "status", "sequence_sync", "deferred_ddl"}
 
 // The schema's version is the highest version recorded in
 // parapply.schema_version, one row per migration applied, written in the
@@ -54,6 +54,7 @@ type migration struct {
 // Append to it; never edit a migration a release has shipped.
 var migrations = []migration{
 	{1, "the parapply schema of releases before schema versions, brought to one shape", migration1},
+	{2, "what schema = copy runs after the initial copy", migration2},
 }
 
 // Version is the schema version this release migrates to.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/internal/nearest"
+	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -75,6 +76,10 @@ var settings = []setting{
 		func(o *options) kind { return integer(&o.StreamWorkers, 0, maxInt) }},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)",
 		func(o *options) kind { return str(&o.SpillDirectory) }},
+	{"schema", "target", "where the published tables' definitions come from: target, the target has them (made by hand, as with pg_dump --schema-only | psql); copy, on a start where the target lacks them, parapply brings them over from the publisher with pg_dump (the types, domains, functions and sequences of their schemas too; indexes and constraints built after the initial copy, foreign keys and triggers after that; no owners, grants or extensions: see docs/operations.md)",
+		func(o *options) kind { return choice(&o.Schema, schemacopy.Modes, schemacopy.ParseMode) }},
+	{"pg_dump", "", "with schema = copy, the pg_dump program to run (of the publisher's major version or newer); empty: the first new enough on PATH or in /usr/lib/postgresql/*/bin, newest first",
+		func(o *options) kind { return str(&o.PGDump) }},
 	{"copy_data", "on", "copy the rows published tables already hold before streaming (tables not synced before); off takes them as in sync",
 		func(o *options) kind { return boolean(&o.CopyData) }},
 	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks",
@@ -181,6 +186,7 @@ func (o options) subscriberConfig(log *slog.Logger) (subscriber.Config, error) {
 		DetectConflicts: o.DetectConflicts, DetectConflictsAsked: o.DetectConflictsAsked, Conflicts: o.Conflicts, OnError: o.OnError, DDL: o.DDL,
 		DetectUpdateDeleted: o.DetectUpdateDeleted, MaxRetention: o.MaxRetention, MaxClockSkew: o.MaxClockSkew,
 		SharedTables: o.SharedTables, Binary: o.Binary,
+		Schema: o.Schema, PGDump: o.PGDump,
 	}
 	if o.AutoWorkers {
 		cfg.Workers = o.MaxWorkers

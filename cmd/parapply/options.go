@@ -7,6 +7,7 @@ import (
 
 	"github.com/parapply/parapply/apply"
 	"github.com/parapply/parapply/conflict"
+	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/sequences"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/subscriber"
@@ -36,6 +37,8 @@ type options struct {
 	DDL                  subscriber.DDLMode
 	StreamWorkers        int
 	SpillDirectory       string
+	Schema               schemacopy.Mode
+	PGDump               string
 	CopyData             bool
 	CopyWorkers          int
 	CopyDeferIndexes     bool
