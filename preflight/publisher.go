@@ -25,6 +25,7 @@ import (
 type published struct {
 	reached bool
 	role    string
+	version int // server_version_num
 	// slotExists: the run resumes from the slot (no copy of tables
 	// already synced); tables: what the publications send, with the
 	// publisher's columns; ops: what they publish (insert, update,
@@ -69,6 +70,7 @@ func checkPublisher(ctx context.Context, cfg subscriber.Config, rep *Report) pub
 		rep.add(sidePub, "connection", "", broken("", "reading the publisher's settings", err))
 		return p
 	}
+	p.version = version
 	rep.add(sidePub, "connection", fmt.Sprintf("PostgreSQL %d.%d as role %s", version/10000, version%10000, p.role),
 		failing(judge.PublisherVersion(version, cfg.Source.Origin == source.OriginNone))...)
 	if f := judge.WALLevel(walLevel, effectiveWAL); f != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/internal/nearest"
+	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/subscriber"
 	"github.com/parapply/parapply/tablesync"
 )
@@ -53,6 +54,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub
 		case err != nil:
 			tableProbs = append(tableProbs, broken(name, "reading it on the target", err))
 			continue
+		case !found && cfg.Schema == schemacopy.Copy:
+			continue // checkSchemaCopy's
 		case !found:
 			what, fix := missingTable(t.Schema, t.Name, nearTable(ctx, conn, t.Schema, t.Name))
 			tableProbs = append(tableProbs, pending(cfg, pub, fail(name, what, fix)))

@@ -54,6 +54,7 @@ func checkTarget(ctx context.Context, cfg subscriber.Config, pub published, rep 
 		return
 	}
 	checkTables(ctx, conn, cfg, pub, role, rep)
+	checkSchemaCopy(ctx, conn, cfg, pub, role, rep)
 	checkDDLTarget(ctx, conn, cfg, pub, role, rep)
 	checkCitus(ctx, conn, cfg, pub, rep)
 	if cfg.Sequences != sequences.None {
