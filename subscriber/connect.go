@@ -9,6 +9,7 @@ import (
 
 	"github.com/parapply/parapply"
 	"github.com/parapply/parapply/apply"
+	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/source"
 	"github.com/parapply/parapply/targetdb"
 )
@@ -90,6 +91,10 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 		// which brings the target level at its place; if it does not, the
 		// first change the target cannot take stops the run.
 		s.log.Warn("the target's schema is behind the publication's; with ddl = apply the DDL still to come in the stream is to bring it level (values travel in text this run)", "difference", err)
+		tables, err = nil, nil
+	}
+	if err != nil && s.cfg.Schema == schemacopy.Copy && errors.Is(err, targetdb.ErrNoTable) {
+		// The setup makes the tables (copySchema), then checks again.
 		tables, err = nil, nil
 	}
 	if err != nil {

@@ -26,34 +26,34 @@ import (
 // constraints, built by the copy: parapply.deferred_index; the rest,
 // after the copy: parapply.deferred_ddl, see runDeferredDDL). Where the
 // target has every published table it does nothing; where it has some
-// only, it refuses the start.
-func (s *Subscriber) copySchema(ctx context.Context, conn *pgx.Conn, src *source.Source, published []source.PublishedTable) error {
+// only, it refuses the start. made tells that it made the tables.
+func (s *Subscriber) copySchema(ctx context.Context, conn *pgx.Conn, src *source.Source, published []source.PublishedTable) (made bool, err error) {
 	if s.cfg.Schema != schemacopy.Copy || len(published) == 0 {
-		return nil
+		return false, nil
 	}
 	present, err := onTarget(ctx, conn, published)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(present) == len(published) {
 		if !s.runs.toldSchema.Swap(true) {
 			s.log.Info("schema = copy: the target has every published table; nothing to copy", "tables", len(published))
 		}
-		return nil
+		return false, nil
 	}
 	missing := absent(published, present)
 	if len(present) > 0 {
-		return Permanent(fmt.Errorf("schema = copy brings over the definitions of every published table or of none, and the target has %s but lacks %s: create those it lacks by hand (pg_dump --schema-only --table=... on the publisher, run with psql on the target), or drop those it has",
+		return false, Permanent(fmt.Errorf("schema = copy brings over the definitions of every published table or of none, and the target has %s but lacks %s: create those it lacks by hand (pg_dump --schema-only --table=... on the publisher, run with psql on the target), or drop those it has",
 			qualifiedNames(present), qualifiedNames(missing)))
 	}
 	if err := refuseSynced(ctx, conn, s.cfg.Source.Slot, missing); err != nil {
-		return err
+		return false, err
 	}
 	plan, err := s.dumpSchema(ctx, conn, src.ServerVersion/10000, published)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return s.runPlan(ctx, plan, len(published))
+	return true, s.runPlan(ctx, plan, len(published))
 }
 
 // absent are the published tables not in present.

@@ -41,8 +41,13 @@ func (s *Subscriber) setup(ctx context.Context, c claimed) (setUp, error) {
 	if err != nil {
 		return su, err
 	}
-	if err := s.copySchema(ctx, conn, c.src, c.published); err != nil {
-		return su, err
+	if made, err := s.copySchema(ctx, conn, c.src, c.published); err != nil || made {
+		if err == nil {
+			err = s.checkTarget(ctx, c.connected) // the tables it made
+		}
+		if err != nil {
+			return su, err
+		}
 	}
 	if su.tombs, err = s.setupTombstones(ctx, conn, c.published); err != nil {
 		return su, err
