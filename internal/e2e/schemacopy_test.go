@@ -64,9 +64,9 @@ func schemaShape(t *testing.T, e *env, side string) string {
 		FROM pg_constraint WHERE conrelid IN ('s1.parent'::regclass, 's2.child'::regclass)
 		UNION ALL SELECT indrelid::regclass::text || ' index ' || pg_catalog.pg_get_indexdef(indexrelid)
 		FROM pg_index WHERE indrelid IN ('s1.parent'::regclass, 's2.child'::regclass)
-		UNION ALL SELECT 'type ' || t.typnamespace::regnamespace::text || '.' || t.typname || ' ' || t.typtype
+		UNION ALL SELECT 'type ' || t.typnamespace::regnamespace::text || '.' || t.typname || ' ' || t.typtype::text
 			|| coalesce(' ' || (SELECT string_agg(pg_catalog.pg_get_constraintdef(c.oid), ', ') FROM pg_constraint c WHERE c.contypid = t.oid), '')
-		FROM pg_type t WHERE t.typnamespace IN ('s1'::regnamespace, 's2'::regnamespace) AND t.typtype IN ('e', 'd')) s`).Scan(&s)
+		FROM pg_type t WHERE t.typnamespace IN ('s1'::regnamespace, 's2'::regnamespace) AND t.typtype IN ('e', 'd')) s(x)`).Scan(&s)
 	if err != nil {
 		t.Fatalf("reading the %s's published tables: %v", side, err)
 	}
