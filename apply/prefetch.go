@@ -299,8 +299,8 @@ const (
 // aheadPays how many times longer than the same keys' second read a
 // first read must take for reading ahead to pay (see aheadJudge).
 const (
-	aheadWindow = 4
-	aheadPays   = 4
+	aheadWindow = 8
+	aheadPays   = 5
 )
 
 // An aheadJudge decides, from sample key sets each read twice, whether
@@ -316,10 +316,11 @@ const (
 // waiting for a core), which a single read's wall time cannot tell from a
 // slow disk: the judge takes, over aheadWindow samples, the shortest first
 // and the shortest second read per row, and rests (reads only the samples)
-// while the first is under aheadPays times the second. Point-update on two
-// busy cores: single first reads from 6 to 200 us a row, the shortest 6
-// against 2.5 for the second; slow-read (0.1 ms a file read): never under
-// 100 us a row, the second 2 to 15.
+// while the first is under aheadPays times the second. Point-update (pages
+// from the operating system's cache) on two overloaded cores: single first
+// reads from 7 to 750 us a row, the shortest of four 7 to 32 against 2.5 to
+// 9 for the second; slow-read (0.1 ms a file read): never under 100 us a
+// row, the second 3 to 15, the shortest of a window 25 to 35 times apart.
 type aheadJudge struct {
 	first, again time.Duration // per row, the shortest of the window
 	n            int

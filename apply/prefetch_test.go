@@ -228,10 +228,12 @@ func TestAheadJudge(t *testing.T) {
 		{"slow disk: read ahead", rep(aheadWindow, slow), []string{"ahead"}},
 		{"operating system's cache: rest", rep(aheadWindow, cached), []string{"rest"}},
 		{"exactly aheadPays times: read ahead", rep(aheadWindow, sample{aheadPays * 400 * us, 400 * us, 128}), []string{"ahead"}},
-		// Point-update on two busy cores (first, again): 1.2 ms and 17 ms,
-		// 3.7 and 8.1, 15 and 0.56, 0.85 and 3.3: summed, the first reads
-		// would pass for a slow disk in some windows.
-		{"a busy CPU stretches single reads: rest", []sample{{1200 * us, 17300 * us, 128}, {3700 * us, 8100 * us, 128}, {15000 * us, 560 * us, 128}, {850 * us, 3300 * us, 128}}, []string{"rest"}},
+		// Point-update on two overloaded cores (first, again), 128 rows
+		// a set: summed, the first reads would pass for a slow disk.
+		{"a busy CPU stretches single reads: rest", []sample{
+			{21900 * us, 4700 * us, 128}, {22300 * us, 1190 * us, 128}, {96000 * us, 7400 * us, 128}, {4100 * us, 7900 * us, 128},
+			{7500 * us, 8400 * us, 128}, {10000 * us, 1960 * us, 128}, {2000 * us, 8700 * us, 128}, {15000 * us, 560 * us, 128},
+		}, []string{"rest"}},
 		{"slow disk, one second read stretched", append(rep(aheadWindow-1, slow), sample{14000 * us, 9000 * us, 128}), []string{"ahead"}},
 		{"per row: a short set is not a fast one", append(rep(aheadWindow-1, slow), sample{1800 * us, 80 * us, 16}), []string{"ahead"}},
 		{"each window on its own", append(rep(aheadWindow, cached), rep(aheadWindow, slow)...), []string{"rest", "ahead"}},
