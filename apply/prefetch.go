@@ -55,6 +55,7 @@ type prefetcher struct {
 	// saves the appliers no wait: then only the samples are read.
 	offered atomic.Uint64
 	resting atomic.Bool
+	judged  atomic.Bool
 	judgeMu sync.Mutex
 	judge   aheadJudge
 }
@@ -281,15 +282,16 @@ func (p *prefetcher) sampleRead(conn *pgx.Conn, j prefetchJob) error {
 	p.judgeMu.Unlock()
 	if judged {
 		p.resting.Store(resting)
+		p.judged.Store(true)
 	}
 	return nil
 }
 
-// One key set in aheadSampleEvery is a sample while the prefetcher reads
-// ahead (a sample costs one more lookup of pages in memory, and the first
-// verdict comes after a few thousand rows), one in aheadSampleResting while
-// it rests: the samples are then all it reads, and they notice when reading
-// ahead would pay again.
+// Until the first verdict every key set is a sample (it comes after
+// aheadWindow sets, a thousand rows at most); then one in aheadSampleEvery
+// while the prefetcher reads ahead (a sample costs one more lookup of pages
+// in memory), one in aheadSampleResting while it rests: the samples are
+// then all it reads, and they notice when reading ahead would pay again.
 const (
 	aheadSampleEvery   = 4
 	aheadSampleResting = 16
@@ -352,6 +354,9 @@ func (j *aheadJudge) add(first, again time.Duration, rows int) (resting, judged 
 // sample). One atomic add per key set, not per change.
 func (p *prefetcher) sampled() (sample, skip bool) {
 	n := p.offered.Add(1)
+	if !p.judged.Load() {
+		return true, false
+	}
 	if p.resting.Load() {
 		sample = n%aheadSampleResting == 0
 		return sample, !sample

@@ -260,9 +260,10 @@ func TestAheadJudge(t *testing.T) {
 	}
 }
 
-// TestReadAheadRests checks which key sets are offered: every one while
-// the prefetcher reads ahead, one in aheadSampleEvery flagged as a sample;
-// only the samples, one in aheadSampleResting, while it rests.
+// TestReadAheadRests checks which key sets are offered: every one, each a
+// sample, before the first verdict; every one while the prefetcher reads
+// ahead, one in aheadSampleEvery flagged as a sample; only the samples, one
+// in aheadSampleResting, while it rests.
 func TestReadAheadRests(t *testing.T) {
 	const sets = 2*aheadSampleResting + 3
 	every := func(n int) []bool {
@@ -273,12 +274,13 @@ func TestReadAheadRests(t *testing.T) {
 		return w
 	}
 	tests := []struct {
-		name    string
-		resting bool
-		want    []bool // offered key sets: whether each is a sample
+		name            string
+		judged, resting bool
+		want            []bool // offered key sets: whether each is a sample
 	}{
-		{"reading ahead", false, every(aheadSampleEvery)},
-		{"resting: the samples alone", true, []bool{true, true}},
+		{"not judged yet: every set a sample", false, false, every(1)},
+		{"reading ahead", true, false, every(aheadSampleEvery)},
+		{"resting: the samples alone", true, true, []bool{true, true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,6 +293,7 @@ func TestReadAheadRests(t *testing.T) {
 				r.rows++
 			}
 			pf := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), max: 1}
+			pf.judged.Store(tc.judged)
 			pf.resting.Store(tc.resting)
 			ra := readAhead{on: true, shared: &sharedPrefetcher{tried: true, pf: pf}}
 			ra.offer(r, true)
