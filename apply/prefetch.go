@@ -50,6 +50,14 @@ type prefetcher struct {
 	err           atomic.Pointer[error]
 	warn          func(string)
 	closeOnce     sync.Once
+	// offered numbers the key sets offered, so that some are samples
+	// (see sampled); resting is the judge's verdict that reading ahead
+	// saves the appliers no wait: then only the samples are read.
+	offered atomic.Uint64
+	resting atomic.Bool
+	judged  atomic.Bool
+	judgeMu sync.Mutex
+	judge   aheadJudge
 }
 
 type prefetchJob struct {
@@ -65,6 +73,9 @@ type prefetchJob struct {
 	// pending counts the run's key sets not read yet (see readAhead.await);
 	// the job takes one off once read, skipped or dropped.
 	pending *pendingReads
+	// sample marks a key set to be read twice, the two times going to
+	// the judge (see aheadJudge).
+	sample bool
 }
 
 // finished takes the job off its run's pending count.
@@ -241,11 +252,116 @@ func (p *prefetcher) read(conn *pgx.Conn, j prefetchJob) (bool, error) {
 		p.Dropped.Add(int64(j.rows))
 		return false, nil
 	}
-	if err := execArrays(context.Background(), conn, j.sql, j.args); err != nil {
+	if j.sample {
+		if err := p.sampleRead(conn, j); err != nil {
+			return false, err
+		}
+	} else if err := execArrays(context.Background(), conn, j.sql, j.args); err != nil {
 		return false, err
 	}
 	p.Rows.Add(int64(j.rows))
 	return true, nil
+}
+
+// sampleRead reads a sample key set twice, timing each (clock reads per
+// sample set, never per row), and tells the judge: the second read finds
+// every page in shared_buffers, so the difference is what bringing the
+// set's pages in cost.
+func (p *prefetcher) sampleRead(conn *pgx.Conn, j prefetchJob) error {
+	began := time.Now()
+	if err := execArrays(context.Background(), conn, j.sql, j.args); err != nil {
+		return err
+	}
+	again := time.Now()
+	if err := execArrays(context.Background(), conn, j.sql, j.args); err != nil {
+		return err
+	}
+	ended := time.Now()
+	p.judgeMu.Lock()
+	resting, judged := p.judge.add(again.Sub(began), ended.Sub(again), j.rows)
+	p.judgeMu.Unlock()
+	if judged {
+		p.resting.Store(resting)
+		p.judged.Store(true)
+	}
+	return nil
+}
+
+// Until the first verdict every key set is a sample (it comes after
+// aheadWindow sets, a thousand rows at most); then one in aheadSampleEvery
+// while the prefetcher reads ahead (a sample costs one more lookup of pages
+// in memory), one in aheadSampleResting while it rests: the samples are
+// then all it reads, and they notice when reading ahead would pay again.
+const (
+	aheadSampleEvery   = 4
+	aheadSampleResting = 16
+)
+
+// aheadWindow is how many samples the judge weighs at a time, and
+// aheadPays how many times longer than the same keys' second read a
+// first read must take for reading ahead to pay (see aheadJudge).
+const (
+	aheadWindow = 8
+	aheadPays   = 5
+)
+
+// An aheadJudge decides, from sample key sets each read twice, whether
+// reading ahead saves the appliers any wait. The first read brings the
+// set's pages into shared_buffers and the second finds them there, so the
+// second is what a statement costs when its rows were read ahead, and the
+// first what it costs when they were not. Where the pages come from a
+// slow disk the first is many times the second, and the appliers, finding
+// them in memory, wait less; where they come from shared_buffers or the
+// operating system's cache the two are close, and a prefetch session only
+// repeats the appliers' index lookups and copies on another core. A busy
+// CPU only adds to a read's time (a backend, or PostgreSQL 18's I/O worker,
+// waiting for a core), which a single read's wall time cannot tell from a
+// slow disk: the judge takes, over aheadWindow samples, the shortest first
+// and the shortest second read per row, and rests (reads only the samples)
+// while the first is under aheadPays times the second. Point-update (pages
+// from the operating system's cache) on two overloaded cores: single first
+// reads from 7 to 750 us a row, the shortest of four 7 to 32 against 2.5 to
+// 9 for the second; slow-read (0.1 ms a file read): never under 100 us a
+// row, the second 3 to 15, the shortest of a window 25 to 35 times apart.
+type aheadJudge struct {
+	first, again time.Duration // per row, the shortest of the window
+	n            int
+}
+
+// add weighs one sample of rows rows, read twice; once a window is full it
+// returns the verdict (resting: reading ahead does not pay) and judged
+// true.
+func (j *aheadJudge) add(first, again time.Duration, rows int) (resting, judged bool) {
+	rows = max(rows, 1)
+	f, a := first/time.Duration(rows), again/time.Duration(rows)
+	if j.n == 0 || f < j.first {
+		j.first = f
+	}
+	if j.n == 0 || a < j.again {
+		j.again = a
+	}
+	j.n++
+	if j.n < aheadWindow {
+		return false, false
+	}
+	resting = j.first < aheadPays*j.again
+	*j = aheadJudge{}
+	return resting, true
+}
+
+// sampled numbers a key set about to be offered: whether it is a sample,
+// and whether it is to be left out (the prefetcher rests and it is not a
+// sample). One atomic add per key set, not per change.
+func (p *prefetcher) sampled() (sample, skip bool) {
+	n := p.offered.Add(1)
+	if !p.judged.Load() {
+		return true, false
+	}
+	if p.resting.Load() {
+		sample = n%aheadSampleResting == 0
+		return sample, !sample
+	}
+	return n%aheadSampleEvery == 0, false
 }
 
 // execArrays runs sql, prepared on conn once, with args, each a rawArray
@@ -615,8 +731,12 @@ func (ra *readAhead) offer(r *run, final bool) {
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
+		sample, skip := pf.sampled()
+		if skip {
+			continue
+		}
 		if r.kind == 'I' {
-			probe(pf, r, from, to)
+			probe(pf, r, from, to, sample)
 			continue
 		}
 		args := make([]any, r.split)
@@ -627,14 +747,15 @@ func (ra *readAhead) offer(r *run, final bool) {
 			}
 			args[i] = v
 		}
-		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied, pending: &r.reading})
+		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied, pending: &r.reading, sample: sample})
 	}
 	r.ahead = r.rows
 }
 
 // probe offers the values that rows from..to of an insert run take in
-// each probed column (Table.Probes) to the prefetcher.
-func probe(pf *prefetcher, r *run, from, to int) {
+// each probed column (Table.Probes) to the prefetcher, as samples if
+// sample (see aheadJudge).
+func probe(pf *prefetcher, r *run, from, to int, sample bool) {
 	for _, c := range r.table.Probes {
 		i := slices.Index(r.cols, c)
 		if i < 0 {
@@ -652,7 +773,7 @@ func probe(pf *prefetcher, r *run, from, to int) {
 		if err != nil {
 			return // the statement will say so
 		}
-		pf.offer(prefetchJob{sql: sql, args: []any{v}, rows: to - from, stale: &r.applied, pending: &r.reading})
+		pf.offer(prefetchJob{sql: sql, args: []any{v}, rows: to - from, stale: &r.applied, pending: &r.reading, sample: sample})
 	}
 }
 

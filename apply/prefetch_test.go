@@ -204,3 +204,110 @@ func TestPendingReads(t *testing.T) {
 		t.Errorf("count() = %d, want 1", n)
 	}
 }
+
+// TestAheadJudge checks the verdict on sample key sets, each read twice:
+// none before a window of aheadWindow samples; then, of the window's
+// shortest first and second reads per row, reading ahead while the first
+// is aheadPays times the second or more (pages from a slow disk), resting
+// below (pages already in memory, however much a busy CPU stretches single
+// reads); each window judged on its own.
+func TestAheadJudge(t *testing.T) {
+	type sample struct {
+		first, again time.Duration
+		rows         int
+	}
+	rep := func(n int, s sample) []sample { return slices.Repeat([]sample{s}, n) }
+	us := time.Microsecond
+	slow, cached := sample{14000 * us, 600 * us, 128}, sample{800 * us, 320 * us, 128}
+	tests := []struct {
+		name    string
+		samples []sample
+		want    []string // the verdicts, in order: "ahead" or "rest"
+	}{
+		{"no verdict before a full window", rep(aheadWindow-1, slow), nil},
+		{"slow disk: read ahead", rep(aheadWindow, slow), []string{"ahead"}},
+		{"operating system's cache: rest", rep(aheadWindow, cached), []string{"rest"}},
+		{"exactly aheadPays times: read ahead", rep(aheadWindow, sample{aheadPays * 400 * us, 400 * us, 128}), []string{"ahead"}},
+		// Point-update on two overloaded cores (first, again), 128 rows
+		// a set: summed, the first reads would pass for a slow disk.
+		{"a busy CPU stretches single reads: rest", []sample{
+			{21900 * us, 4700 * us, 128}, {22300 * us, 1190 * us, 128}, {96000 * us, 7400 * us, 128}, {4100 * us, 7900 * us, 128},
+			{7500 * us, 8400 * us, 128}, {10000 * us, 1960 * us, 128}, {2000 * us, 8700 * us, 128}, {15000 * us, 560 * us, 128},
+		}, []string{"rest"}},
+		{"slow disk, one second read stretched", append(rep(aheadWindow-1, slow), sample{14000 * us, 9000 * us, 128}), []string{"ahead"}},
+		{"per row: a short set is not a fast one", append(rep(aheadWindow-1, slow), sample{1800 * us, 80 * us, 16}), []string{"ahead"}},
+		{"each window on its own", append(rep(aheadWindow, cached), rep(aheadWindow, slow)...), []string{"rest", "ahead"}},
+		{"no row (a set cannot be empty; no division by zero)", rep(aheadWindow, sample{800 * us, 320 * us, 0}), []string{"rest"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var j aheadJudge
+			var got []string
+			for _, s := range tc.samples {
+				resting, judged := j.add(s.first, s.again, s.rows)
+				switch {
+				case !judged:
+				case resting:
+					got = append(got, "rest")
+				default:
+					got = append(got, "ahead")
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("verdicts %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadAheadRests checks which key sets are offered: every one, each a
+// sample, before the first verdict; every one while the prefetcher reads
+// ahead, one in aheadSampleEvery flagged as a sample; only the samples, one
+// in aheadSampleResting, while it rests.
+func TestReadAheadRests(t *testing.T) {
+	const sets = 2*aheadSampleResting + 3
+	every := func(n int) []bool {
+		w := make([]bool, sets)
+		for i := n - 1; i < sets; i += n {
+			w[i] = true
+		}
+		return w
+	}
+	tests := []struct {
+		name            string
+		judged, resting bool
+		want            []bool // offered key sets: whether each is a sample
+	}{
+		{"not judged yet: every set a sample", false, false, every(1)},
+		{"reading ahead", true, false, every(aheadSampleEvery)},
+		{"resting: the samples alone", true, true, []bool{true, true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := wideTable()
+			tb.Large = true
+			r := &run{cols: []int{0, 1}, split: 1, table: tb, kind: 'U', params: [][][]byte{nil, nil}}
+			for i := range sets * prefetchChunk {
+				r.params[0] = append(r.params[0], fmt.Appendf(nil, "%d", i))
+				r.params[1] = append(r.params[1], []byte("v"))
+				r.rows++
+			}
+			pf := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), max: 1}
+			pf.judged.Store(tc.judged)
+			pf.resting.Store(tc.resting)
+			ra := readAhead{on: true, shared: &sharedPrefetcher{tried: true, pf: pf}}
+			ra.offer(r, true)
+			close(pf.jobs)
+			var got []bool
+			for j := range pf.jobs {
+				got = append(got, j.sample)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("offered key sets (sample or not) %v, want %v", got, tc.want)
+			}
+			if r.ahead != r.rows {
+				t.Errorf("%d of %d rows marked offered: sets left out while resting must not be offered again", r.ahead, r.rows)
+			}
+		})
+	}
+}
