@@ -109,7 +109,8 @@ var (
 	copyBytesDesc  = desc("copy_bytes_total", "Bytes copied by the initial copy, by table.", "table")
 	copyEstDesc    = desc("copy_rows_estimated", "Rows the publisher's statistics estimate each table of the initial copy holds.", "table")
 	copyPctDesc    = desc("copy_percent", "Share of the initial copy done, in percent of the rows the publisher's statistics estimate (below 100 until every table is done).")
-	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far.")
+	copyETADesc    = desc("copy_eta_seconds", "Time the initial copy has still to run, at its rate so far: the rows' and the index builds' after them.")
+	copyIdxDesc    = desc("copy_indexes", "Indexes and constraints the initial copy builds after the rows (copy_defer_indexes), by state (built, pending).", "state")
 	syncDesc       = desc("synchronous_standby", "1 while the publisher names parapply in synchronous_standby_names (target commits are then synchronous).")
 	behindDesc     = desc("behind", "1 while the current run is behind the publisher (its changes arrive two seconds or more after their commit, by the publisher's clock; back to 0 under one second), reading ahead and weighing workers; 0 while it keeps up, and while no run streams.")
 	foSlotDesc     = desc("slot_failover", "1 when the slot is a failover slot (PostgreSQL 17 and later, failover = on), which a standby with sync_replication_slots keeps a copy of; absent before 17.")
@@ -125,7 +126,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{infoDesc, stateDesc, waitingDesc, waitStartDesc, startDesc, lsnDesc, lagBytesDesc, lagSecondsDesc, delayDesc,
 		srcTxnsDesc, tgtTxnsDesc, rowsDesc, truncDesc, conflictsDesc, stmtsDesc, collapsedDesc, replaysDesc, prefetchDesc, pfDroppedDesc, pfConnsDesc, pfWaitDesc, queueDesc,
 		streamDesc, retriesDesc, reconnectsDesc, seqAtDesc, seqDesc, seqFailDesc, wTxnsDesc, wUnitsDesc, wBatchDesc, wRowsDesc, wBusyDesc, wDepDesc, wOrderDesc,
-		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, ddlDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
+		copyTablesDesc, copyRowsDesc, copyBytesDesc, copyEstDesc, copyPctDesc, copyETADesc, copyIdxDesc, syncDesc, binaryDesc, foSlotDesc, foSyncSetDesc, foSyncedDesc, behindDesc, spillDesc, inflightDesc, streamedDesc, ddlDesc, skippedDesc, tombDesc, activeDesc, switchesDesc, readShareDesc} {
 		ch <- d
 	}
 }
@@ -300,12 +301,14 @@ func collectSequences(e emitter, st subscriber.Status) {
 	e.gauge(seqFailDesc, b2f(st.SequenceError != ""))
 }
 
-// collectCopy emits the initial copy's progress: tables done and
-// pending, the share done and time left, and each table's rows and
-// bytes.
+// collectCopy emits the initial copy's progress: tables and deferred
+// indexes done and pending, the share done and time left, and each
+// table's rows and bytes.
 func collectCopy(e emitter, p tablesync.Progress) {
 	e.gauge(copyTablesDesc, float64(p.TablesDone), "done")
 	e.gauge(copyTablesDesc, float64(p.Tables-p.TablesDone), "pending")
+	e.gauge(copyIdxDesc, float64(p.IndexesBuilt), "built")
+	e.gauge(copyIdxDesc, float64(p.Indexes-p.IndexesBuilt), "pending")
 	if pct, left, ok := subscriber.CopyEstimate(p); ok {
 		e.gauge(copyPctDesc, pct)
 		e.gauge(copyETADesc, left.Seconds())

@@ -30,7 +30,7 @@ func TestCollector(t *testing.T) {
 			{Worker: 2, Txns: 3, DependencyWait: 500 * time.Millisecond, RetriesBy: [5]int64{0, 1, 0, 3, 1}},
 		},
 		Waiting: &subscriber.Wait{Reason: subscriber.WaitDiskFull, Since: time.Unix(1700000000, 0)},
-		Copy:    &tablesync.Progress{Tables: 3, TablesDone: 1, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
+		Copy:    &tablesync.Progress{Tables: 3, TablesDone: 1, Indexes: 5, IndexesBuilt: 2, PerTable: []tablesync.TableProgress{{Name: "public.a", Rows: 10, EstRows: 12, Bytes: 100}}},
 	}
 	c := NewCollector(func() subscriber.Status { return st }, Info{Version: "v1", Slot: "s", ApplicationName: "parapply"})
 	tests := []struct {
@@ -117,6 +117,12 @@ parapply_worker_commit_order_wait_seconds_total{worker="2"} 0
 # TYPE parapply_copy_tables gauge
 parapply_copy_tables{state="done"} 1
 parapply_copy_tables{state="pending"} 2
+`},
+		{"parapply_copy_indexes", `
+# HELP parapply_copy_indexes Indexes and constraints the initial copy builds after the rows (copy_defer_indexes), by state (built, pending).
+# TYPE parapply_copy_indexes gauge
+parapply_copy_indexes{state="built"} 2
+parapply_copy_indexes{state="pending"} 3
 `},
 		{"parapply_conflicts_total", `
 # HELP parapply_conflicts_total Conflicts found on the target and resolved, by table and type (update_missing and delete_missing always; the other types of docs/conflicts.md once met).

@@ -20,7 +20,7 @@ import (
 type targetTable struct {
 	kind                string
 	schemaUsage         bool
-	schemaCreate        bool // CREATE on its schema: copy_defer_indexes rebuilds indexes there
+	schemaCreate        bool // CREATE on its schema: copy_defer_indexes rebuilds indexes there where it may
 	privileges          map[string]bool
 	owns                bool
 	owner               string
@@ -47,6 +47,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub
 	}
 	needs := neededPrivileges(pub.ops)
 	var tableProbs, colProbs, rowProbs []Problem
+	var indexesKept []string
 	for _, t := range pub.tables {
 		name := t.name()
 		tt, found, err := readTargetTable(ctx, conn, t.Schema, t.Name)
@@ -65,6 +66,9 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub
 			continue
 		}
 		tableProbs = append(tableProbs, tablePrivileges(cfg, t.Schema, name, role, needs, tt)...)
+		if !tt.owns || !tt.schemaCreate {
+			indexesKept = append(indexesKept, name)
+		}
 		for _, p := range compareColumns(name, t.columns, tt) {
 			colProbs = append(colProbs, pending(cfg, pub, p))
 		}
@@ -77,12 +81,33 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub
 	if !pub.slotExists && cfg.CopyData {
 		rep.add(sideTarget, "rows already on the target", "existing_data = "+string(cfg.ExistingData), rowProbs...)
 	}
+	if cfg.CopyData && cfg.CopyDeferIndexes {
+		rep.add(sideTarget, "indexes during the copy", deferDetail(len(pub.tables), indexesKept, role))
+	}
+}
+
+// deferDetail says where copy_defer_indexes builds a copied table's
+// indexes after its rows, of tables: where the role may, which is no
+// problem elsewhere, only slower (kept: the tables it may not, where the
+// copy keeps them in place), with the fix.
+func deferDetail(tables int, kept []string, role string) string {
+	if len(kept) == 0 {
+		return "copy_defer_indexes = on: built after the rows, on every table"
+	}
+	const most = 10
+	names := strings.Join(kept[:min(len(kept), most)], ", ")
+	if len(kept) > most {
+		names += fmt.Sprintf(" and %d more", len(kept)-most)
+	}
+	return fmt.Sprintf("copy_defer_indexes = on: built after the rows on %d of %d tables; %s keep theirs in place during the copy (slower), as role %s does not own them or may not create in their schema: to defer them too, ALTER TABLE ... OWNER TO %s and GRANT CREATE ON SCHEMA ... TO %s",
+		tables-len(kept), tables, names, role, ident(role), ident(role))
 }
 
 // tablePrivileges: what role (the target's) needs on a published table
 // (name, in schema; tt as read on the target) for the settings: the
-// privileges needs names and the schema's USAGE, and, to install triggers
-// or rebuild indexes, ownership and CREATE on the schema.
+// privileges needs names and the schema's USAGE, and, to install triggers,
+// ownership (copy_defer_indexes asks for none: the copy keeps the indexes
+// of a table the role may not rebuild them on, see deferDetail).
 func tablePrivileges(cfg subscriber.Config, schema, name, role string, needs []string, tt targetTable) []Problem {
 	var missing []string
 	var out []Problem
@@ -98,18 +123,8 @@ func tablePrivileges(cfg subscriber.Config, schema, name, role string, needs []s
 		out = append(out, fail(name, "role "+role+" lacks "+strings.Join(missing, ", ")+" on it", "GRANT "+strings.Join(missing, ", ")+" ON "+name+" TO "+ident(role)+"; "+
 			parapply.AlterDefaultPrivileges(tt.owner, schema, strings.Join(needs, ", "), "TABLES", role)))
 	}
-	if !tt.owns && (cfg.DetectUpdateDeleted || cfg.CopyDeferIndexes) {
-		why := "detect_update_deleted installs a trigger on it"
-		if !cfg.DetectUpdateDeleted {
-			why = "copy_defer_indexes drops and rebuilds its indexes"
-		}
-		out = append(out, fail(name, why+": role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
-	}
-	if !tt.schemaCreate && cfg.CopyDeferIndexes {
-		// Checked before the copy drops them: an index is
-		// made in its table's schema.
-		out = append(out, fail(name, "copy_defer_indexes rebuilds its indexes in schema "+schema+": role "+role+" may not create there",
-			"GRANT CREATE ON SCHEMA "+ident(schema)+" TO "+ident(role)+";"))
+	if !tt.owns && cfg.DetectUpdateDeleted {
+		out = append(out, fail(name, "detect_update_deleted installs a trigger on it: role "+role+" must own the table", "ALTER TABLE "+name+" OWNER TO "+ident(role)+";"))
 	}
 	return out
 }

@@ -217,6 +217,12 @@ type Copy struct {
 	RowsEstimated  int64   `json:"rows_estimated"`
 	Bytes          int64   `json:"bytes"`
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Indexes and IndexesBuilt: the index phase's statements, and those
+	// done; Building: every table's rows are in, only they are left (see
+	// tablesync.Progress).
+	Indexes      int  `json:"indexes,omitempty"`
+	IndexesBuilt int  `json:"indexes_built,omitempty"`
+	Building     bool `json:"building_indexes,omitempty"`
 	// Percent and ETASeconds: see subscriber.CopyEstimate (absent while
 	// nothing can be estimated).
 	Percent    *float64 `json:"percent,omitempty"`
@@ -313,7 +319,8 @@ func Sample(st subscriber.Status, prev subscriber.Status, elapsed time.Duration)
 		r.Sequences = SequenceSync(sq, st.SequenceResults, SyncedByRun, st.SequenceError)
 	}
 	if p := st.Copy; p != nil {
-		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds()}
+		r.Copy = &Copy{Tables: p.Tables, TablesDone: p.TablesDone, Rows: p.Rows, RowsEstimated: p.EstRows, Bytes: p.Bytes, ElapsedSeconds: p.Elapsed.Seconds(),
+			Indexes: p.Indexes, IndexesBuilt: p.IndexesBuilt, Building: p.Building}
 		if pct, left, ok := subscriber.CopyEstimate(*p); ok {
 			eta := left.Seconds()
 			r.Copy.Percent, r.Copy.ETASeconds = &pct, &eta

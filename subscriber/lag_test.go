@@ -40,6 +40,11 @@ func TestCopyEstimate(t *testing.T) {
 		{"a quarter", tablesync.Progress{Tables: 2, Rows: 25, EstRows: 100, Elapsed: 10 * time.Second}, 25, 30 * time.Second, true},
 		{"estimates passed, tables left", tablesync.Progress{Tables: 2, TablesDone: 1, Rows: 200, EstRows: 200, Elapsed: 99 * time.Second}, 99, time.Second, true},
 		{"done", tablesync.Progress{Tables: 2, TablesDone: 2, Rows: 200, EstRows: 200, Elapsed: time.Minute}, 100, 0, true},
+		// The index phase's time is added to the rows', and makes the
+		// percentage the time's.
+		{"a quarter, indexes to build", tablesync.Progress{Tables: 2, Rows: 25, EstRows: 100, Elapsed: 10 * time.Second, Indexes: 4, IndexLeft: 60 * time.Second}, 10, 90 * time.Second, true},
+		{"rows in, building", tablesync.Progress{Tables: 2, Rows: 100, EstRows: 100, Elapsed: 30 * time.Second, Indexes: 4, IndexesBuilt: 2, Building: true, IndexLeft: 10 * time.Second}, 75, 10 * time.Second, true},
+		{"rows in, building, overdue", tablesync.Progress{Tables: 2, Rows: 100, EstRows: 100, Elapsed: 30 * time.Second, Indexes: 4, IndexesBuilt: 3, Building: true}, 99, 0, true},
 	} {
 		pct, left, ok := CopyEstimate(c.p)
 		if pct != c.pct || left.Round(time.Millisecond) != c.left || ok != c.ok {

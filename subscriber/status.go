@@ -146,20 +146,30 @@ func (st Status) LagBytes() int64 {
 	return 0
 }
 
-// CopyEstimate says how far the copy p is: the percentage of rows copied
-// against the publisher's statistics (below 100 until every table is done,
-// whatever the estimates), and the time left at the rate so far; ok is
-// false while nothing can be estimated (no rows copied yet, or no
-// statistics).
+// CopyEstimate says how far the copy p is, and the time it has left: the
+// rows' at the rate so far (the share of rows copied against the
+// publisher's statistics), plus the index phase's (p.IndexLeft; the rows'
+// is none once every table's rows are in, p.Building); the percentage is
+// of the time so far against that time plus the time left (the share of
+// rows copied when no index is to build), below 100 until every table is
+// done, whatever the estimates. ok is false while nothing can be estimated
+// (no rows copied yet, or no statistics, before the index phase).
 func CopyEstimate(p tablesync.Progress) (percent float64, left time.Duration, ok bool) {
 	if p.TablesDone == p.Tables && p.Tables > 0 {
 		return 100, 0, true
 	}
-	if p.EstRows <= 0 || p.Rows <= 0 {
-		return 0, 0, false
+	if !p.Building {
+		if p.EstRows <= 0 || p.Rows <= 0 {
+			return 0, 0, false
+		}
+		f := min(float64(p.Rows)/float64(p.EstRows), 0.99)
+		left = time.Duration(float64(p.Elapsed) * (1 - f) / f)
 	}
-	f := min(float64(p.Rows)/float64(p.EstRows), 0.99)
-	return 100 * f, time.Duration(float64(p.Elapsed) * (1 - f) / f), true
+	left += p.IndexLeft
+	if p.Elapsed+left <= 0 {
+		return 0, left, true
+	}
+	return min(100*float64(p.Elapsed)/float64(p.Elapsed+left), 99), left, true
 }
 
 // kept is what Status reports across runs and between them: the positions

@@ -19,18 +19,27 @@
 // # Interruption
 //
 // A table counts as synced only when the row saying so in parapply.sync_state
-// is committed, after all its rows. A table whose copy was interrupted is
-// found in state "copying" at the next start: its partial rows are truncated
-// (in the one TRUNCATE of every table the copy empties; deleted instead if a
-// table outside that statement references it, see examine) and it is copied
-// again, whole, under a new snapshot.
+// is committed, after all its rows and its index phase. A table whose copy
+// was interrupted is found in state "copying" at the next start: its partial
+// rows are truncated (in the one TRUNCATE of every table the copy empties;
+// deleted instead if a table outside that statement references it, see
+// examine) and it is copied again, whole, under a new snapshot. Indexes the
+// copy dropped are saved in parapply.deferred_index; each statement of the
+// index phase commits with the deletion of its row (a constraint's index
+// with its row rewritten to the ALTER TABLE that attaches it), so the next
+// copy of the table rebuilds just what the interrupted one had not, the
+// indexes built before staying in place through the copy.
 //
 // # Parallelism
 //
 // Large tables are split into ranges of pages (ctid ranges, which
 // PostgreSQL scans with a TID range scan), so one big table keeps every
 // worker busy. Each range is one COPY from the publisher piped into one COPY
-// on the target, committed on the target in a transaction of its own.
+// on the target, committed on the target in a transaction of its own. Once
+// a table's rows are in, the indexes deferred for it are built on whichever
+// workers are free, before the next range (see batches for which run beside
+// one another), so the last table's indexes do not leave the other workers
+// idle.
 //
 // # Binary or text
 //
@@ -129,7 +138,10 @@ type Config struct {
 	// far cheaper than inserting every row into every index. Definitions
 	// are kept in parapply.deferred_index until rebuilt, so a crash in
 	// between loses nothing. Indexes other tables' foreign keys depend on
-	// are left in place.
+	// are left in place, and so are those of a table the role may not
+	// drop and rebuild them on (it does not own the table, or may not
+	// create in its schema): that table is copied with its indexes, and
+	// one line of the log names every such table and the fix.
 	DeferIndexes bool
 	// Text copies every table in text (binary = off): the publisher
 	// prints each value and the target parses it, as the built-in
@@ -148,7 +160,15 @@ type Progress struct {
 	Rows, EstRows      int64
 	Bytes              int64
 	Elapsed            time.Duration
-	PerTable           []TableProgress
+	// Indexes are the statements of the index phase (the indexes and
+	// constraints deferred, see Config.DeferIndexes), IndexesBuilt those
+	// done; Building is set once every table's rows are in and only they
+	// are left; IndexLeft is the time they are estimated to need still
+	// (see indexLeft), which the copy's ETA adds to the rows'.
+	Indexes, IndexesBuilt int
+	Building              bool
+	IndexLeft             time.Duration
+	PerTable              []TableProgress
 }
 
 // TableProgress is one table's share of a Progress.
@@ -236,7 +256,16 @@ type tableJob struct {
 	done       atomic.Bool
 	targetCols string
 	sourceSel  string
-	deferred   []string // statements rebuilding the indexes dropped for the copy
+	deferred   []deferred // statements rebuilding the indexes dropped for the copy
+	// The index phase, from deferred (see batches): the batches still to
+	// come and the steps of the current one running (both under the
+	// queue's lock), the builds left (for the ETA) and the statements done.
+	batches    [][]*step
+	running    int
+	buildsLeft atomic.Int64
+	built      atomic.Int64
+	rowsIn     atomic.Bool
+	phaseStart time.Time // when the rows were in, for the log
 }
 
 // DefaultWorkers is the copy's connection pairs unless told otherwise: as
@@ -276,11 +305,12 @@ func Copy(ctx context.Context, cfg Config, tables []Table) error {
 	}
 	chunks := chunksOf(jobs, cfg.Workers)
 	start := time.Now()
-	if err := copyChunks(ctx, cfg, jobs, chunks, start); err != nil {
+	q := newQueue(chunks)
+	if err := copyChunks(ctx, cfg, jobs, q, start); err != nil {
 		return err
 	}
-	p := progressOf(jobs, start)
-	cfg.Log.Info("initial copy done", "tables", p.Tables, "rows", p.Rows, "bytes", p.Bytes, "seconds", p.Elapsed.Seconds())
+	p := progressOf(jobs, q, cfg.Workers, start)
+	cfg.Log.Info("initial copy done", "tables", p.Tables, "rows", p.Rows, "bytes", p.Bytes, "indexes", p.Indexes, "seconds", p.Elapsed.Seconds())
 	return nil
 }
 
@@ -314,42 +344,46 @@ func prepareJobs(ctx context.Context, src, dst *pgx.Conn, cfg Config, tables []T
 	if err := prepareTargets(ctx, dst, cfg, jobs, ex); err != nil {
 		return nil, err
 	}
+	var kept []string
 	for _, j := range jobs {
-		if err := deferIndexes(ctx, dst, cfg, j, ex.held[j.QualifiedName()] && cfg.Existing == ExistingKeep); err != nil {
+		may, err := deferIndexes(ctx, dst, cfg, j, ex.held[j.QualifiedName()] && cfg.Existing == ExistingKeep)
+		if err != nil {
 			return nil, err
 		}
+		if !may {
+			kept = append(kept, j.QualifiedName())
+		}
+	}
+	if len(kept) > 0 {
+		cfg.Log.Info("copying these tables with their indexes in place, slower: the role may not drop and rebuild them (copy_defer_indexes builds the indexes after the rows where the role owns the table and may create in its schema); to defer them, make the role own the tables (ALTER TABLE ... OWNER TO it) and GRANT CREATE on their schemas",
+			"tables", strings.Join(kept, ", "))
 	}
 	return jobs, nil
 }
 
-// copyChunks copies the chunks on cfg.Workers workers, reporting progress
-// (from start) meanwhile; the first worker's error stops the others.
-func copyChunks(ctx context.Context, cfg Config, jobs []*tableJob, chunks []chunk, start time.Time) error {
+// copyChunks copies the chunks queued in q, and builds the indexes
+// deferred, on cfg.Workers workers, reporting progress (from start)
+// meanwhile; the first worker's error stops the others.
+func copyChunks(ctx context.Context, cfg Config, jobs []*tableJob, q *queue, start time.Time) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan chunk)
+	steps := 0
+	for _, j := range jobs {
+		steps += len(j.deferred)
+	}
 	errs := make(chan error, cfg.Workers)
 	var wg sync.WaitGroup
-	for i := 0; i < min(cfg.Workers, len(chunks)); i++ {
+	for i := 0; i < min(cfg.Workers, len(q.chunks)+steps); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := worker(ctx, cfg, i+1, work); err != nil {
+			if err := worker(ctx, cfg, i+1, q); err != nil {
 				errs <- err
 				cancel()
 			}
 		}()
 	}
-	stopReport := reportProgress(cfg, jobs, start)
-feed:
-	for _, c := range chunks {
-		select {
-		case work <- c:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(work)
+	stopReport := reportProgress(cfg, jobs, q, start)
 	wg.Wait()
 	stopReport()
 	close(errs)
@@ -362,7 +396,7 @@ feed:
 // reportProgress tells cfg.Progress, if set, the copy's progress every
 // cfg.ProgressEvery (two seconds by default) and once more when stopped;
 // stop returns once that last report is made.
-func reportProgress(cfg Config, jobs []*tableJob, start time.Time) (stop func()) {
+func reportProgress(cfg Config, jobs []*tableJob, q *queue, start time.Time) (stop func()) {
 	if cfg.Progress == nil {
 		return func() {}
 	}
@@ -379,10 +413,10 @@ func reportProgress(cfg Config, jobs []*tableJob, start time.Time) (stop func())
 		for {
 			select {
 			case <-stopReport:
-				cfg.Progress(progressOf(jobs, start))
+				cfg.Progress(progressOf(jobs, q, cfg.Workers, start))
 				return
 			case <-t.C:
-				cfg.Progress(progressOf(jobs, start))
+				cfg.Progress(progressOf(jobs, q, cfg.Workers, start))
 			}
 		}
 	}()
@@ -392,8 +426,11 @@ func reportProgress(cfg Config, jobs []*tableJob, start time.Time) (stop func())
 	}
 }
 
-func progressOf(jobs []*tableJob, start time.Time) Progress {
-	p := Progress{Tables: len(jobs), Elapsed: time.Since(start)}
+// progressOf is the copy's progress: its tables' (jobs), the index
+// phase's estimated at the rate of q's builds so far on workers.
+func progressOf(jobs []*tableJob, q *queue, workers int, start time.Time) Progress {
+	p := Progress{Tables: len(jobs), Elapsed: time.Since(start), Building: true}
+	var pending int64
 	for _, j := range jobs {
 		tp := TableProgress{Name: parapply.TableName(j.Schema, j.Name), Rows: j.rows.Load(), EstRows: j.estRows, Bytes: j.bytes.Load(), Done: j.done.Load()}
 		if tp.Done {
@@ -404,7 +441,15 @@ func progressOf(jobs []*tableJob, start time.Time) Progress {
 		p.EstRows += max(tp.EstRows, tp.Rows)
 		p.Bytes += tp.Bytes
 		p.PerTable = append(p.PerTable, tp)
+		p.Indexes += len(j.deferred)
+		p.IndexesBuilt += int(j.built.Load())
+		pending += j.buildsLeft.Load() * j.heapBytes()
+		if !j.rowsIn.Load() {
+			p.Building = false
+		}
 	}
+	p.Building = p.Building && p.TablesDone < p.Tables && p.IndexesBuilt < p.Indexes
+	p.IndexLeft = indexLeft(pending, q.builtBytes.Load(), time.Duration(q.buildNanos.Load()), workers)
 	return p
 }
 
@@ -551,20 +596,61 @@ func prepareTargets(ctx context.Context, dst *pgx.Conn, cfg Config, jobs []*tabl
 }
 
 // deferIndexes drops the target table's indexes for the copy, after saving
-// how to rebuild them; a table whose indexes an interrupted copy already
-// dropped picks up the saved statements.
-func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, keptRows bool) error {
+// how to rebuild them, and plans their rebuilding (j.batches); a table
+// whose indexes an interrupted copy already dropped picks up the saved
+// statements. may is false when the copy would have dropped them but the
+// role may not: it does not own the table (each partition of a
+// partitioned one) or may not create in its schema.
+func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, keptRows bool) (may bool, err error) {
 	name := j.QualifiedName()
-	saved, err := pgx.CollectRows(mustQuery(ctx, dst, `SELECT recreate FROM parapply.deferred_index WHERE slot_name = $1 AND table_name = $2 ORDER BY ord`, cfg.Slot, name), pgx.RowTo[string])
+	var partitioned bool
+	err = dst.QueryRow(ctx, `SELECT c.relkind = 'p', pg_catalog.pg_has_role(c.relowner, 'USAGE') AND pg_catalog.has_schema_privilege(c.relnamespace, 'CREATE')
+			AND coalesce((SELECT bool_and(pg_catalog.pg_has_role(p.relowner, 'USAGE') AND pg_catalog.has_schema_privilege(p.relnamespace, 'CREATE'))
+				FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class p ON p.oid = t.relid), true)
+		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, name).Scan(&partitioned, &may)
 	if err != nil {
-		return fmt.Errorf("copy: reading deferred indexes of %s: %w", name, err)
+		return false, fmt.Errorf("copy: reading %s on the target: %w", name, err)
 	}
-	if !dropsIndexes(saved, cfg.DeferIndexes, keptRows) {
+	rows := mustQuery(ctx, dst, `SELECT index_name, recreate, ord FROM parapply.deferred_index WHERE slot_name = $1 AND table_name = $2 ORDER BY ord`, cfg.Slot, name)
+	saved, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (deferred, error) {
+		var d deferred
+		err := r.Scan(&d.index, &d.sql, &d.ord)
+		return d, err
+	})
+	if err != nil {
+		return false, fmt.Errorf("copy: reading deferred indexes of %s: %w", name, err)
+	}
+	defer func() { j.plan(partitioned) }()
+	if !dropsIndexes(len(saved) > 0, cfg.DeferIndexes, keptRows) {
 		j.deferred = saved
-		return nil
+		return true, nil
 	}
-	// Indexes with their constraints, but not those a foreign key of
-	// another table depends on, nor exclusion constraints.
+	if !may {
+		return false, nil
+	}
+	return true, dropIndexes(ctx, dst, cfg, j)
+}
+
+// plan readies the table's index phase from its deferred statements.
+func (j *tableJob) plan(partitioned bool) {
+	j.batches = batches(j, j.deferred, partitioned)
+	n := 0
+	for _, b := range j.batches {
+		for _, s := range b {
+			if !s.attach {
+				n++
+			}
+		}
+	}
+	j.buildsLeft.Store(int64(n))
+}
+
+// dropIndexes saves how to rebuild the table's indexes and constraints
+// (not those a foreign key of another table depends on, nor exclusion
+// constraints) in parapply.deferred_index and drops them, in one
+// transaction.
+func dropIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) error {
+	name := j.QualifiedName()
 	rows := mustQuery(ctx, dst, `SELECT i.indexrelid::regclass::text,
 			CASE WHEN c.oid IS NULL THEN 'DROP INDEX ' || i.indexrelid::regclass::text
 			     ELSE 'ALTER TABLE ' || i.indrelid::regclass::text || ' DROP CONSTRAINT ' || quote_ident(c.conname) END,
@@ -597,6 +683,7 @@ func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, k
 		return err
 	}
 	defer tx.Rollback(context.Background())
+	var ds []deferred
 	for i, x := range list {
 		if _, err := tx.Exec(ctx, `INSERT INTO parapply.deferred_index VALUES ($1, $2, $3, $4, $5)`, cfg.Slot, name, x.name, x.create, i); err != nil {
 			return fmt.Errorf("copy: saving index %s: %w", x.name, err)
@@ -604,21 +691,23 @@ func deferIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob, k
 		if _, err := tx.Exec(ctx, x.drop); err != nil {
 			return fmt.Errorf("copy: dropping index %s for the copy: %w", x.name, err)
 		}
-		j.deferred = append(j.deferred, x.create)
+		ds = append(ds, deferred{index: x.name, sql: x.create, ord: i})
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	j.deferred = ds
 	cfg.Log.Info("indexes deferred until the copy is done", "table", name, "indexes", len(list))
 	return nil
 }
 
 // dropsIndexes tells whether the copy of a table drops its indexes now:
 // when asked (copy_defer_indexes), unless an interrupted copy already did
-// (saved holds how to rebuild them) or the table keeps rows of its own
-// (existing_data = keep): only an empty table's indexes are deferred.
-func dropsIndexes(saved []string, deferIndexes, keptRows bool) bool {
-	return len(saved) == 0 && deferIndexes && !keptRows
+// (saved: parapply.deferred_index holds how to rebuild them) or the table
+// keeps rows of its own (existing_data = keep): only an empty table's
+// indexes are deferred.
+func dropsIndexes(saved, deferIndexes, keptRows bool) bool {
+	return !saved && deferIndexes && !keptRows
 }
 
 // mustQuery runs a query whose error surfaces from the returned rows.
@@ -734,8 +823,9 @@ func connectSource(ctx context.Context, cfg Config) (*pgx.Conn, error) {
 	return src, nil
 }
 
-// worker copies chunks over its own pair of connections.
-func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
+// worker copies chunks and builds indexes, as q hands them out, over its
+// own pair of connections.
+func worker(ctx context.Context, cfg Config, n int, q *queue) error {
 	src, err := connectSource(ctx, cfg)
 	if err != nil {
 		return err
@@ -763,19 +853,18 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 			return fmt.Errorf("copy: %w", err)
 		}
 	}
-	for c := range work {
-		format := c.t.formatNow()
-		err := copyChunk(ctx, cfg, src, dst, c, format)
-		if format == "binary" && inText(cfg, c.t, err) {
-			// The source's COPY, cut off when the target refused, took
-			// its connection with it.
-			if src.IsClosed() {
-				if src, err = connectSource(ctx, cfg); err != nil {
-					return err
-				}
-			}
-			err = copyChunk(ctx, cfg, src, dst, c, "text")
+	for {
+		t, ok := q.take(ctx)
+		if !ok {
+			break
 		}
+		var ready []*step
+		if t.step != nil {
+			ready, err = build(ctx, dst, cfg, q, t.step)
+		} else {
+			src, ready, err = copyTask(ctx, cfg, src, dst, q, *t.chunk)
+		}
+		q.done(ready)
 		if err != nil {
 			return err
 		}
@@ -792,6 +881,38 @@ func worker(ctx context.Context, cfg Config, n int, work <-chan chunk) error {
 		}
 	}
 	return nil
+}
+
+// copyTask copies chunk c over src and dst (src anew if a refused binary
+// range took it), and once it is its table's last, starts the table's
+// index phase, returning its first steps, or records the table as done
+// when it has none.
+func copyTask(ctx context.Context, cfg Config, src, dst *pgx.Conn, q *queue, c chunk) (*pgx.Conn, []*step, error) {
+	format := c.t.formatNow()
+	err := copyChunk(ctx, cfg, src, dst, c, format)
+	if format == "binary" && inText(cfg, c.t, err) {
+		// The source's COPY, cut off when the target refused, took its
+		// connection with it.
+		if src.IsClosed() {
+			if src, err = connectSource(ctx, cfg); err != nil {
+				return src, nil, err
+			}
+		}
+		err = copyChunk(ctx, cfg, src, dst, c, "text")
+	}
+	if err != nil || c.t.left.Add(-1) > 0 {
+		return src, nil, err
+	}
+	// The table's rows are in; it is done once its index phase is (a
+	// crash before its 'done' row commits means it is copied again).
+	j := c.t
+	j.rowsIn.Store(true)
+	cfg.Log.Info("table copied", "table", j.QualifiedName(), "rows", j.rows.Load(), "bytes", j.bytes.Load(), "format", j.formats(), "chunks", j.chunks, "indexes_to_build", len(j.deferred))
+	j.phaseStart = time.Now()
+	if ready := q.rowsIn(j); len(ready) > 0 {
+		return src, ready, nil
+	}
+	return src, nil, finish(ctx, dst, cfg, j)
 }
 
 // countingWriter counts the bytes written through it in n and in m.
@@ -883,50 +1004,65 @@ func copyChunk(ctx context.Context, cfg Config, src, dst *pgx.Conn, c chunk, for
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("copy %s: %w", name, err)
 	}
-	// The table is done once its last range is committed; a crash before
-	// this row commits means the table is copied again.
-	if c.t.left.Add(-1) == 0 {
-		if err := finish(ctx, dst, cfg, c.t); err != nil {
-			return err
-		}
-		c.t.done.Store(true)
-		cfg.Log.Info("table copied", "table", name, "rows", c.t.rows.Load(), "bytes", c.t.bytes.Load(), "format", c.t.formats(), "chunks", c.t.chunks)
-	}
 	return nil
 }
 
-// finish rebuilds the table's deferred indexes and records it as done, in
-// one transaction.
-func finish(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) error {
+// buildMemory is maintenance_work_mem for each statement of the index
+// phase: a sort that fits in memory builds an index several times faster.
+// As many builds run at once as the copy has workers (copy_workers, 2 by
+// default), so the target gives the phase that many times 256MB at most,
+// 512MB by default: a small share of the memory of a server sized for
+// the data it takes (a 24 GB one gives it about 2%), and freed as each
+// build commits.
+const buildMemory = "256MB"
+
+// build runs step s of its table's index phase in a transaction that also
+// deletes its statement from parapply.deferred_index (or, for a
+// constraint's index, saves the ALTER TABLE still to run in its place):
+// a crash leaves saved exactly what is not built. It returns the steps of
+// the table's next batch once s ends its batch, and records the table as
+// done once s was its last.
+func build(ctx context.Context, dst *pgx.Conn, cfg Config, q *queue, s *step) ([]*step, error) {
+	j := s.j
 	name := j.QualifiedName()
+	start := time.Now()
 	tx, err := dst.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("copy %s: %w", name, err)
 	}
 	defer tx.Rollback(context.Background())
-	start := time.Now()
-	if len(j.deferred) > 0 {
-		// A sort that fits in memory builds an index several times faster.
-		if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '256MB'"); err != nil {
-			return err
-		}
+	if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '"+buildMemory+"'"); err != nil {
+		return nil, fmt.Errorf("copy %s: %w", name, err)
 	}
-	for _, q := range j.deferred {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			return fmt.Errorf("copy %s: rebuilding an index after the copy (%s): %w", name, q, err)
-		}
+	if _, err := tx.Exec(ctx, s.sql); err != nil {
+		return nil, fmt.Errorf("copy %s: rebuilding an index after the copy (%s): %w", name, s.sql, err)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM parapply.deferred_index WHERE slot_name = $1 AND table_name = $2`, cfg.Slot, name); err != nil {
-		return err
+	if s.then != "" {
+		_, err = tx.Exec(ctx, `UPDATE parapply.deferred_index SET recreate = $4 WHERE slot_name = $1 AND table_name = $2 AND index_name = $3`, cfg.Slot, name, s.index, s.then)
+	} else {
+		_, err = tx.Exec(ctx, `DELETE FROM parapply.deferred_index WHERE slot_name = $1 AND table_name = $2 AND index_name = $3`, cfg.Slot, name, s.index)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE parapply.sync_state SET state = 'done', rows = $3, finished_at = now() WHERE slot_name = $1 AND table_name = $2`, cfg.Slot, name, j.rows.Load()); err != nil {
-		return fmt.Errorf("copy %s: recording it as done: %w", name, err)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s: recording index %s as built: %w", name, s.index, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("copy %s: %w", name, err)
+		return nil, fmt.Errorf("copy %s: %w", name, err)
 	}
-	if len(j.deferred) > 0 {
-		cfg.Log.Info("indexes rebuilt", "table", name, "indexes", len(j.deferred), "seconds", time.Since(start).Seconds())
+	next, last := q.stepDone(s, time.Since(start))
+	if !last {
+		return next, nil
 	}
+	cfg.Log.Info("indexes rebuilt", "table", name, "indexes", len(j.deferred), "seconds", time.Since(j.phaseStart).Seconds())
+	return nil, finish(ctx, dst, cfg, j)
+}
+
+// finish records the table as done, once its rows are in and its index
+// phase is over.
+func finish(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) error {
+	name := j.QualifiedName()
+	if _, err := dst.Exec(ctx, `UPDATE parapply.sync_state SET state = 'done', rows = $3, finished_at = now() WHERE slot_name = $1 AND table_name = $2`, cfg.Slot, name, j.rows.Load()); err != nil {
+		return fmt.Errorf("copy %s: recording it as done: %w", name, err)
+	}
+	j.done.Store(true)
 	return nil
 }

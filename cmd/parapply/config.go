@@ -84,7 +84,7 @@ var settings = []setting{
 		func(o *options) kind { return boolean(&o.CopyData) }},
 	{"copy_workers", "2", "connection pairs the initial copy uses at once; more pays where the target has more cores and disks",
 		func(o *options) kind { return integer(&o.CopyWorkers, 1, maxInt) }},
-	{"copy_defer_indexes", "off", "drop the indexes of empty target tables for the initial copy and build them after it (faster; definitions are kept on the target until rebuilt)",
+	{"copy_defer_indexes", "on", "drop the indexes of empty target tables for the initial copy and build them after it, several at once (faster; definitions are kept on the target until rebuilt), where the role may: on tables it owns, in schemas it may create in; the others are copied with their indexes in place (parapply check and the log name them); off keeps every index in place",
 		func(o *options) kind { return boolean(&o.CopyDeferIndexes) }},
 	{"shared_tables", "off", "let this slot apply to target tables another slot applies to as well (each slot claims its tables in parapply.table_claims); off refuses the start, naming both slots: two slots writing one table interleave their changes in no order the publisher had",
 		func(o *options) kind { return boolean(&o.SharedTables) }},

@@ -614,7 +614,7 @@ func TestDefaultsRead(t *testing.T) {
 	}
 	want := options{Slot: "parapply", ApplicationName: "parapply", SynchronousCommit: "off", Streaming: true, DecodingWorkMem: 1 << 20, Failover: true,
 		Origin: source.OriginAny, DetectConflicts: true, MaxClockSkew: time.Second, OnError: subscriber.OnErrorStop, DDL: subscriber.DDLOff, StreamWorkers: 2,
-		Schema: schemacopy.Target, CopyData: true, CopyWorkers: 2, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
+		Schema: schemacopy.Target, CopyData: true, CopyWorkers: 2, CopyDeferIndexes: true, ExistingData: tablesync.ExistingError, AutoWorkers: true, MaxWorkers: 8,
 		CommitOrder: subscriber.CommitPreserve, Prefetch: true, Binary: true, PrefetchConnections: 16, BatchRows: 10000,
 		GroupMaxChanges: 20000, GroupMaxBytes: 16 << 20, GroupMaxDelay: 200 * time.Millisecond, Sequences: sequences.Owned,
 		SequenceSyncInterval: 30 * time.Second, LockTimeout: 10 * time.Second, ReconnectTimeout: 5 * time.Minute,

@@ -498,11 +498,26 @@ func printSlotWork(tw io.Writer, now time.Time, s slotReport) {
 		if c.Percent != nil && c.ETASeconds != nil {
 			done = fmt.Sprintf(" (%.0f%%, about %s left)", *c.Percent, (time.Duration(*c.ETASeconds) * time.Second).String())
 		}
-		fmt.Fprintf(tw, "  copy\t%d of %d tables, %d of about %d rows%s, %s in %.0f s\n", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated, done, bytesText(c.Bytes), c.ElapsedSeconds)
+		fmt.Fprintf(tw, "  copy\t%s\n", copyText(*c, done))
 	}
 	if p := s.Progress; p != nil {
 		fmt.Fprintf(tw, "  progress row\tlast applied source transaction %d, commit %s, resume at %s\n", p.XID, p.CommitLSN, p.EndLSN)
 	}
+}
+
+// copyText is the copy's line: the tables and rows done, and the index
+// phase's statements where there are any, done (their share and time left
+// in done), its bytes and time so far; "building indexes (k of n)" first
+// once every table's rows are in and only the indexes are left.
+func copyText(c status.Copy, done string) string {
+	rows := fmt.Sprintf("%d of %d tables, %d of about %d rows", c.TablesDone, c.Tables, c.Rows, c.RowsEstimated)
+	switch {
+	case c.Building:
+		rows = fmt.Sprintf("building indexes (%d of %d), %s", c.IndexesBuilt, c.Indexes, rows)
+	case c.Indexes > 0:
+		rows += fmt.Sprintf(", %d of %d indexes built", c.IndexesBuilt, c.Indexes)
+	}
+	return fmt.Sprintf("%s%s, %s in %.0f s", rows, done, bytesText(c.Bytes), c.ElapsedSeconds)
 }
 
 // sequencesText says when the sequences were last synced, by whom and

@@ -70,3 +70,25 @@ func TestStatusLiveSlotNotInactive(t *testing.T) {
 		t.Errorf("the copying slot is listed as inactive:\n%s", out)
 	}
 }
+
+// TestCopyText: the copy's line says the indexes built after the rows
+// where there are any, and leads with the index phase once only it is
+// left.
+func TestCopyText(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		c    status.Copy
+		want string
+	}{
+		{"no indexes", status.Copy{Tables: 4, TablesDone: 1, Rows: 10, RowsEstimated: 40, Bytes: 2048, ElapsedSeconds: 3},
+			"1 of 4 tables, 10 of about 40 rows (25%, about 9s left), 2048 bytes in 3 s"},
+		{"rows and indexes", status.Copy{Tables: 4, TablesDone: 1, Rows: 10, RowsEstimated: 40, Bytes: 2048, ElapsedSeconds: 3, Indexes: 6, IndexesBuilt: 1},
+			"1 of 4 tables, 10 of about 40 rows, 1 of 6 indexes built (25%, about 9s left), 2048 bytes in 3 s"},
+		{"building", status.Copy{Tables: 4, TablesDone: 3, Rows: 40, RowsEstimated: 40, Bytes: 2048, ElapsedSeconds: 3, Indexes: 6, IndexesBuilt: 4, Building: true},
+			"building indexes (4 of 6), 3 of 4 tables, 40 of about 40 rows (25%, about 9s left), 2048 bytes in 3 s"},
+	} {
+		if got := copyText(c.c, " (25%, about 9s left)"); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
