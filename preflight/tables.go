@@ -273,8 +273,9 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 
 // checkTargetSequences: parapply reads a target sequence before it moves
 // it forward, and never sets one it cannot read. One missing in a schema
-// where schema = copy makes tables (copied) is the copy's to make: the
-// sequences of the tables it makes, and those no table owns.
+// where schema = copy makes tables (copied) is taken as the copy's to make
+// (it makes the sequences of the tables it makes, and those no table owns;
+// which table owns a sequence is not read here).
 func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, role string, copied map[string]bool, rep *Report) {
 	var probs []Problem
 	var made int
