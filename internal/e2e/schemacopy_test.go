@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -280,5 +281,41 @@ func TestSchemaCopyJoined(t *testing.T) {
 	var waiting int
 	if err := e.sub.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM parapply.deferred_ddl) + (SELECT count(*) FROM parapply.deferred_index)`).Scan(&waiting); err != nil || waiting != 0 {
 		t.Fatalf("%d statements of the made tables still wait (%v)", waiting, err)
+	}
+}
+
+// TestSchemaCopyDDL: schema = copy with ddl = apply: the first start
+// makes the published tables from the publisher's definitions; a table
+// created later on the publisher arrives by its DDL in the stream (not by
+// a schema copy), and takes its rows from the stream.
+func TestSchemaCopyDDL(t *testing.T) {
+	bin := schemaCopyPGDump(t)
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.exec(e.pub, `CREATE SCHEMA app;
+		CREATE TYPE app.kind AS ENUM ('x', 'y');
+		CREATE TABLE app.a (id serial PRIMARY KEY, k app.kind NOT NULL);
+		CREATE INDEX a_k ON app.a (k);
+		INSERT INTO app.a (k) SELECT (ARRAY['x', 'y']::app.kind[])[1 + i % 2] FROM generate_series(1, 300) i;
+		GRANT USAGE ON SCHEMA app TO `+replRole+`;
+		ALTER DEFAULT PRIVILEGES IN SCHEMA app GRANT SELECT ON TABLES TO `+replRole+`;
+		GRANT SELECT ON ALL TABLES IN SCHEMA app TO `+replRole+`;
+		CREATE PUBLICATION pub FOR TABLES IN SCHEMA app`)
+	if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
+		t.Fatal(err)
+	}
+	cfg := schemaCopyConfig(e, "schemacopyddl", bin)
+	cfg.DDL, cfg.PublicationRefresh = subscriber.DDLApply, time.Second
+	r := e.start(cfg)
+	sameTable(t, e, "app.a")
+	e.exec(e.pub, `CREATE TABLE app.b (id int PRIMARY KEY, a_id int REFERENCES app.a (id), k app.kind);
+		CREATE INDEX b_k ON app.b (k);
+		INSERT INTO app.b SELECT i, i, 'y' FROM generate_series(1, 200) i;
+		UPDATE app.a SET k = 'y' WHERE id <= 10`)
+	e.waitCaughtUp(r)
+	sameTable(t, e, "app.b")
+	sameTable(t, e, "app.a")
+	if strings.Contains(e.log.String(), "making tables that joined the publication") {
+		t.Fatal("with ddl = apply, the schema copy made a table its DDL in the stream makes")
 	}
 }
