@@ -20,49 +20,44 @@ const (
 	checkCopyDump   = "pg_dump (schema = copy)"
 )
 
-// checkSchemaCopy: with schema = copy, the target lacks every published
-// table or none (a copy brings all or nothing), a pg_dump new enough for
-// the publisher is there, and the role may create in each published
-// schema the target has, or in the database for one it makes.
-func checkSchemaCopy(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, role string, rep *Report) {
+// checkSchemaCopy: with schema = copy, where the target lacks published
+// tables (the copy makes those), a pg_dump new enough for the publisher is
+// there, and the role may create in each of their schemas the target has,
+// or in the database for one it makes. It returns the schemas of the
+// tables the copy makes.
+func checkSchemaCopy(ctx context.Context, conn *pgx.Conn, cfg subscriber.Config, pub published, role string, rep *Report) map[string]bool {
 	if cfg.Schema != schemacopy.Copy || len(pub.tables) == 0 {
-		return
+		return nil
 	}
-	var missing, present []string
+	var missing []string
 	schemas := map[string]bool{}
 	for _, t := range pub.tables {
 		var found bool
 		if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1) IS NOT NULL`, t.name()).Scan(&found); err != nil {
 			rep.add(sideTarget, checkCopyTables, "", broken(t.name(), "reading it on the target", err))
-			return
+			return nil
 		}
-		if found {
-			present = append(present, t.name())
-		} else {
+		if !found {
 			missing = append(missing, t.name())
 			schemas[t.Schema] = true
 		}
 	}
-	switch {
-	case len(missing) == 0:
+	if len(missing) == 0 {
 		rep.add(sideTarget, checkCopyTables, "the target has every published table: nothing to copy")
-		return
-	case len(present) > 0:
-		rep.add(sideTarget, checkCopyTables, "", fail("", "the target has "+strings.Join(present, ", ")+" but lacks "+strings.Join(missing, ", ")+": schema = copy brings over every published table or none",
-			"create those it lacks by hand (pg_dump --schema-only --table=... on the publisher, run with psql on the target), or drop those it has"))
-		return
+		return nil
 	}
-	rep.add(sideTarget, checkCopyTables, fmt.Sprintf("%d tables, made from the publisher's definitions", len(missing)))
+	rep.add(sideTarget, checkCopyTables, fmt.Sprintf("%d tables the target lacks, made from the publisher's definitions: %s", len(missing), strings.Join(missing, ", ")))
 	rep.add(sideTarget, checkCopyCreate, "the role makes the tables, and the schemas the target lacks", copyCreate(ctx, conn, schemas, role)...)
 	if !pub.reached || pub.version == 0 {
 		rep.skip(sideTarget, checkCopyDump, "the publisher's version could not be read")
-		return
+		return schemas
 	}
 	if bin, err := schemacopy.Find(ctx, cfg.PGDump, pub.version/10000); err != nil {
 		rep.add(sideTarget, checkCopyDump, "", fail("", err.Error(), ""))
 	} else {
 		rep.add(sideTarget, checkCopyDump, bin)
 	}
+	return schemas
 }
 
 // copyCreate: the role may create in each schema of the copy the target

@@ -287,9 +287,13 @@ func readTargetTable(ctx context.Context, conn *pgx.Conn, schema, name string) (
 }
 
 // checkTargetSequences: parapply reads a target sequence before it moves
-// it forward, and never sets one it cannot read.
-func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, role string, rep *Report) {
+// it forward, and never sets one it cannot read. One missing in a schema
+// where schema = copy makes tables (copied) is taken as the copy's to make
+// (it makes the sequences of the tables it makes, and those no table owns;
+// which table owns a sequence is not read here).
+func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, role string, copied map[string]bool, rep *Report) {
 	var probs []Problem
+	var made int
 	for _, s := range pub.sequences {
 		var exists, sel, upd bool
 		var owner string
@@ -298,6 +302,8 @@ func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, ro
 			FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'S'`, s.Schema, s.Name).Scan(&exists, &sel, &upd, &owner)
 		switch {
+		case errors.Is(err, pgx.ErrNoRows) && copied[s.Schema]:
+			made++
 		case errors.Is(err, pgx.ErrNoRows):
 			probs = append(probs, warn(s.QualifiedName(), "missing on the target: not carried", "create it there"))
 		case err != nil:
@@ -307,5 +313,9 @@ func checkTargetSequences(ctx context.Context, conn *pgx.Conn, pub published, ro
 				parapply.AlterDefaultPrivileges(owner, s.Schema, "SELECT, UPDATE", "SEQUENCES", role)))
 		}
 	}
-	rep.add(sideTarget, "sequences", fmt.Sprintf("%d sequences carried from the publisher", len(pub.sequences)), probs...)
+	line := fmt.Sprintf("%d sequences carried from the publisher", len(pub.sequences))
+	if made > 0 {
+		line += fmt.Sprintf(" (%d of them made on the target by the schema copy)", made)
+	}
+	rep.add(sideTarget, "sequences", line, probs...)
 }

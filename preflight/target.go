@@ -54,11 +54,11 @@ func checkTarget(ctx context.Context, cfg subscriber.Config, pub published, rep 
 		return
 	}
 	checkTables(ctx, conn, cfg, pub, role, rep)
-	checkSchemaCopy(ctx, conn, cfg, pub, role, rep)
+	copied := checkSchemaCopy(ctx, conn, cfg, pub, role, rep)
 	checkDDLTarget(ctx, conn, cfg, pub, role, rep)
 	checkCitus(ctx, conn, cfg, pub, rep)
 	if cfg.Sequences != sequences.None {
-		checkTargetSequences(ctx, conn, pub, role, rep)
+		checkTargetSequences(ctx, conn, pub, role, copied, rep)
 	}
 }
 

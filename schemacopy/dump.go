@@ -55,15 +55,16 @@ func try(ctx context.Context, path string) Found {
 	return Found{Path: path, Version: v, Err: err}
 }
 
-// Dump runs pg_dump (path) with args, within DumpTimeout, and returns its
-// script; a failure carries pg_dump's own message.
-func Dump(ctx context.Context, path string, args []string) (string, error) {
+// Dump runs pg_dump (path) with args and, beside parapply's environment,
+// env (see Connection), within DumpTimeout, and returns its script; a
+// failure carries pg_dump's own message.
+func Dump(ctx context.Context, path string, args, env []string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, DumpTimeout)
 	defer cancel()
 	var out, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	cmd.Env = append(os.Environ(), "PGAPPNAME=parapply schema copy")
+	cmd.Env = append(append(os.Environ(), "PGAPPNAME=parapply schema copy"), env...)
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("not done in %s", DumpTimeout)

@@ -48,9 +48,9 @@ const (
 // grants, publications, subscriptions, tablespaces, security labels), and
 // without every relation of those schemas that is neither published nor a
 // sequence (exclude): a view over an unpublished table would fail.
-// Tables, when set, narrows the dump to those tables (-t), for a table
-// that joins a publication later.
-func Args(dsn, section string, schemas []string, exclude, tables []Name) []string {
+// Tables, when set, narrows the dump to those tables (-t). dbname is the
+// connection string without its password (see Connection).
+func Args(dbname, section string, schemas []string, exclude, tables []Name) []string {
 	args := []string{"--schema-only", "--section=" + section, "--format=plain",
 		"--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions", "--no-tablespaces", "--no-security-labels"}
 	for _, s := range schemas {
@@ -62,7 +62,7 @@ func Args(dsn, section string, schemas []string, exclude, tables []Name) []strin
 	for _, x := range exclude {
 		args = append(args, "--exclude-table="+pattern(x.Schema, x.Name))
 	}
-	return append(args, "--dbname="+dsn)
+	return append(args, "--dbname="+dbname)
 }
 
 // Deferred is an index or constraint (primary key, unique, exclusion) of a
@@ -101,28 +101,33 @@ type Owners map[string]Name
 // constraint).
 func OwnerKey(schema, name string) string { return schema + "\x00" + name }
 
-// Choose makes the plan from the two sections' scripts: pre-data entries
-// of a schema the target has already (its CREATE SCHEMA, and a COMMENT ON
-// SCHEMA only its owner may run) are dropped; with copyData, an INDEX or
-// CONSTRAINT entry of a published table goes to the table's deferred
-// indexes, and every other post-data entry runs after the copy; without
-// it, everything runs now.
-func Choose(pre, post Script, has func(schema string) bool, owners Owners, copyData bool) Plan {
+// Choose makes the plan from the two sections' scripts for the tables to
+// make (made): entries whose object the target has already (have, from
+// TargetHas: schemas, types, domains, functions, unowned sequences, and
+// comments on them) are dropped, and so are the sequences owned by
+// tables not made (pub.Sequences), their OWNED BY and the column defaults
+// of tables not made. With copyData, an INDEX or CONSTRAINT entry of a
+// made table goes to the table's deferred indexes, and every other
+// post-data entry runs after the copy; without it, everything runs now.
+func Choose(pre, post Script, have map[Object]bool, pub Publisher, made []Name, copyData bool) Plan {
 	p := Plan{Preamble: pre.Preamble}
+	mine := map[Name]bool{}
+	for _, t := range made {
+		mine[t] = true
+	}
 	for _, e := range pre.Entries {
-		if onSchemaTargetHas(e, has) || e.SQL == "" {
-			continue
+		if keep(e, have, pub.Sequences, mine) {
+			p.Now = append(p.Now, e)
 		}
-		p.Now = append(p.Now, e)
 	}
 	ord := map[string]int{}
 	for _, e := range post.Entries {
 		switch {
-		case e.SQL == "":
+		case !keep(e, have, pub.Sequences, mine):
 		case !copyData:
 			p.Now = append(p.Now, e)
 		case e.Type == "INDEX" || e.Type == "CONSTRAINT":
-			t, ok := owners[OwnerKey(e.Schema, e.Name)]
+			t, ok := pub.Owners[OwnerKey(e.Schema, e.Name)]
 			if !ok {
 				p.After = append(p.After, e)
 				continue
@@ -141,16 +146,30 @@ func Choose(pre, post Script, has func(schema string) bool, owners Owners, copyD
 	return p
 }
 
-// onSchemaTargetHas tells a SCHEMA entry, or a COMMENT on a schema, for a
-// schema the target has.
-func onSchemaTargetHas(e Entry, has func(string) bool) bool {
-	switch {
-	case e.Type == "SCHEMA":
-		return has(e.Name)
-	case e.Type == "COMMENT" && strings.HasPrefix(e.Name, "SCHEMA "):
-		return has(strings.TrimPrefix(e.Name, "SCHEMA "))
+// keep tells whether an entry runs on the target: it has SQL, makes (or
+// comments on) nothing the target has, and is no sequence, OWNED BY or
+// column default of a table not made. A sequence a made table owns always
+// runs: one of its name on the target already fails the copy, naming it,
+// rather than leaving the table without its default or identity.
+func keep(e Entry, have map[Object]bool, seqs map[Name]Name, made map[Name]bool) bool {
+	if e.SQL == "" {
+		return false
 	}
-	return false
+	switch e.Type {
+	case "SEQUENCE", "SEQUENCE OWNED BY":
+		if owner, ok := seqs[Name{e.Schema, e.Name}]; ok {
+			return made[owner]
+		}
+	case "DEFAULT":
+		for t := range made {
+			if t.Schema == e.Schema && strings.HasPrefix(e.Name, t.Name+" ") {
+				return true
+			}
+		}
+		return false
+	}
+	o, ok := ObjectOf(e)
+	return !ok || !have[o]
 }
 
 // ParseMode reads the schema setting, naming it and its values when s is

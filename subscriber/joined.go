@@ -34,9 +34,11 @@ import (
 //     initial copy); those after it are applied.
 //
 // A published table the target lacks is skipped, with a warning naming the
-// fix, until the target has it; with ddl = apply a table the publisher
-// creates is created on the target by its DDL and synced from the start
-// of the stream.
+// fix, until the target has it; with schema = copy it is made first from
+// the publisher's definition (makeJoined), its indexes built by its copy
+// and its foreign keys, triggers and the like after it; with ddl = apply
+// a table the publisher creates is created on the target by its DDL and
+// synced from the start of the stream.
 //
 // A table that leaves the publication is forgotten as copied (left.go),
 // so that it is copied again, as here, if it joins again.
@@ -68,6 +70,14 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 		every = publicationRefreshEvery
 	}
 	l.refreshAt = now.Add(every)
+	if l.deferredLeft {
+		if err := l.commitTaken(ctx); err != nil {
+			return err
+		}
+		if err := l.runDeferredJoined(ctx); err != nil {
+			return err
+		}
+	}
 	// Everything taken is committed only when there is a table to copy:
 	// a wait for the workers here (a unit held by a lock on the target)
 	// would stop the loop from handing over the units that may commit
@@ -93,6 +103,7 @@ func (l *loop) refresh(ctx context.Context, now time.Time) error {
 // the target has (with every published column); it warns, once a table,
 // about those it lacks or cannot take.
 func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, publicationRefreshTimeout)
 	defer cancel()
 	cc, err := pgx.ParseConfig(l.s.cfg.Source.DSN)
@@ -125,6 +136,9 @@ func (l *loop) joinedTables(ctx context.Context) ([]source.PublishedTable, error
 	}
 	l.s.log.Debug("read the publication's tables", "tables", len(published))
 	if _, err := l.forgetLeft(ctx); err != nil { // those that came back
+		return nil, err
+	}
+	if err := l.makeJoined(parent, conn, published); err != nil {
 		return nil, err
 	}
 	return l.copyable(ctx, conn, published)
@@ -267,6 +281,9 @@ func (l *loop) copyJoined(ctx context.Context, pending []source.PublishedTable) 
 	}
 	l.app.SetSynced(res.Tables)
 	l.afterDDL(res.Tables)
+	if err := l.runDeferredJoined(ctx); err != nil {
+		return err
+	}
 	for name := range l.joinWarned {
 		if _, ok := res.Tables[name]; ok {
 			delete(l.joinWarned, name)

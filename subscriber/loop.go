@@ -51,6 +51,9 @@ type loop struct {
 	// each that cannot be copied yet (said again only when it changes).
 	refreshAt  time.Time
 	joinWarned map[string]string
+	// deferredLeft tells that what a schema copy of joined tables left
+	// for after their copy failed, to run again (schemajoin.go).
+	deferredLeft bool
 	// listed holds the tables the last read of the publication listed,
 	// and leaving the copied ones that left it since, to forget (see
 	// left.go).

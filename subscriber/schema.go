@@ -20,13 +20,12 @@ import (
 // copySchema is setup's step of schema = copy, before anything reads or
 // changes the published tables on the target and before the slot is
 // created (a refused copy leaves no slot holding WAL): on a start where
-// the target lacks every published table, it dumps their definitions
-// from the publisher (schemacopy) and runs the pre-data on the target in
-// one transaction with the list of what runs later (their indexes and
-// constraints, built by the copy: parapply.deferred_index; the rest,
-// after the copy: parapply.deferred_ddl, see runDeferredDDL). Where the
-// target has every published table it does nothing; where it has some
-// only, it refuses the start. made tells that it made the tables.
+// the target lacks published tables, it dumps their definitions from the
+// publisher (schemacopy) and runs, on the target, what it lacks of them
+// (makeTables). Where the target has every published table it does
+// nothing. With ddl = apply it makes them at the first start alone: at a
+// later one, DDL still in the stream is to make them. made tells that it
+// made tables.
 func (s *Subscriber) copySchema(ctx context.Context, conn *pgx.Conn, src *source.Source, published []source.PublishedTable) (made bool, err error) {
 	if s.cfg.Schema != schemacopy.Copy || len(published) == 0 {
 		return false, nil
@@ -41,19 +40,29 @@ func (s *Subscriber) copySchema(ctx context.Context, conn *pgx.Conn, src *source
 		}
 		return false, nil
 	}
-	missing := absent(published, present)
-	if len(present) > 0 {
-		return false, Permanent(fmt.Errorf("schema = copy brings over the definitions of every published table or of none, and the target has %s but lacks %s: create those it lacks by hand (pg_dump --schema-only --table=... on the publisher, run with psql on the target), or drop those it has",
-			qualifiedNames(present), qualifiedNames(missing)))
+	if s.cfg.DDL == DDLApply && !src.Missing {
+		return false, nil
 	}
+	missing := absent(published, present)
 	if err := refuseSynced(ctx, conn, s.cfg.Source.Slot, missing); err != nil {
 		return false, err
 	}
-	plan, err := s.dumpSchema(ctx, conn, src.ServerVersion/10000, published)
+	return true, s.makeTables(ctx, conn, src.ServerVersion/10000, missing)
+}
+
+// makeTables brings the definitions of tables over from the publisher and
+// runs on the target what it lacks of them (schemas, types, functions,
+// sequences, the tables), in one transaction with the list of what runs
+// later: their indexes and constraints, built by the copy of their rows
+// (parapply.deferred_index), and the rest, after it
+// (parapply.deferred_ddl, see runDeferredDDL). major is the publisher's
+// major version.
+func (s *Subscriber) makeTables(ctx context.Context, conn *pgx.Conn, major int, tables []source.PublishedTable) error {
+	plan, err := s.dumpSchema(ctx, conn, major, tables)
 	if err != nil {
-		return false, err
+		return err
 	}
-	return true, s.runPlan(ctx, plan, len(published))
+	return s.runPlan(ctx, plan, tables)
 }
 
 // absent are the published tables not in present.
@@ -102,10 +111,15 @@ func refuseSynced(ctx context.Context, conn *pgx.Conn, slot string, missing []so
 }
 
 // dumpSchema finds pg_dump, reads on the publisher what to leave out of
-// the dump and which table each index and constraint belongs to, and
-// dumps both sections into the plan.
-func (s *Subscriber) dumpSchema(ctx context.Context, conn *pgx.Conn, major int, published []source.PublishedTable) (schemacopy.Plan, error) {
+// the dump of tables and which table each index, constraint and sequence
+// belongs to, dumps both sections, and asks the target which of their
+// objects it has already: the plan makes the rest.
+func (s *Subscriber) dumpSchema(ctx context.Context, conn *pgx.Conn, major int, tables []source.PublishedTable) (schemacopy.Plan, error) {
 	bin, err := schemacopy.Find(ctx, s.cfg.PGDump, major)
+	if err != nil {
+		return schemacopy.Plan{}, Permanent(err)
+	}
+	dbname, env, err := schemacopy.Connection(s.cfg.Source.DSN)
 	if err != nil {
 		return schemacopy.Plan{}, Permanent(err)
 	}
@@ -114,24 +128,26 @@ func (s *Subscriber) dumpSchema(ctx context.Context, conn *pgx.Conn, major int, 
 		return schemacopy.Plan{}, onPublisher(err)
 	}
 	defer pub.Close(context.Background())
-	schemas, exclude, owners, err := schemacopy.ReadPublisher(ctx, pub, names(published))
+	made := names(tables)
+	read, err := schemacopy.ReadPublisher(ctx, pub, made)
 	if err != nil {
 		return schemacopy.Plan{}, onPublisher(err)
 	}
-	has, err := schemacopy.TargetSchemas(ctx, conn, schemas)
-	if err != nil {
-		return schemacopy.Plan{}, err
-	}
 	var scripts [2]schemacopy.Script
 	for i, section := range []string{schemacopy.PreData, schemacopy.PostData} {
-		out, err := schemacopy.Dump(ctx, bin, schemacopy.Args(s.cfg.Source.DSN, section, schemas, exclude, nil))
+		out, err := schemacopy.Dump(ctx, bin, schemacopy.Args(dbname, section, read.Schemas, read.Exclude, nil), env)
 		if err != nil {
 			return schemacopy.Plan{}, Permanent(fmt.Errorf("schema = copy: dumping the published tables' definitions: %w", err))
 		}
 		scripts[i] = schemacopy.Split(out)
 	}
-	s.log.Info("schema = copy: dumped the published tables' definitions", "pg_dump", bin, "schemas", strings.Join(schemas, ", "), "excluded", len(exclude))
-	return schemacopy.Choose(scripts[0], scripts[1], func(n string) bool { return has[n] }, owners, s.cfg.CopyData), nil
+	have, err := schemacopy.TargetHas(ctx, conn, schemacopy.Objects(scripts[0], scripts[1]))
+	if err != nil {
+		return schemacopy.Plan{}, err
+	}
+	s.log.Info("schema = copy: dumped the definitions of the published tables the target lacks", "pg_dump", bin, "tables", qualifiedNames(tables),
+		"schemas", strings.Join(read.Schemas, ", "), "excluded", len(read.Exclude))
+	return schemacopy.Choose(scripts[0], scripts[1], have, read, made, s.cfg.CopyData), nil
 }
 
 // names are the published tables' names.
@@ -145,8 +161,9 @@ func names(published []source.PublishedTable) []schemacopy.Name {
 
 // runPlan runs the plan's pre-data on the target, on a session of its own
 // (pg_dump's preamble sets what it needs for the session), in one
-// transaction with the rows of what runs later.
-func (s *Subscriber) runPlan(ctx context.Context, plan schemacopy.Plan, tables int) error {
+// transaction with the rows of what runs later; tables are those it
+// makes.
+func (s *Subscriber) runPlan(ctx context.Context, plan schemacopy.Plan, tables []source.PublishedTable) error {
 	cc, err := pgx.ParseConfig(s.cfg.Target.DSN)
 	if err != nil {
 		return err
@@ -169,7 +186,7 @@ func (s *Subscriber) runPlan(ctx context.Context, plan schemacopy.Plan, tables i
 	if err != nil {
 		return schemaError(err)
 	}
-	s.log.Info("schema = copy: made the published tables on the target", "tables", tables, "statements", len(plan.Now),
+	s.log.Info("schema = copy: made the published tables on the target", "tables", qualifiedNames(tables), "statements", len(plan.Now),
 		"indexes_after_copy", len(plan.Indexes), "statements_after_copy", len(plan.After))
 	return nil
 }

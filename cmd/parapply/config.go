@@ -76,7 +76,7 @@ var settings = []setting{
 		func(o *options) kind { return integer(&o.StreamWorkers, 0, maxInt) }},
 	{"spill_directory", "", "directory for streamed transactions' spill files (default: the system's temporary directory)",
 		func(o *options) kind { return str(&o.SpillDirectory) }},
-	{"schema", "target", "where the published tables' definitions come from: target, the target has them (made by hand, as with pg_dump --schema-only | psql); copy, on a start where the target lacks them, parapply brings them over from the publisher with pg_dump (the types, domains, functions and sequences of their schemas too; indexes and constraints built after the initial copy, foreign keys and triggers after that; no owners, grants or extensions: see docs/operations.md)",
+	{"schema", "target", "where the published tables' definitions come from: target, the target has them (made by hand, as with pg_dump --schema-only | psql); copy, parapply brings over from the publisher with pg_dump those the target lacks, at a start or when they join the publication (the types, domains, functions and sequences of their schemas too; indexes and constraints built after the initial copy, foreign keys and triggers after that; no owners, grants or extensions: see docs/operations.md)",
 		func(o *options) kind { return choice(&o.Schema, schemacopy.Modes, schemacopy.ParseMode) }},
 	{"pg_dump", "", "with schema = copy, the pg_dump program to run (of the publisher's major version or newer); empty: the first new enough on PATH or in /usr/lib/postgresql/*/bin, newest first",
 		func(o *options) kind { return str(&o.PGDump) }},

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/parapply/parapply/ddl"
 	"github.com/parapply/parapply/schemacopy"
 	"github.com/parapply/parapply/subscriber"
 )
@@ -197,5 +200,122 @@ func TestSchemaCopyNoPGDump(t *testing.T) {
 		if r.Check == "published tables" && r.Status != "ok" {
 			t.Fatalf("with schema = copy, parapply check refused the missing tables: %+v", r)
 		}
+	}
+}
+
+// tableShape describes table on one side (conn): its columns with their
+// types and defaults, constraints, indexes, and the labels of the enums
+// its columns have.
+func tableShape(t *testing.T, conn *pgx.Conn, table string) string {
+	t.Helper()
+	var s string
+	err := conn.QueryRow(context.Background(), `SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+		SELECT 'column ' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+			|| coalesce(' default ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid), '') || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+			|| coalesce(' enum ' || (SELECT string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = a.atttypid), '')
+		FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
+		UNION ALL SELECT 'constraint ' || conname || ' ' || pg_catalog.pg_get_constraintdef(oid) || CASE WHEN convalidated THEN '' ELSE ' not valid' END
+		FROM pg_constraint WHERE conrelid = $1::regclass
+		UNION ALL SELECT 'index ' || pg_catalog.pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass) s(x)`, table).Scan(&s)
+	if err != nil {
+		t.Fatalf("reading %s: %v", table, err)
+	}
+	return s
+}
+
+// sameTable: the target has table as the publisher has it, in every part
+// tableShape reads, with identical rows.
+func sameTable(t *testing.T, e *env, table string) {
+	t.Helper()
+	if pub, sub := tableShape(t, e.pub, table), tableShape(t, e.sub, table); pub != sub {
+		t.Fatalf("the target's %s differs from the publisher's:\npublisher:\n%s\ntarget:\n%s", table, pub, sub)
+	}
+	e.verify(table)
+}
+
+// TestSchemaCopyJoined: under schema = copy, a table that joins the
+// publication while parapply runs (with an enum of its own, an index, a
+// serial, and a foreign key to a table the target has) is made on the
+// target, copied and streamed into; a table that joins while parapply is
+// stopped is made at the next start, beside the tables the target has.
+func TestSchemaCopyJoined(t *testing.T) {
+	bin := schemaCopyPGDump(t)
+	e := newEnv(t, "")
+	e.exec(e.pub, schemaCopyPublisher)
+	e.exec(e.pub, `INSERT INTO s1.parent (code, feel) SELECT 'c' || i, 'ok' FROM generate_series(1, 300) i`)
+	cfg := schemaCopyConfig(e, "schemacopy", bin)
+	cfg.PublicationRefresh = time.Second
+	r := e.start(cfg)
+	e.exec(e.pub, `CREATE TYPE s1.size AS ENUM ('s', 'm', 'l');
+		CREATE TABLE s1.extra (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES s1.parent (id), sz s1.size, n serial);
+		CREATE INDEX extra_sz ON s1.extra (sz, parent_id);
+		INSERT INTO s1.parent (code, feel) VALUES ('for extra', 'happy');
+		INSERT INTO s1.extra (id, parent_id, sz) SELECT i, 1 + i % 301, (ARRAY['s', 'm', 'l']::s1.size[])[1 + i % 3] FROM generate_series(1, 1000) i;
+		GRANT SELECT ON s1.extra TO `+replRole+`;
+		ALTER PUBLICATION pub ADD TABLE s1.extra`)
+	e.waitLog(r, "copied tables that joined the publication", 1)
+	e.exec(e.pub, `INSERT INTO s1.extra (id, parent_id, sz) VALUES (5000, 301, 'l');
+		UPDATE s1.extra SET sz = 's' WHERE id % 7 = 0; DELETE FROM s1.extra WHERE id % 11 = 0`)
+	e.waitCaughtUp(r)
+	// Its foreign key waits for the stream to bring s1.parent up to the
+	// copy's snapshot, tried again at each read of the publication.
+	e.waitLog(r, "ran what waited for the copy of tables that joined the publication", 1)
+	sameTable(t, e, "s1.extra")
+	schemaCopyCompare(t, e)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Joined while stopped: made at the start, beside the others.
+	e.exec(e.pub, `CREATE TABLE s2.later (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, child_id bigint REFERENCES s2.child (id), qty s2.positive);
+		GRANT SELECT ON s2.later TO `+replRole+`;
+		ALTER PUBLICATION pub ADD TABLE s2.later;
+		INSERT INTO s2.later (qty) SELECT 1 + i % 9 FROM generate_series(1, 200) i`)
+	r = e.start(cfg)
+	e.exec(e.pub, `INSERT INTO s2.later (qty) VALUES (4); INSERT INTO s1.extra (id, parent_id, sz) VALUES (5001, 1, 'm')`)
+	e.waitCaughtUp(r)
+	sameTable(t, e, "s2.later")
+	sameTable(t, e, "s1.extra")
+	schemaCopyCompare(t, e)
+	var waiting int
+	if err := e.sub.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM parapply.deferred_ddl) + (SELECT count(*) FROM parapply.deferred_index)`).Scan(&waiting); err != nil || waiting != 0 {
+		t.Fatalf("%d statements of the made tables still wait (%v)", waiting, err)
+	}
+}
+
+// TestSchemaCopyDDL: schema = copy with ddl = apply: the first start
+// makes the published tables from the publisher's definitions; a table
+// created later on the publisher arrives by its DDL in the stream (not by
+// a schema copy), and takes its rows from the stream.
+func TestSchemaCopyDDL(t *testing.T) {
+	bin := schemaCopyPGDump(t)
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.exec(e.pub, `CREATE SCHEMA app;
+		CREATE TYPE app.kind AS ENUM ('x', 'y');
+		CREATE TABLE app.a (id serial PRIMARY KEY, k app.kind NOT NULL);
+		CREATE INDEX a_k ON app.a (k);
+		INSERT INTO app.a (k) SELECT (ARRAY['x', 'y']::app.kind[])[1 + i % 2] FROM generate_series(1, 300) i;
+		GRANT USAGE ON SCHEMA app TO `+replRole+`;
+		ALTER DEFAULT PRIVILEGES IN SCHEMA app GRANT SELECT ON TABLES TO `+replRole+`;
+		GRANT SELECT ON ALL TABLES IN SCHEMA app TO `+replRole+`;
+		CREATE PUBLICATION pub FOR TABLES IN SCHEMA app`)
+	if err := ddl.Install(ctx, e.pub, []string{"pub"}, true); err != nil {
+		t.Fatal(err)
+	}
+	cfg := schemaCopyConfig(e, "schemacopyddl", bin)
+	cfg.DDL, cfg.PublicationRefresh = subscriber.DDLApply, time.Second
+	r := e.start(cfg)
+	sameTable(t, e, "app.a")
+	e.exec(e.pub, `CREATE TABLE app.b (id int PRIMARY KEY, a_id int REFERENCES app.a (id), k app.kind);
+		CREATE INDEX b_k ON app.b (k);
+		INSERT INTO app.b SELECT i, i, 'y' FROM generate_series(1, 200) i;
+		UPDATE app.a SET k = 'y' WHERE id <= 10`)
+	e.waitCaughtUp(r)
+	sameTable(t, e, "app.b")
+	sameTable(t, e, "app.a")
+	if strings.Contains(e.log.String(), "making tables that joined the publication") {
+		t.Fatal("with ddl = apply, the schema copy made a table its DDL in the stream makes")
 	}
 }
