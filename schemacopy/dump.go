@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -64,7 +63,9 @@ func Dump(ctx context.Context, path string, args, env []string) (string, error) 
 	var out, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	cmd.Env = append(append(os.Environ(), "PGAPPNAME=parapply schema copy"), env...)
+	// The child inherits parapply's environment (cmd.Environ: PATH, the
+	// locale, libpq's own variables), plus its name and env.
+	cmd.Env = append(append(cmd.Environ(), "PGAPPNAME=parapply schema copy"), env...)
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("not done in %s", DumpTimeout)
