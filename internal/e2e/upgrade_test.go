@@ -211,8 +211,9 @@ const walkSchema = `CREATE SCHEMA shop;
 // default; PARAPPLY_PG_PUBLISHER_VERSION or _BIN and PARAPPLY_PG_BIN pick
 // others): the new server's empty database, the roles, check, the schema
 // copy (schema = copy: the tables made and owned by the apply role, their
-// indexes built after the rows) and the copy under a write load, status, the writes stopped, cutover, verify, sync-sequences, the
-// application's first write on the new server and drop; the new server
+// indexes built after the rows) and the copy under a write load, status,
+// the writes stopped, cutover, verify, sync-sequences, the application's
+// first write on the new server and drop; the new server
 // equal to the old row for row.
 func TestUpgradeWalkthrough(t *testing.T) {
 	d := readWalkthrough(t)
