@@ -94,8 +94,9 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 		tables, err = nil, nil
 	}
 	if err != nil && s.cfg.Schema == schemacopy.Copy && errors.Is(err, targetdb.ErrNoTable) {
-		// The setup makes the tables (copySchema), then checks again.
-		tables, err = nil, nil
+		// The setup makes the tables (copySchema), then checks again and
+		// chooses binary or text on the tables made.
+		return s.checkTwoPhase(ctx, c)
 	}
 	if err != nil {
 		return err
@@ -112,10 +113,14 @@ func (s *Subscriber) checkTarget(ctx context.Context, c *connected) error {
 			s.log.Info("values travel in text, cast on the target", "reason", why)
 		}
 	}
+	return s.checkTwoPhase(ctx, c)
+}
+
+// checkTwoPhase refuses, with two_phase on, a target that cannot prepare
+// transactions.
+func (s *Subscriber) checkTwoPhase(ctx context.Context, c *connected) error {
 	if s.cfg.Source.TwoPhase {
-		if err := targetdb.CheckTwoPhase(ctx, c.app.Conn()); err != nil {
-			return err
-		}
+		return targetdb.CheckTwoPhase(ctx, c.app.Conn())
 	}
 	return nil
 }
