@@ -108,3 +108,33 @@ func TestPgURI(t *testing.T) {
 		t.Fatalf("pgURI: %q, %v; want %q", got, err, want)
 	}
 }
+
+// TestPgcopydbNotInstalled checks that a machine without pgcopydb is told
+// how to install it.
+func TestPgcopydbNotInstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := preparePgClient(""); err == nil || !strings.Contains(err.Error(), "apt-get install pgcopydb") {
+		t.Fatalf("without pgcopydb in PATH: %v", err)
+	}
+}
+
+// TestPgClientPackageTree checks that the programs of an unpacked package
+// tree (as .ci/run makes) run through the tree's own loader and libraries.
+func TestPgClientPackageTree(t *testing.T) {
+	from := t.TempDir()
+	bin := filepath.Join(from, "root/usr/lib/postgresql/18/bin")
+	loader := filepath.Join(from, "root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+	for _, f := range []string{filepath.Join(bin, "psql"), loader} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gotBin, prefix, err := clientPrograms(from)
+	libs := filepath.Join(from, "root/usr/lib/x86_64-linux-gnu") + ":" + filepath.Join(from, "root/lib/x86_64-linux-gnu")
+	if want := shellQuote(loader) + " --library-path " + shellQuote(libs) + " "; err != nil || gotBin != bin || prefix != want {
+		t.Fatalf("clientPrograms: %q, %q, %v; want %q, %q", gotBin, prefix, err, bin, want)
+	}
+}
