@@ -41,6 +41,10 @@ type options struct {
 	// (a coordinator and two workers; the built-in, which cannot fill
 	// one, still applies to a plain server, for scale: see citus.go).
 	target string
+	// pgClientFrom is --pg-client: the client installation pgcopydb
+	// runs; pgClient is its folder of wrappers, made once per run.
+	pgClientFrom string
+	pgClient     pgClient
 }
 
 func main() {
@@ -81,6 +85,14 @@ func run(ctx context.Context, args []string) error {
 		}
 		o.binary = b
 	}
+	if slices.ContainsFunc(o.engines, isPgcopydb) {
+		if o.pgClient, err = preparePgClient(o.pgClientFrom); err != nil {
+			return err
+		}
+		if o.pgClient.dir != "" {
+			defer os.RemoveAll(o.pgClient.dir)
+		}
+	}
 	var results []result
 	for _, cells := range allCells(o) {
 		// Run i of every cell before run i+1 of any: the machine's pace
@@ -114,7 +126,7 @@ func run(ctx context.Context, args []string) error {
 func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
 	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md), pgcopydb (initial-sync workloads: pgcopydb clone into an empty target; pgcopydb:table_jobs=N:index_jobs=M, default 2 and 2); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")
@@ -124,10 +136,11 @@ func parseOptions(args []string) (options, error) {
 	layoutFlag := fs.String("layout", layoutShared, "where the processes run, comma separated: shared (one machine: every process on every CPU) or separate (two machines: the publisher, its walsender and the clients on one half of the CPUs, the subscriber and parapply on the other); ratios are against the built-in in the same layout")
 	target := fs.String("target", targetPostgres, "where parapply applies: postgres, or citus (a Citus coordinator and two workers from Debian's postgresql-15 with Citus; the built-in, which cannot fill one, applies to a plain server in the same run, for scale)")
 	readDelay := fs.Duration("read-delay", 0, "delay every file read of the subscriber server by this long, as a network-attached disk would (a preload library built with cc; the slow-read workloads default to 100us)")
+	pgClientFrom := fs.String("pg-client", pgClientDefault(), "PostgreSQL client programs pgcopydb runs (pg_dump, pg_restore, psql; of the servers' version or newer): a bin folder, or a package tree unpacked with its own loader as .ci/run makes; empty: those in PATH")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag), target: *target}
+	o := options{workloads: splitList(*wl), engines: splitList(*eng), scale: *scale, runs: *runs, json: *jsonPath, binary: *bin, plot: *plot, readDelay: *readDelay, layouts: splitList(*layoutFlag), target: *target, pgClientFrom: *pgClientFrom}
 	if err := o.checkWhere(); err != nil {
 		return o, err
 	}
@@ -174,7 +187,7 @@ func (o options) checkWhat() error {
 		}
 	}
 	for _, e := range o.engines {
-		if _, _, err := parapplySettings(e); err != nil {
+		if err := checkEngine(e, o.workloads); err != nil {
 			return err
 		}
 	}
@@ -264,6 +277,9 @@ func allCells(o options) [][]*cell {
 func cellsOf(o options, w string) []*cell {
 	var cells []*cell
 	for _, e := range o.engines {
+		if isPgcopydb(e) && workloads[w].method != methodInitial {
+			continue // it copies once: see checkEngine
+		}
 		counts := []int{0}
 		if isParapply(e) {
 			counts = o.workers
@@ -514,7 +530,7 @@ func parapplySettings(e string) (binary string, flags []string, err error) {
 	}
 	rest, ok := strings.CutPrefix(e, "parapply:")
 	if !ok {
-		return "", nil, fmt.Errorf("unknown engine %q (builtin, parapply, parapply:name=value[:name=value] or drain)", e)
+		return "", nil, fmt.Errorf("unknown engine %q (builtin, parapply, parapply:name=value[:name=value], pgcopydb, pgcopydb:table_jobs=N:index_jobs=M or drain)", e)
 	}
 	for _, kv := range strings.Split(rest, ":") {
 		name, value, ok := strings.Cut(kv, "=")
@@ -531,4 +547,21 @@ func parapplySettings(e string) (binary string, flags []string, err error) {
 		flags = append(flags, "--"+strings.ReplaceAll(name, "_", "-"), value)
 	}
 	return binary, flags, nil
+}
+
+// checkEngine refuses an unknown engine, malformed settings, and
+// pgcopydb without an initial-sync workload (it copies once: it has no
+// catch-up to time; cellsOf leaves it out of the other workloads).
+func checkEngine(e string, workloadNames []string) error {
+	if !isPgcopydb(e) {
+		_, _, err := parapplySettings(e)
+		return err
+	}
+	if _, _, err := pgcopydbJobs(e); err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(workloadNames, func(w string) bool { return workloads[w].method == methodInitial }) {
+		return fmt.Errorf("engine %q measures the initial-sync workloads only: add one to --workload", e)
+	}
+	return nil
 }

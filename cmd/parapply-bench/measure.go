@@ -146,7 +146,13 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	if err := r.pub.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
 		return m, err
 	}
-	tables, err := r.prepare(ctx, w, citus)
+	// An engine that makes the target's tables itself starts an initial
+	// sync with an empty target database, as a DBA would run it.
+	emptyTarget := w.method == methodInitial && bringsOwnSchema(engineName)
+	if emptyTarget && citus {
+		return m, fmt.Errorf("engine %s makes the target's tables itself: not measured on a Citus target", engineName)
+	}
+	tables, err := r.prepare(ctx, w, citus, emptyTarget)
 	if err != nil {
 		return m, err
 	}
@@ -201,10 +207,17 @@ func subscriberServer(o options, w workload) (pgtest.Options, error) {
 }
 
 // prepare makes the workload's schema, the marker and heartbeat tables
-// on both sides (distributed on a Citus target), preloads them, and
-// publishes them; it returns the tables published.
-func (r *runEnv) prepare(ctx context.Context, w workload, citus bool) ([]string, error) {
+// on both sides (distributed on a Citus target; on the publisher alone
+// for an emptyTarget), preloads them, and publishes them; it returns the
+// tables published.
+func (r *runEnv) prepare(ctx context.Context, w workload, citus, emptyTarget bool) ([]string, error) {
 	for i, c := range []*pgx.Conn{r.pub, r.sub} {
+		if i == 1 && emptyTarget {
+			if _, err := c.Exec(ctx, "CHECKPOINT"); err != nil {
+				return nil, err
+			}
+			break
+		}
 		if err := r.prepareSide(ctx, c, i == 1, w, citus); err != nil {
 			return nil, err
 		}
@@ -277,6 +290,11 @@ func (r *runEnv) newEngine(ctx context.Context, w workload, engineName string, w
 			flags = append(flags, "--detect-conflicts", "off") // refused on Citus
 		}
 		return newParapply(bin, r.pubDSN, r.subDSN, workers, copyData, flags, engineCPUs)
+	case isPgcopydb(engineName):
+		if w.method != methodInitial {
+			return nil, fmt.Errorf("the pgcopydb engine measures initial-sync workloads only")
+		}
+		return newPgcopydb(ctx, r, engineName)
 	case engineName == "drain":
 		if w.method != methodCatchup {
 			return nil, fmt.Errorf("the drain engine measures catch-up workloads only")
@@ -609,19 +627,37 @@ func (r *runEnv) initial(ctx context.Context, m *measurement, tables []string) e
 		}
 		ready = fmt.Sprintf("SELECT count(*) FILTER (WHERE state = 'done') = %d FROM parapply.sync_state", len(tables))
 	}
-	if err := r.waitFor(ctx, ready, 2*time.Hour); err != nil {
-		return err
-	}
-	err := r.waitMarker(ctx)
-	m.catchup = time.Since(t0).Seconds()
-	s := cpuSnapshot(0)
-	busy := (s.total - machine.total) / 100 / s.at.Sub(machine.at).Seconds()
-	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
-		logf("in sync: machine busy %.2f cores over %.2fs, parapply process CPU %.2fs", busy, m.catchup, cpuSnapshot(p.p.cmd.Process.Pid).proc/100)
+	var err error
+	if p, ok := r.eng.(*pgcopydbEngine); ok {
+		// In sync when the clone exits; the marker it copied is checked
+		// after the clock stops.
+		err = p.wait(ctx)
+		m.catchup = time.Since(t0).Seconds()
+		if err != nil {
+			return err
+		}
+		m.processCPU = p.cpu
 	} else {
-		logf("in sync: machine busy %.2f cores over %.2fs", busy, m.catchup)
+		if err := r.waitFor(ctx, ready, 2*time.Hour); err != nil {
+			return err
+		}
+		err = r.waitMarker(ctx)
+		m.catchup = time.Since(t0).Seconds()
+	}
+	s := cpuSnapshot(0)
+	m.busy = (s.total - machine.total) / 100 / s.at.Sub(machine.at).Seconds()
+	if p, ok := r.eng.(*parapplyEngine); ok && p.p != nil {
+		m.processCPU = cpuSnapshot(p.p.cmd.Process.Pid).proc / 100
+	}
+	if m.processCPU > 0 {
+		logf("in sync: machine busy %.2f cores over %.2fs, %s process CPU %.2fs", m.busy, m.catchup, r.eng.appName(), m.processCPU)
+	} else {
+		logf("in sync: machine busy %.2f cores over %.2fs", m.busy, m.catchup)
 	}
 	m.rssMB = r.eng.stop()
+	if _, ok := r.eng.(*pgcopydbEngine); ok && err == nil {
+		err = r.waitFor(ctx, "SELECT count(*) > 0 FROM "+markerTable+" WHERE id = 1", time.Second)
+	}
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -298,6 +299,24 @@ func init() {
 		})
 	}
 	workloads["slow-read-insert"] = w
+	workloads["initial-sync-indexed"] = initialSyncIndexed()
+}
+
+// initialSyncIndexed is initial-sync plus a table as DBAs' tables are: a
+// key and two secondary indexes (an int and a text column), 220 MB of
+// rows at scale 1, so that building indexes weighs in the copy.
+func initialSyncIndexed() workload {
+	w := workloads["initial-sync"]
+	w.doc = "initial-sync plus a 1.6M-row table (220 MB at scale 1) with two secondary indexes (int and text): time until every table is in sync, indexes built"
+	w.schema += "; CREATE TABLE ix (id bigint PRIMARY KEY, k1 int, k2 text, payload text); CREATE INDEX ix_k1 ON ix (k1); CREATE INDEX ix_k2 ON ix (k2)"
+	base := w.preload
+	w.preload = func(scale float64) []string {
+		// k1 and k2 in random order against id: each index is built from
+		// scattered keys, as for a real table's secondary columns.
+		return append(base(scale), fmt.Sprintf("INSERT INTO ix SELECT g, hashtext(g::text), md5((g * 7)::text), repeat(md5(g::text), 2) FROM generate_series(1, %d) g", scaled(1600000, scale)))
+	}
+	w.tables = append(slices.Clone(w.tables), "ix")
+	return w
 }
 
 // secondaryInsert is scenario 2 of logical-replication-prefetch.txt: rows
