@@ -62,6 +62,9 @@ type parapplyEngine struct {
 	bin  string
 	args []string
 	p    *process
+	// lastLog is the output of the process stopped last, for a wait
+	// that fails after it (endLingering).
+	lastLog string
 }
 
 // newParapply makes the engine of a parapply binary; with cpus (a taskset
@@ -101,8 +104,9 @@ func (e *parapplyEngine) stop() float64 {
 		return 0
 	}
 	rss := e.p.stop()
+	e.lastLog = e.p.out.String()
 	if os.Getenv("PARAPPLY_BENCH_SHOW_LOG") != "" {
-		fmt.Fprint(os.Stderr, e.p.out.String())
+		fmt.Fprint(os.Stderr, e.lastLog)
 	}
 	e.p = nil
 	return rss
