@@ -647,8 +647,9 @@ func (j *tableJob) plan(partitioned bool) {
 
 // dropIndexes saves how to rebuild the table's indexes and constraints
 // (not those a foreign key of another table depends on, nor exclusion
-// constraints) in parapply.deferred_index and drops them, in one
-// transaction.
+// constraints, nor a partition's index attached to its partitioned
+// table's, which only that one's DROP removes) in parapply.deferred_index
+// and drops them, in one transaction.
 func dropIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) error {
 	name := j.QualifiedName()
 	rows := mustQuery(ctx, dst, `SELECT i.indexrelid::regclass::text,
@@ -661,6 +662,7 @@ func dropIndexes(ctx context.Context, dst *pgx.Conn, cfg Config, j *tableJob) er
 		WHERE i.indrelid = $1::regclass
 		  AND (c.contype IS NULL OR c.contype <> 'x')
 		  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.conindid = i.indexrelid)
+		  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits ih WHERE ih.inhrelid = i.indexrelid)
 		ORDER BY i.indisprimary DESC, i.indexrelid`, name)
 	type idx struct{ name, drop, create string }
 	var list []idx
