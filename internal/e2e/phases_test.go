@@ -67,15 +67,17 @@ func (p *phaseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 // once, in order. The statements its reader's target session sends in the
 // connect, claim and setup phases come from targetdb (parapply's own
 // objects on the target: the schema, claims, origins, tombstones), then
-// progress, then tablesync, each package in one stretch, at a first start
-// (the slot created, the tables copied) and at a restart alike. (The copy's
+// progress, then tablesync, then schemacopy (what a schema copy left to
+// run after the copy: foreign keys, triggers), each package in one
+// stretch, at a first start (the slot created, the tables copied) and at a
+// restart alike. (The copy's
 // and the sequences' own sessions are theirs alone; the publisher's
 // session is source's.)
 func TestSetupInOrder(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE a (id int PRIMARY KEY, v text)`)
 	e.exec(e.pub, `INSERT INTO a SELECT g, 'row ' || g FROM generate_series(1, 200) g`)
 	e.applyOwnsTables() // detect_update_deleted installs a trigger: the apply role owns the tables (docs/operations.md)
-	want := []string{"targetdb", "progress", "tablesync"}
+	want := []string{"targetdb", "progress", "tablesync", "schemacopy"}
 	for i, start := range []string{"first start", "restart"} {
 		tr := &phaseTracer{}
 		cfg := e.config("phases")
