@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,11 @@ type workload struct {
 	// localDeletes, for the local method: the target's load deletes (and
 	// inserts back) rows of a published table too.
 	localDeletes bool
+	// cold, for catch-ups: between the write and the timed catch-up the
+	// subscriber server restarts (shared_buffers empty) and, where the
+	// bench runs as root, the operating system's cache is dropped, so
+	// that the apply starts with nothing of the tables in memory.
+	cold bool
 }
 
 // runEnv is what a workload sees of one run.
@@ -68,6 +74,8 @@ type runEnv struct {
 	pub    *pgx.Conn
 	sub    *pgx.Conn
 	eng    engine
+	// subServer is the subscriber server, which a cold catch-up restarts.
+	subServer *pgtest.Server
 	// nodes are the workers of a Citus target, whose CPU counts as the
 	// target's.
 	nodes []*pgtest.Server
@@ -134,7 +142,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 		defer restore()
 		engineCPUs = cpus
 	}
-	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres"), nodes: nodes}
+	r := &runEnv{o: o, pubDSN: pair.Publisher.DSN("postgres"), subDSN: pair.Subscriber.DSN("postgres"), subServer: pair.Subscriber, nodes: nodes}
 	if r.pub, err = pgx.Connect(ctx, r.pubDSN); err != nil {
 		return m, err
 	}
@@ -142,7 +150,7 @@ func measure(ctx context.Context, o options, w workload, engineName string, work
 	if r.sub, err = pgx.Connect(ctx, r.subDSN); err != nil {
 		return m, err
 	}
-	defer r.sub.Close(context.Background())
+	defer func() { r.sub.Close(context.Background()) }() // a cold catch-up reconnects
 	if err := r.pub.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
 		return m, err
 	}
@@ -357,6 +365,11 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	if err := r.mark(ctx); err != nil {
 		return err
 	}
+	if w.cold {
+		if err := r.coldSubscriber(ctx); err != nil {
+			return err
+		}
+	}
 	logf("publisher wrote %d transactions in %.2fs; starting the subscriber", txns, m.publisher)
 	t1 := time.Now()
 	// The walsender, the target backends and the process start with the
@@ -377,6 +390,30 @@ func (r *runEnv) catchup(ctx context.Context, w workload, m *measurement) error 
 	}
 	m.rssMB = r.eng.stop()
 	return err
+}
+
+// coldSubscriber restarts the subscriber server, drops the operating
+// system's cache where it may (as root; else it says so) and reconnects,
+// so that the catch-up starts cold (workload.cold).
+func (r *runEnv) coldSubscriber(ctx context.Context) error {
+	if err := r.subServer.Restart(ctx, false); err != nil {
+		return fmt.Errorf("restarting the subscriber server: %w", err)
+	}
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		logf("the operating system's cache stays warm (only shared_buffers starts empty): %v", err)
+	} else {
+		logf("subscriber server restarted and the operating system's cache dropped")
+	}
+	r.sub.Close(ctx)
+	var err error
+	if r.sub, err = pgx.Connect(ctx, r.subDSN); err != nil {
+		return err
+	}
+	if b, ok := r.eng.(*builtin); ok {
+		b.sub = r.sub
+	}
+	return nil
 }
 
 // preloadReplicated preloads the publisher while the engine runs, and
@@ -675,8 +712,11 @@ func (r *runEnv) waitSlot(ctx context.Context, active bool) error {
 				return err
 			}
 		}
+		// A slot being created is active before it has a consistent
+		// point (confirmed_flush_lsn): stopped then, its walsender may
+		// stay until the transactions it waits for end.
 		var a bool
-		err := r.pub.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench'").Scan(&a)
+		err := r.pub.QueryRow(ctx, "SELECT active AND (confirmed_flush_lsn IS NOT NULL OR NOT $1) FROM pg_replication_slots WHERE slot_name = 'bench'", active).Scan(&a)
 		if err == nil && a == active {
 			return nil
 		}

@@ -283,6 +283,7 @@ func init() {
 		})
 	}
 	workloads["slow-read"] = w
+	workloads["slow-read-cold"] = slowReadCold(slow)
 	workloads["slow-read-insert"] = slow("secondary-insert", "secondary-insert at the seed's 10M rows (a 210 MB index on sk, so a new row's leaf page is rarely in the buffer cache), 10 clients x 15,000 single-row inserts (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB (logical-replication-prefetch.txt, scenario 2 on a slow disk)")
 	w = workloads["slow-read-insert"]
 	// The index is built after the rows are in: 10M inserts into an index
@@ -316,6 +317,27 @@ func initialSyncIndexed() workload {
 		return append(base(scale), fmt.Sprintf("INSERT INTO ix SELECT g, hashtext(g::text), md5((g * 7)::text), repeat(md5(g::text), 2) FROM generate_series(1, %d) g", scaled(1600000, scale)))
 	}
 	w.tables = append(slices.Clone(w.tables), "ix")
+	return w
+}
+
+// slowReadCold is slow-read on a backlog of another shape: the table at
+// 2.5 times the rows (2 GB at scale 1), 20 clients, and a cold cache: the
+// subscriber server restarts, and the operating system's cache is
+// dropped, between the write and the timed catch-up (workload.cold).
+func slowReadCold(slow func(base, doc string) workload) workload {
+	const rows, clients, each = 250000, 20, 10000
+	w := slow("point-update", fmt.Sprintf("point-update at %d rows, %d clients x %d transactions (the same backlog for every engine), with every file read of the subscriber delayed by 0.1 ms, shared_buffers 128MB, and the subscriber's caches cold when the catch-up starts", rows, clients, each))
+	w.preload = func(scale float64) []string {
+		return []string{fmt.Sprintf("INSERT INTO t (pk, counter) SELECT g, 0 FROM generate_series(1, %d) g", scaled(rows, scale))}
+	}
+	w.cold = true
+	w.write = func(ctx context.Context, r *runEnv) (int64, error) {
+		n := scaled(rows, r.o.scale)
+		return clientsFixed(ctx, r.pubDSN, clients, scaled(each, r.o.scale), func(ctx context.Context, c *pgx.Conn, rnd *rand.Rand) error {
+			_, err := c.Exec(ctx, "UPDATE t SET counter = counter + 1 WHERE pk = $1", 1+rnd.IntN(n))
+			return err
+		})
+	}
 	return w
 }
 
