@@ -83,3 +83,26 @@ func Split(dump string) Script {
 	flush()
 	return s
 }
+
+// setLine matches a preamble's SET of a server parameter.
+var setLine = regexp.MustCompile(`(?i)^SET\s+([a-z_][a-z0-9_.]*)\s*(?:=|\s+TO\s)`)
+
+// SessionSettings are the preamble's statements a target whose
+// parameters are known (lower-case names, from pg_settings) takes: a
+// newer pg_dump than the target sets parameters the target lacks
+// (transaction_timeout, from PostgreSQL 17, on a 15 or 16 target), which
+// are left out; every other statement is kept, in order.
+func SessionSettings(preamble string, known map[string]bool) []string {
+	var out []string
+	for _, line := range strings.Split(preamble, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "--") {
+			continue
+		}
+		if m := setLine.FindStringSubmatch(line); len(m) > 1 && !known[strings.ToLower(m[1])] {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}

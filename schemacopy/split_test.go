@@ -2,6 +2,7 @@ package schemacopy
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -103,4 +104,30 @@ func FuzzSplit(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSessionSettings(t *testing.T) {
+	preamble := "SET statement_timeout = 0;\nSET transaction_timeout = 0;\nSET client_encoding = 'UTF8';\n-- a comment\n\nSELECT pg_catalog.set_config('search_path', '', false);\nSET check_function_bodies = false;\nset Row_Security TO off;"
+	for _, tc := range []struct {
+		name  string
+		known []string
+		want  []string
+	}{
+		{"a target with every parameter", []string{"statement_timeout", "transaction_timeout", "client_encoding", "check_function_bodies", "row_security"},
+			[]string{"SET statement_timeout = 0;", "SET transaction_timeout = 0;", "SET client_encoding = 'UTF8';", "SELECT pg_catalog.set_config('search_path', '', false);", "SET check_function_bodies = false;", "set Row_Security TO off;"}},
+		{"a 15 target: no transaction_timeout", []string{"statement_timeout", "client_encoding", "check_function_bodies", "row_security"},
+			[]string{"SET statement_timeout = 0;", "SET client_encoding = 'UTF8';", "SELECT pg_catalog.set_config('search_path', '', false);", "SET check_function_bodies = false;", "set Row_Security TO off;"}},
+		{"nothing known: only what is no SET", nil,
+			[]string{"SELECT pg_catalog.set_config('search_path', '', false);"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			known := map[string]bool{}
+			for _, k := range tc.known {
+				known[k] = true
+			}
+			if got := SessionSettings(preamble, known); !slices.Equal(got, tc.want) {
+				t.Errorf("SessionSettings = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -174,8 +174,19 @@ func (s *Subscriber) runPlan(ctx context.Context, plan schemacopy.Plan, tables [
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, plan.Preamble); err != nil {
-		return fmt.Errorf("schema = copy: pg_dump's session settings on the target: %w", err)
+	rows, _ := conn.Query(ctx, `SELECT lower(name) FROM pg_catalog.pg_settings`)
+	known, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("schema = copy: reading the target's parameters: %w", err)
+	}
+	names := make(map[string]bool, len(known))
+	for _, n := range known {
+		names[n] = true
+	}
+	for _, q := range schemacopy.SessionSettings(plan.Preamble, names) {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("schema = copy: pg_dump's session settings on the target (%s): %w", q, err)
+		}
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := schemacopy.RunNow(ctx, tx, plan.Now); err != nil {
