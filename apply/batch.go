@@ -29,6 +29,11 @@ type batcher struct {
 
 	mask, keybuf, key2buf []byte
 	cols, oldCols, all    []int // reused per change
+	// spareKeys is a closed run's key index, emptied, for the next run
+	// (spareRoom: the most keys it has held): filled again, it does not
+	// grow again.
+	spareKeys map[string]int
+	spareRoom int
 }
 
 func newBatcher(batchRows int, collapsed *atomic.Int64) *batcher {
@@ -49,6 +54,7 @@ type run struct {
 	rows     int
 	bytes    int
 	keys     map[string]int // row index of each key's change; -1: not collapsible
+	keysRoom int            // the most keys keys has held, in this run or earlier ones
 	closed   bool
 	fallback bool
 	ahead    int // rows whose keys were offered to the prefetcher
@@ -156,7 +162,8 @@ func (b *batcher) start(t *Table, part int32, kind byte, head, tail []int, keys 
 	if len(b.runs) > 0 && (t.Triggers || b.runs[0].table.Triggers) {
 		b.closeAll()
 	}
-	r = &run{table: t, part: part, kind: kind, split: len(head)}
+	r = &run{table: t, part: part, kind: kind, split: len(head), keys: b.spareKeys, keysRoom: b.spareRoom}
+	b.spareKeys, b.spareRoom = nil, 0
 	r.shape = append(r.shape, b.mask...)
 	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
 	r.sql = b.sqlFor(r)
@@ -188,6 +195,20 @@ func (b *batcher) close(r *run) {
 	if r.rows > 0 {
 		b.ready = append(b.ready, r)
 	}
+	b.keepKeys(r)
+}
+
+// keepKeys takes the key index of r, just closed (none reads it after), as
+// the spare for the next run, emptied: unless it held too few keys for its
+// room, when emptying it would cost more than a new one growing.
+func (b *batcher) keepKeys(r *run) {
+	m, n := r.keys, len(r.keys)
+	r.keys = nil
+	if m == nil || (n > 0 && n*4 < r.keysRoom) || (b.spareKeys != nil && b.spareRoom >= max(n, r.keysRoom)) {
+		return
+	}
+	clear(m)
+	b.spareKeys, b.spareRoom = m, max(n, r.keysRoom)
 }
 
 // closeAll closes every open run, in the order they were opened.
