@@ -20,7 +20,7 @@ type batcher struct {
 	batchRows int
 	// collapsed counts updates folded into an earlier one of their run.
 	collapsed *atomic.Int64
-	sql       map[string]string // statements by table, kind and shape
+	sql       map[string]*statement // statements by table, kind and shape
 	// Open runs, at most one per table, in the order they were opened;
 	// cur is the one the last change went to.
 	runs  []*run
@@ -37,7 +37,15 @@ type batcher struct {
 }
 
 func newBatcher(batchRows int, collapsed *atomic.Int64) *batcher {
-	return &batcher{batchRows: batchRows, collapsed: collapsed, sql: map[string]string{}}
+	return &batcher{batchRows: batchRows, collapsed: collapsed, sql: map[string]*statement{}}
+}
+
+// statement is the SQL of runs of one table, kind and column set, and the
+// rows of the last of them to close: the next one's parameters are made
+// that large at once rather than grown row by row.
+type statement struct {
+	sql  string
+	rows int
 }
 
 // run is one statement's worth of changes: parameters are one array per
@@ -55,6 +63,7 @@ type run struct {
 	bytes    int
 	keys     map[string]int // row index of each key's change; -1: not collapsible
 	keysRoom int            // the most keys keys has held, in this run or earlier ones
+	stmt     *statement     // where sql comes from (nil for runs made outside the batcher)
 	closed   bool
 	fallback bool
 	ahead    int // rows whose keys were offered to the prefetcher
@@ -69,15 +78,15 @@ type run struct {
 	reading pendingReads
 }
 
-// sqlFor returns the statement for a run of one table, kind and column
-// set, building it once.
-func (b *batcher) sqlFor(r *run) string {
+// statementFor returns the statement for a run of one table, kind and
+// column set, building it once.
+func (b *batcher) statementFor(r *run) *statement {
 	key := make([]byte, 5, 5+len(r.shape))
 	binary.BigEndian.PutUint32(key, r.table.Rel.ID)
 	key[4] = r.kind
 	key = append(key, r.shape...)
-	if s, ok := b.sql[string(key)]; ok {
-		return s
+	if st, ok := b.sql[string(key)]; ok {
+		return st
 	}
 	t, head, tail := r.table, r.cols[:r.split], r.cols[r.split:]
 	var s string
@@ -96,8 +105,9 @@ func (b *batcher) sqlFor(r *run) string {
 	case 'X':
 		s = DeleteFullSQL(t, head)
 	}
-	b.sql[string(key)] = s
-	return s
+	st := &statement{sql: s}
+	b.sql[string(key)] = st
+	return st
 }
 
 // forget drops the statements built for relation rel (its description
@@ -166,8 +176,15 @@ func (b *batcher) start(t *Table, part int32, kind byte, head, tail []int, keys 
 	b.spareKeys, b.spareRoom = nil, 0
 	r.shape = append(r.shape, b.mask...)
 	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
-	r.sql = b.sqlFor(r)
+	r.stmt = b.statementFor(r)
+	r.sql = r.stmt.sql
 	r.params = make([][][]byte, len(r.cols))
+	if n := r.stmt.rows; n > 1 {
+		room := make([][]byte, n*len(r.cols))
+		for i := range r.params {
+			r.params[i] = room[i*n : i*n : (i+1)*n]
+		}
+	}
 	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
 	b.runs = append(b.runs, r)
 	b.cur = r
@@ -194,6 +211,9 @@ func (b *batcher) close(r *run) {
 	}
 	if r.rows > 0 {
 		b.ready = append(b.ready, r)
+		if r.stmt != nil {
+			r.stmt.rows = r.rows
+		}
 	}
 	b.keepKeys(r)
 }
