@@ -11,7 +11,8 @@ import (
 // StreamStop), because there Relation, Type, Insert, Update, Delete, Truncate
 // and Message carry a leading XID. Use one Decoder per replication
 // connection, feeding it every message in order; it is not safe for
-// concurrent use. The zero value is ready to use for protocol versions 1-3.
+// concurrent use, nor to be copied once used (a copy would hand out the same
+// room for messages). The zero value is ready to use for protocol versions 1-3.
 type Decoder struct {
 	// ProtoVersion is the proto_version negotiated with the publisher. It
 	// only matters for Stream Abort, whose abort LSN and time are read when
