@@ -20,7 +20,7 @@ type batcher struct {
 	batchRows int
 	// collapsed counts updates folded into an earlier one of their run.
 	collapsed *atomic.Int64
-	sql       map[string]string // statements by table, kind and shape
+	sql       map[string]*statement // statements by table, kind and shape
 	// Open runs, at most one per table, in the order they were opened;
 	// cur is the one the last change went to.
 	runs  []*run
@@ -29,10 +29,23 @@ type batcher struct {
 
 	mask, keybuf, key2buf []byte
 	cols, oldCols, all    []int // reused per change
+	// spareKeys is a closed run's key index, emptied, for the next run
+	// (spareRoom: the most keys it has held): filled again, it does not
+	// grow again.
+	spareKeys map[string]int
+	spareRoom int
 }
 
 func newBatcher(batchRows int, collapsed *atomic.Int64) *batcher {
-	return &batcher{batchRows: batchRows, collapsed: collapsed, sql: map[string]string{}}
+	return &batcher{batchRows: batchRows, collapsed: collapsed, sql: map[string]*statement{}}
+}
+
+// statement is the SQL of runs of one table, kind and column set, and the
+// rows of the last of them to close: the next one's parameters are made
+// that large at once rather than grown row by row.
+type statement struct {
+	sql  string
+	rows int
 }
 
 // run is one statement's worth of changes: parameters are one array per
@@ -49,6 +62,8 @@ type run struct {
 	rows     int
 	bytes    int
 	keys     map[string]int // row index of each key's change; -1: not collapsible
+	keysRoom int            // the most keys keys has held, in this run or earlier ones
+	stmt     *statement     // where sql comes from (nil for runs made outside the batcher)
 	closed   bool
 	fallback bool
 	ahead    int // rows whose keys were offered to the prefetcher
@@ -63,15 +78,15 @@ type run struct {
 	reading pendingReads
 }
 
-// sqlFor returns the statement for a run of one table, kind and column
-// set, building it once.
-func (b *batcher) sqlFor(r *run) string {
+// statementFor returns the statement for a run of one table, kind and
+// column set, building it once.
+func (b *batcher) statementFor(r *run) *statement {
 	key := make([]byte, 5, 5+len(r.shape))
 	binary.BigEndian.PutUint32(key, r.table.Rel.ID)
 	key[4] = r.kind
 	key = append(key, r.shape...)
-	if s, ok := b.sql[string(key)]; ok {
-		return s
+	if st, ok := b.sql[string(key)]; ok {
+		return st
 	}
 	t, head, tail := r.table, r.cols[:r.split], r.cols[r.split:]
 	var s string
@@ -90,8 +105,9 @@ func (b *batcher) sqlFor(r *run) string {
 	case 'X':
 		s = DeleteFullSQL(t, head)
 	}
-	b.sql[string(key)] = s
-	return s
+	st := &statement{sql: s}
+	b.sql[string(key)] = st
+	return st
 }
 
 // forget drops the statements built for relation rel (its description
@@ -156,11 +172,19 @@ func (b *batcher) start(t *Table, part int32, kind byte, head, tail []int, keys 
 	if len(b.runs) > 0 && (t.Triggers || b.runs[0].table.Triggers) {
 		b.closeAll()
 	}
-	r = &run{table: t, part: part, kind: kind, split: len(head)}
+	r = &run{table: t, part: part, kind: kind, split: len(head), keys: b.spareKeys, keysRoom: b.spareRoom}
+	b.spareKeys, b.spareRoom = nil, 0
 	r.shape = append(r.shape, b.mask...)
 	r.cols = append(append(make([]int, 0, len(head)+len(tail)), head...), tail...)
-	r.sql = b.sqlFor(r)
+	r.stmt = b.statementFor(r)
+	r.sql = r.stmt.sql
 	r.params = make([][][]byte, len(r.cols))
+	if n := r.stmt.rows; n > 1 {
+		room := make([][]byte, n*len(r.cols))
+		for i := range r.params {
+			r.params[i] = room[i*n : i*n : (i+1)*n]
+		}
+	}
 	r.fallback = t.ExtraUnique && (kind == 'U' || kind == 'F')
 	b.runs = append(b.runs, r)
 	b.cur = r
@@ -187,7 +211,24 @@ func (b *batcher) close(r *run) {
 	}
 	if r.rows > 0 {
 		b.ready = append(b.ready, r)
+		if r.stmt != nil {
+			r.stmt.rows = r.rows
+		}
 	}
+	b.keepKeys(r)
+}
+
+// keepKeys takes the key index of r, just closed (none reads it after), as
+// the spare for the next run, emptied: unless it held too few keys for its
+// room, when emptying it would cost more than a new one growing.
+func (b *batcher) keepKeys(r *run) {
+	m, n := r.keys, len(r.keys)
+	r.keys = nil
+	if m == nil || (n > 0 && n*4 < r.keysRoom) || (b.spareKeys != nil && b.spareRoom >= max(n, r.keysRoom)) {
+		return
+	}
+	clear(m)
+	b.spareKeys, b.spareRoom = m, max(n, r.keysRoom)
 }
 
 // closeAll closes every open run, in the order they were opened.

@@ -11,7 +11,8 @@ import (
 // StreamStop), because there Relation, Type, Insert, Update, Delete, Truncate
 // and Message carry a leading XID. Use one Decoder per replication
 // connection, feeding it every message in order; it is not safe for
-// concurrent use. The zero value is ready to use for protocol versions 1-3.
+// concurrent use, nor to be copied once used (a copy would hand out the same
+// room for messages). The zero value is ready to use for protocol versions 1-3.
 type Decoder struct {
 	// ProtoVersion is the proto_version negotiated with the publisher. It
 	// only matters for Stream Abort, whose abort LSN and time are read when
@@ -19,6 +20,48 @@ type Decoder struct {
 	ProtoVersion int
 
 	inStream bool
+
+	// Room for the row changes' messages and tuples, handed out a piece at
+	// a time (see take).
+	inserts []Insert
+	updates []Update
+	deletes []Delete
+	values  []parapply.Value
+}
+
+// Slab sizes: a row change's message and tuple come out of allocations of
+// this many, rather than two allocations per change. A piece kept keeps
+// its slab alive, and the stream chunks its neighbours' values point into:
+// a few hundred values span about as much of the stream as one chunk
+// (source's copyReader) holds, which one kept message keeps anyway.
+const (
+	messageSlab = 32
+	valueSlab   = 256
+)
+
+// take returns the next zero element of *slab, making a new slab of n when
+// it is used up.
+func take[T any](slab *[]T, n int) *T {
+	if len(*slab) == 0 {
+		*slab = make([]T, n)
+	}
+	p := &(*slab)[0]
+	*slab = (*slab)[1:]
+	return p
+}
+
+// tupleRoom returns room for a tuple of n values: from the slab for a
+// small one, allocated alone for a large one.
+func (d *Decoder) tupleRoom(n int) parapply.Tuple {
+	if n > valueSlab/4 {
+		return make(parapply.Tuple, n)
+	}
+	if n > len(d.values) {
+		d.values = make([]parapply.Value, valueSlab)
+	}
+	t := d.values[:n:n]
+	d.values = d.values[n:]
+	return t
 }
 
 // NewStreamDecoder returns a decoder positioned inside a stream block, for
@@ -60,7 +103,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 	if len(data) == 0 {
 		return nil, malformedf("empty message")
 	}
-	r := reader{b: data, off: 1, col: -1}
+	r := reader{b: data, off: 1, col: -1, dec: d}
 	var m Message
 	switch tag := data[0]; tag {
 	case 'B':
@@ -96,7 +139,8 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		m = t
 	case 'I':
 		r.what = "insert"
-		ins := &Insert{XID: d.streamXID(&r)}
+		ins := take(&d.inserts, messageSlab)
+		ins.XID = d.streamXID(&r)
 		ins.RelationID = r.u32("relation id")
 		if k := r.u8("tuple kind"); r.err == nil && k != 'N' {
 			r.failf("tuple kind %q, want 'N'", k)
@@ -108,7 +152,8 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		m = d.update(&r)
 	case 'D':
 		r.what = "delete"
-		del := &Delete{XID: d.streamXID(&r)}
+		del := take(&d.deletes, messageSlab)
+		del.XID = d.streamXID(&r)
 		del.RelationID = r.u32("relation id")
 		del.OldKind = r.u8("tuple kind")
 		if r.err == nil && del.OldKind != 'K' && del.OldKind != 'O' {
@@ -272,7 +317,8 @@ func (d *Decoder) relation(r *reader) *RelationMessage {
 }
 
 func (d *Decoder) update(r *reader) *Update {
-	m := &Update{XID: d.streamXID(r)}
+	m := take(&d.updates, messageSlab)
+	m.XID = d.streamXID(r)
 	m.RelationID = r.u32("relation id")
 	kind := r.u8("tuple kind")
 	var spare []parapply.Value

@@ -47,6 +47,9 @@ type reader struct {
 	what string // message name, for errors
 	col  int    // relation column being read, for errors; -1 otherwise
 	err  error
+	// dec, when set, gives a tuple's values (Decoder.tupleRoom); without
+	// it each tuple is allocated.
+	dec *Decoder
 }
 
 func (r *reader) remaining() int { return len(r.b) - r.off }
@@ -180,6 +183,8 @@ func (r *reader) tuple(label string, spare []parapply.Value, reserve bool) (para
 	switch {
 	case n <= len(spare):
 		t, spare = spare[:n:n], spare[n:]
+	case r.dec != nil:
+		t = r.dec.tupleRoom(n)
 	case reserve:
 		buf := make([]parapply.Value, 2*n)
 		t, spare = buf[:n:n], buf[n:]

@@ -75,29 +75,50 @@ func (l *Log) Cut(from int64) {
 }
 
 // Read calls fn with each record in [from, to), dead or not (the caller
-// undoes dead ones itself, with savepoints); each record is a new slice the
-// caller may keep (decoded messages point into it). The range must have
-// been flushed.
+// undoes dead ones itself, with savepoints); each record is a slice the
+// caller may keep (decoded messages point into it), never written again.
+// The range must have been flushed.
+//
+// The file is read straight into chunks of readChunk that records are
+// handed out of, as the stream's reader does with the connection: one copy
+// per byte and one allocation per chunk, not a buffer's copy and an
+// allocation per record. A record kept keeps its chunk.
 func (l *Log) Read(from, to int64, fn func(off int64, rec []byte) error) error {
-	r := io.NewSectionReader(l.f, from, to-from)
-	br := bufio.NewReaderSize(r, 256<<10)
-	off := from
+	var chunk []byte // the file's bytes from base on
+	base, off := from, from
 	for off < to {
-		var hdr [4]byte
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
+		avail := chunk[off-base:]
+		need := 4
+		if len(avail) >= 4 {
+			need += int(binary.BigEndian.Uint32(avail))
 		}
-		buf := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
+		if len(avail) < need {
+			if int64(need) > to-off {
+				return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, io.ErrUnexpectedEOF)
+			}
+			// A new chunk, with the part of the record already read moved
+			// over; as large as the record if it is larger.
+			next := make([]byte, min(int64(max(readChunk, need)), to-off))
+			copy(next, avail)
+			if _, err := l.f.ReadAt(next[len(avail):], off+int64(len(avail))); err != nil {
+				return fmt.Errorf("reading spill file %s at %d: %w", l.f.Name(), off, err)
+			}
+			chunk, base = next, off
+			continue
 		}
-		if err := fn(off, buf); err != nil {
+		at := int(off - base)
+		if err := fn(off, chunk[at+4:at+need:at+need]); err != nil {
 			return err
 		}
-		off += 4 + int64(len(buf))
+		off += int64(need)
 	}
 	return nil
 }
+
+// readChunk is the most Read reads at once (a record larger than it gets a
+// chunk of its own size): about what a stream block of the publisher's
+// logical_decoding_work_mem brings, in a few reads.
+const readChunk = 256 << 10
 
 // Replay calls fn with every live record, in order.
 func (l *Log) Replay(fn func(rec []byte) error) error {

@@ -90,3 +90,90 @@ func TestReadRangeAndClose(t *testing.T) {
 		t.Errorf("spill file left behind: %v", ents)
 	}
 }
+
+// TestReadChunks: records are handed out of chunks the file is read into,
+// so those that straddle a chunk's end, and those larger than a chunk, come
+// whole; every record kept stays as it was read, and a range that ends
+// inside a record is refused, not cut short.
+func TestReadChunks(t *testing.T) {
+	l, err := Create(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var want [][]byte
+	var offs []int64
+	for i := range 3000 {
+		n := 97 + i%200 // lengths that do not divide a chunk
+		if i%1000 == 999 {
+			n = readChunk + 4321 // larger than a chunk
+		}
+		rec := make([]byte, n)
+		for j := range rec {
+			rec[j] = byte(i + j)
+		}
+		off, err := l.Append(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, offs = append(want, rec), append(offs, off)
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		from, to int
+	}{{"all", 0, len(want)}, {"from the middle", 1234, 2500}, {"one past a large record", 999, 1001}} {
+		to := l.Size()
+		if tt.to < len(want) {
+			to = offs[tt.to]
+		}
+		var got [][]byte
+		var gotOffs []int64
+		if err := l.Read(offs[tt.from], to, func(off int64, rec []byte) error {
+			got, gotOffs = append(got, rec), append(gotOffs, off)
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !slices.Equal(gotOffs, offs[tt.from:tt.to]) {
+			t.Fatalf("%s: offsets %v..., want %v...", tt.name, gotOffs[:min(3, len(gotOffs))], offs[tt.from:tt.from+3])
+		}
+		for i, rec := range got {
+			_ = append(rec, 0xFF) // must not reach the next record
+			if !slices.Equal(rec, want[tt.from+i]) {
+				t.Fatalf("%s: record %d differs (%d bytes, want %d)", tt.name, tt.from+i, len(rec), len(want[tt.from+i]))
+			}
+		}
+	}
+	if err := l.Read(0, offs[1]+10, func(int64, []byte) error { return nil }); err == nil {
+		t.Errorf("a range ending inside a record was read without error")
+	}
+}
+
+// BenchmarkRead reads back a streamed insert's records (about 60 bytes
+// each), as an inflight transaction's chunks do.
+func BenchmarkRead(b *testing.B) {
+	l, err := Create(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	rec := make([]byte, 60)
+	for range 20000 {
+		if _, err := l.Append(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(l.Size())
+	for b.Loop() {
+		if err := l.Read(0, l.Size(), func(int64, []byte) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -124,6 +124,8 @@ var settings = []setting{
 		func(o *options) kind { return duration(&o.StatusInterval, false) }},
 	{"metrics_addr", "", "host:port to serve Prometheus metrics on (/metrics); empty turns them off",
 		func(o *options) kind { return str(&o.MetricsAddr) }},
+	{"cpu_profile", "", "file to write a CPU profile of the whole run to when it ends (Go's pprof format: go tool pprof -top parapply FILE), for finding where parapply's own CPU goes; empty turns it off",
+		func(o *options) kind { return str(&o.CPUProfile) }},
 	{"log_format", "text", "log format: text or json",
 		func(o *options) kind { return choice(&o.LogFormat, logFormats, parseLogFormat) }},
 	{"log_level", "info", "log level: debug, info, warn or error",
@@ -314,10 +316,11 @@ type usageError struct{ error }
 func (e usageError) Unwrap() error { return e.error }
 
 // otherEnv are the PARAPPLY_ variables that are no setting: the
-// configuration file, the developer aids of run (paced reads, profiles),
-// and, by prefix, those of parapply's tests and benchmark.
+// configuration file, the developer aids of run (paced reads, the
+// allocation profile), and, by prefix, those of parapply's tests and
+// benchmark.
 var (
-	otherEnv       = []string{"PARAPPLY_CONFIG", "PARAPPLY_PACED", "PARAPPLY_TRICKLE", "PARAPPLY_CPU_PROFILE", "PARAPPLY_ALLOC_PROFILE"}
+	otherEnv       = []string{"PARAPPLY_CONFIG", "PARAPPLY_PACED", "PARAPPLY_TRICKLE", "PARAPPLY_ALLOC_PROFILE"}
 	otherEnvPrefix = []string{"PARAPPLY_TEST_", "PARAPPLY_BENCH_", "PARAPPLY_PG_", "PARAPPLY_CITUS_", "PARAPPLY_FAULT", "PARAPPLY_DEMO_", "PARAPPLY_READ_DELAY"}
 )
 

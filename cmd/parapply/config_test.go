@@ -1111,3 +1111,59 @@ func TestSkipLine(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUProfile: cpu_profile, from the file, the environment or a flag,
+// makes run write a CPU profile (Go's pprof format, gzipped) when it ends;
+// a file it cannot create refuses the run, naming the setting.
+func TestCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		path    string // the profile expected, "" for none
+		wantErr string
+	}{
+		{name: "off by default"},
+		{name: "flag", args: []string{"--cpu-profile", filepath.Join(dir, "flag.prof")}, path: filepath.Join(dir, "flag.prof")},
+		{name: "environment", env: map[string]string{"PARAPPLY_CPU_PROFILE": filepath.Join(dir, "env.prof")}, path: filepath.Join(dir, "env.prof")},
+		{name: "unwritable", args: []string{"--cpu-profile", filepath.Join(dir, "missing", "p.prof")},
+			wantErr: "cpu_profile: open " + filepath.Join(dir, "missing", "p.prof") + ": no such file or directory (name a file parapply may write, or leave it empty)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := loadConfig(newFlagSet(), tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := c.options()
+			stop, err := startProfiles(o.CPUProfile)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			if tt.path == "" {
+				if o.CPUProfile != "" {
+					t.Fatalf("cpu_profile %q, want empty", o.CPUProfile)
+				}
+				return
+			}
+			b, err := os.ReadFile(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Fatalf("%s holds %d bytes, not a gzipped profile", tt.path, len(b))
+			}
+		})
+	}
+}

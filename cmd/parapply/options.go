@@ -61,6 +61,7 @@ type options struct {
 	ReconnectTimeout     time.Duration
 	StatusInterval       time.Duration
 	MetricsAddr          string
+	CPUProfile           string
 	LogFormat            logFormat
 	LogLevel             slog.Level
 }

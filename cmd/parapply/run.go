@@ -58,15 +58,15 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 		}
 		return subscriber.Permanent(err)
 	}
-	stopProfiles, err := startProfiles()
-	if err != nil {
-		return err
-	}
-	defer stopProfiles()
 	o, err := c.read()
 	if err != nil {
 		return subscriber.Permanent(err)
 	}
+	stopProfiles, err := startProfiles(o.CPUProfile)
+	if err != nil {
+		return subscriber.Permanent(err)
+	}
+	defer stopProfiles()
 	con := newConsole(cmd.stderr, o.Source, o.Target)
 	log := o.logger(con)
 	cfg, err := o.subscriberConfig(log)
@@ -111,24 +111,25 @@ func (cmd *RunCommand) Run(ctx context.Context, args []string) error {
 	return err
 }
 
-// startProfiles starts the developer aids the environment asks for, each
-// written at exit (the returned function): PARAPPLY_CPU_PROFILE, a CPU
-// profile of the whole run, and PARAPPLY_ALLOC_PROFILE, where the run's
-// memory was allocated (bytes and objects since the start).
-func startProfiles() (stop func(), err error) {
+// startProfiles starts the profiles asked for, each written at exit (the
+// returned function): cpu_profile (cpu, when not empty), a CPU profile of
+// the whole run, and the developer aid PARAPPLY_ALLOC_PROFILE, where the
+// run's memory was allocated (bytes and objects since the start).
+func startProfiles(cpu string) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
-	if path := os.Getenv("PARAPPLY_CPU_PROFILE"); path != "" {
-		f, err := os.Create(path)
+	if cpu != "" {
+		f, err := os.Create(cpu)
 		if err != nil {
-			return stop, err
+			return stop, fmt.Errorf("cpu_profile: %w (name a file parapply may write, or leave it empty)", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return stop, err
+			f.Close()
+			return stop, fmt.Errorf("cpu_profile: %w", err)
 		}
 		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
 	}
