@@ -212,7 +212,10 @@ func (e *env) waitSlotExists(t *testing.T, slot string, p *proc) {
 			t.Fatal(err)
 		}
 		var n int
-		if err := e.pub.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot).Scan(&n); err == nil && n == 1 {
+		// A slot being created is active before it has its consistent
+		// point (confirmed_flush_lsn): a change made then may fall in the
+		// copy's snapshot, which a wait on the slot's position cannot see.
+		if err := e.pub.QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active AND confirmed_flush_lsn IS NOT NULL", slot).Scan(&n); err == nil && n == 1 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
