@@ -722,12 +722,7 @@ func (ra *readAhead) offer(r *run, final bool) {
 		piece = prefetchPiece
 	}
 	if ra.slow() && ra.roundRows > 0 {
-		// Round trips of roundRows rows (small when shared_buffers is):
-		// at least four pieces each, or one connection would read a
-		// statement's rows one after another while the others idle, and
-		// with no more key sets queued than connections the prefetcher
-		// would never grow.
-		piece = min(piece, max(ra.roundRows/4, minPrefetchPiece))
+		piece = slowPiece(piece, ra.roundRows, ra.shared.conns)
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
@@ -750,6 +745,18 @@ func (ra *readAhead) offer(r *run, final bool) {
 		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied, pending: &r.reading, sample: sample})
 	}
 	r.ahead = r.rows
+}
+
+// slowPiece is how many keys a set holds while statements wait for their
+// rows, given the usual piece, round trips of roundRows rows, and up to
+// conns prefetch connections: two sets per connection and round trip (at
+// least minPrefetchPiece keys). With one set per connection, the round
+// trip's last sets were read by a few connections while the others idled
+// (its statement waits for the last), and the queue (this round trip and
+// the next, being built) never held more sets than connections, so the
+// prefetcher could not grow past them.
+func slowPiece(piece, roundRows, conns int) int {
+	return min(piece, max(roundRows/(2*max(conns, 1)), minPrefetchPiece))
 }
 
 // probe offers the values that rows from..to of an insert run take in
