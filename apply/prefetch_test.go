@@ -35,6 +35,31 @@ func TestShouldGrow(t *testing.T) {
 	}
 }
 
+// TestMayOpen checks how the prefetcher grows: up to prefetchOpening
+// connections opening at once, never past max counting those opening.
+func TestMayOpen(t *testing.T) {
+	tests := []struct {
+		name                string
+		conns, opening, max int
+		want                bool
+	}{
+		{"one open, none opening", 1, 0, 16, true},
+		{"several opening at once", 1, prefetchOpening - 1, 16, true},
+		{"prefetchOpening opening", 1, prefetchOpening, 16, false},
+		{"at max", 16, 0, 16, false},
+		{"opening would reach max", 14, 2, 16, false},
+		{"one below max counting those opening", 13, 2, 16, true},
+		{"max one", 1, 0, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mayOpen(tc.conns, tc.opening, tc.max); got != tc.want {
+				t.Errorf("mayOpen(%d open, %d opening, max %d) = %v, want %v", tc.conns, tc.opening, tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestReadAheadRows(t *testing.T) {
 	for _, tc := range []struct{ pages, want int }{
 		{0, 16},         // unknown: the least
