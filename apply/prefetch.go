@@ -25,10 +25,13 @@ type prefetcher struct {
 	// conns grows from one to max while key sets wait for a connection
 	// (see offer): reads that come from the operating system's cache
 	// keep one connection up, reads from a slow disk need several.
-	mu      sync.Mutex
-	conns   []*pgx.Conn
-	max     int
-	growing atomic.Bool
+	mu    sync.Mutex
+	conns []*pgx.Conn
+	max   int
+	// opening counts the connections being opened (at most
+	// prefetchOpening at once); growFailed is set once one could not be.
+	opening    int
+	growFailed bool
 	// waits is what the target's own view of the prefetch sessions says
 	// (Tune): their reads wait on a disk, and more
 	// connections may open. Until told, one connection reads. (The wall
@@ -198,30 +201,47 @@ func (p *prefetcher) start(conn *pgx.Conn) bool {
 	return true
 }
 
-// grow opens one more connection in the background, unless one is being
-// opened or there are max already. A connection that cannot be opened
-// only stops the growth.
+// prefetchOpening is how many prefetch connections may be opening at
+// once: one at a time, on two busy cores, the prefetcher took about a
+// second to reach 16, a third of a slow-read-cold catch-up at scale 0.3.
+const prefetchOpening = 4
+
+// grow opens one more connection in the background, unless
+// prefetchOpening are being opened or there would be more than max. A
+// connection that cannot be opened only stops the growth.
 func (p *prefetcher) grow() {
 	p.mu.Lock()
-	full := len(p.conns) >= p.max || p.closed
-	p.mu.Unlock()
-	if full || !p.growing.CompareAndSwap(false, true) {
+	if p.closed || !mayOpen(len(p.conns), p.opening, p.max) {
+		p.mu.Unlock()
 		return
 	}
+	p.opening++
+	p.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		conn, err := p.connect(ctx)
-		if err != nil {
-			p.mu.Lock()
-			p.max = len(p.conns)
-			p.mu.Unlock()
-			p.warn(fmt.Sprintf("cannot open another prefetch connection to the target (prefetching goes on with %d): %v", p.max, err))
-		} else {
-			p.start(conn)
+		if err == nil {
+			p.start(conn) // counted as opening until started: never past max
 		}
-		p.growing.Store(false)
+		p.mu.Lock()
+		p.opening--
+		first := err != nil && !p.growFailed
+		if err != nil {
+			p.max, p.growFailed = len(p.conns)+p.opening, true
+		}
+		n := p.max
+		p.mu.Unlock()
+		if first {
+			p.warn(fmt.Sprintf("cannot open another prefetch connection to the target (prefetching goes on with at most %d): %v", n, err))
+		}
 	}()
+}
+
+// mayOpen says whether another connection may start opening, with conns
+// open and opening being opened, up to max.
+func mayOpen(conns, opening, max int) bool {
+	return opening < prefetchOpening && conns+opening < max
 }
 
 func (p *prefetcher) loop(conn *pgx.Conn) {
@@ -722,12 +742,7 @@ func (ra *readAhead) offer(r *run, final bool) {
 		piece = prefetchPiece
 	}
 	if ra.slow() && ra.roundRows > 0 {
-		// Round trips of roundRows rows (small when shared_buffers is):
-		// at least four pieces each, or one connection would read a
-		// statement's rows one after another while the others idle, and
-		// with no more key sets queued than connections the prefetcher
-		// would never grow.
-		piece = min(piece, max(ra.roundRows/4, minPrefetchPiece))
+		piece = slowPiece(piece, ra.roundRows, ra.shared.conns)
 	}
 	for from := r.ahead; from < r.rows; from += piece {
 		to := min(from+piece, r.rows)
@@ -750,6 +765,18 @@ func (ra *readAhead) offer(r *run, final bool) {
 		pf.offer(prefetchJob{sql: r.table.prefetchSQL, args: args, rows: to - from, stale: &r.applied, pending: &r.reading, sample: sample})
 	}
 	r.ahead = r.rows
+}
+
+// slowPiece is how many keys a set holds while statements wait for their
+// rows, given the usual piece, round trips of roundRows rows, and up to
+// conns prefetch connections: two sets per connection and round trip (at
+// least minPrefetchPiece keys). With one set per connection, the round
+// trip's last sets were read by a few connections while the others idled
+// (its statement waits for the last), and the queue (this round trip and
+// the next, being built) never held more sets than connections, so the
+// prefetcher could not grow past them.
+func slowPiece(piece, roundRows, conns int) int {
+	return min(piece, max(roundRows/(2*max(conns, 1)), minPrefetchPiece))
 }
 
 // probe offers the values that rows from..to of an insert run take in

@@ -35,6 +35,31 @@ func TestShouldGrow(t *testing.T) {
 	}
 }
 
+// TestMayOpen checks how the prefetcher grows: up to prefetchOpening
+// connections opening at once, never past max counting those opening.
+func TestMayOpen(t *testing.T) {
+	tests := []struct {
+		name                string
+		conns, opening, max int
+		want                bool
+	}{
+		{"one open, none opening", 1, 0, 16, true},
+		{"several opening at once", 1, prefetchOpening - 1, 16, true},
+		{"prefetchOpening opening", 1, prefetchOpening, 16, false},
+		{"at max", 16, 0, 16, false},
+		{"opening would reach max", 14, 2, 16, false},
+		{"one below max counting those opening", 13, 2, 16, true},
+		{"max one", 1, 0, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mayOpen(tc.conns, tc.opening, tc.max); got != tc.want {
+				t.Errorf("mayOpen(%d open, %d opening, max %d) = %v, want %v", tc.conns, tc.opening, tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestReadAheadRows(t *testing.T) {
 	for _, tc := range []struct{ pages, want int }{
 		{0, 16},         // unknown: the least
@@ -50,10 +75,10 @@ func TestReadAheadRows(t *testing.T) {
 
 // TestReadAheadPieces checks how a run's keys are split into key sets for
 // the prefetch connections: chunks of prefetchChunk (or prefetchPiece for
-// workers), and, while statements wait for their rows under small round
-// trips, at least four sets per round trip (never fewer than
-// minPrefetchPiece keys), so that several connections read a statement's
-// rows and the queue can outgrow the connections.
+// workers), and, while statements wait for their rows, two sets per
+// prefetch connection and round trip (never fewer than minPrefetchPiece
+// keys), so that every connection reads some of a statement's rows and the
+// queue can outgrow the connections.
 func TestReadAheadPieces(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -61,17 +86,22 @@ func TestReadAheadPieces(t *testing.T) {
 		pieces    bool // workers (Config.PrefetchPieces)
 		slow      bool // statements wait for their rows
 		roundRows int
+		conns     int // prefetch_connections
 		want      []int
 	}{
-		{"cached reads: one chunk", 100, false, false, 32, []int{100}},
-		{"cached reads: chunks", 300, false, false, 32, []int{128, 128, 44}},
-		{"slow reads, round trips of 2048: chunks", 300, false, true, 2048, []int{128, 128, 44}},
-		{"slow reads, round trips of 32 (shared_buffers 2MB)", 32, false, true, 32, []int{8, 8, 8, 8}},
-		{"slow reads, round trips of 256", 256, false, true, 256, []int{64, 64, 64, 64}},
-		{"slow reads, round trips of 16: the floor", 16, false, true, 16, []int{8, 8}},
-		{"workers, cached reads", 70, true, false, 32, []int{32, 32, 6}},
-		{"workers, slow reads, round trips of 32", 32, true, true, 32, []int{8, 8, 8, 8}},
-		{"slow reads, no large table seen yet", 300, false, true, 0, []int{128, 128, 44}},
+		{"cached reads: one chunk", 100, false, false, 32, 16, []int{100}},
+		{"cached reads: chunks", 300, false, false, 32, 16, []int{128, 128, 44}},
+		{"cached reads, round trips of 2048: chunks", 300, false, false, 2048, 16, []int{128, 128, 44}},
+		{"slow reads, round trips of 2048, 16 connections", 300, false, true, 2048, 16, []int{64, 64, 64, 64, 44}},
+		{"slow reads, round trips of 2048, 32 connections", 100, false, true, 2048, 32, []int{32, 32, 32, 4}},
+		{"slow reads, round trips of 2048, 4 connections: chunks", 300, false, true, 2048, 4, []int{128, 128, 44}},
+		{"slow reads, round trips of 32 (shared_buffers 2MB)", 32, false, true, 32, 16, []int{8, 8, 8, 8}},
+		{"slow reads, round trips of 256, 2 connections", 256, false, true, 256, 2, []int{64, 64, 64, 64}},
+		{"slow reads, round trips of 16: the floor", 16, false, true, 16, 16, []int{8, 8}},
+		{"workers, cached reads", 70, true, false, 32, 16, []int{32, 32, 6}},
+		{"workers, slow reads, round trips of 2048", 70, true, true, 2048, 16, []int{32, 32, 6}},
+		{"workers, slow reads, round trips of 32", 32, true, true, 32, 16, []int{8, 8, 8, 8}},
+		{"slow reads, no large table seen yet", 300, false, true, 0, 16, []int{128, 128, 44}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +114,7 @@ func TestReadAheadPieces(t *testing.T) {
 				r.rows++
 			}
 			pf := &prefetcher{jobs: make(chan prefetchJob, prefetchQueue), max: 1}
-			ra := readAhead{on: true, pieces: tc.pieces, shared: &sharedPrefetcher{tried: true, pf: pf}, roundRows: tc.roundRows}
+			ra := readAhead{on: true, pieces: tc.pieces, shared: &sharedPrefetcher{tried: true, pf: pf, conns: tc.conns}, roundRows: tc.roundRows}
 			ra.shared.slow.Store(tc.slow)
 			ra.offer(r, true)
 			close(pf.jobs)
