@@ -239,9 +239,9 @@ func (p *prefetcher) grow() {
 }
 
 // mayOpen says whether another connection may start opening, with conns
-// open and opening being opened, up to max.
-func mayOpen(conns, opening, max int) bool {
-	return opening < prefetchOpening && conns+opening < max
+// open and opening being opened, up to limit.
+func mayOpen(conns, opening, limit int) bool {
+	return opening < prefetchOpening && conns+opening < limit
 }
 
 func (p *prefetcher) loop(conn *pgx.Conn) {
