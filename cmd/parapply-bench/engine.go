@@ -63,7 +63,7 @@ type parapplyEngine struct {
 	args []string
 	p    *process
 	// lastLog is the output of the process stopped last, for a wait
-	// that fails after it (endLingering).
+	// on the slot that fails after it (waitSlot).
 	lastLog string
 }
 

@@ -720,39 +720,15 @@ func (r *runEnv) waitSlot(ctx context.Context, active bool) error {
 		if err == nil && a == active {
 			return nil
 		}
-		if !active && i == lingerPolls {
-			r.endLingering(ctx)
-		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("slot bench did not become active=%v within 60s", active)
-}
-
-// lingerPolls is how many polls (of 50 ms) a stopped engine's walsender
-// may stay on the slot before endLingering ends it: its exit is no part
-// of any time measured, and the next step needs the slot free.
-const lingerPolls = 200
-
-// endLingering logs what the walsender still holding the slot does, with
-// the stopped engine's last log lines, and terminates it.
-func (r *runEnv) endLingering(ctx context.Context) {
-	var pid int
-	var state, wait string
-	err := r.pub.QueryRow(ctx, `SELECT s.active_pid, coalesce(a.state, ''), coalesce(a.wait_event_type || ':' || a.wait_event, '')
-		FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = 'bench' AND s.active`).Scan(&pid, &state, &wait)
-	if err != nil {
-		logf("slot bench: still active 10s after the engine stopped; reading its walsender: %v", err)
-		return
-	}
-	logf("slot bench: walsender %d still active 10s after the engine stopped (state %q, wait %q): terminating it", pid, state, wait)
+	err := fmt.Errorf("slot bench did not become active=%v within 60s", active)
 	if p, ok := r.eng.(*parapplyEngine); ok && p.lastLog != "" {
-		logf("the engine's last lines:\n%s", lastLines(p.lastLog, 20))
+		err = fmt.Errorf("%w; the engine's last lines:\n%s", err, lastLines(p.lastLog, 20))
 	}
-	if _, err := r.pub.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		logf("slot bench: terminating walsender %d: %v", pid, err)
-	}
+	return err
 }
 
 // markerWait bounds the wait for the marker.
