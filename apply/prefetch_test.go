@@ -341,3 +341,45 @@ func TestReadAheadRests(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundFull checks when a round trip on a large table is cut at
+// readAheadRows: while reads wait on a disk, and before the tuner's first
+// verdict (a catch-up's first round trip would otherwise be sent whole
+// before anyone knew), never once told they do not wait, while nothing is
+// read ahead, or without read-ahead.
+func TestRoundFull(t *testing.T) {
+	const round = 2048
+	for _, tc := range []struct {
+		name     string
+		on, idle bool
+		verdicts []DiskWaits // given in order to the applier (see Tune)
+		full     bool        // a round trip of round rows is full
+	}{
+		{"no verdict yet", true, false, nil, true},
+		{"the run's start", true, false, []DiskWaits{DiskUntold}, true},
+		{"reads wait", true, false, []DiskWaits{DiskUntold, DiskWaiting}, true},
+		{"reads do not wait", true, false, []DiskWaits{DiskUntold, DiskFast}, false},
+		{"unjudged keeps fast", true, false, []DiskWaits{DiskFast, DiskUnjudged}, false},
+		{"a new run's start forgets", true, false, []DiskWaits{DiskFast, DiskUntold}, true},
+		{"nothing to read ahead", true, true, nil, false},
+		{"read-ahead off", false, false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApplier(Config{Prefetch: tc.on}, nil)
+			if tc.on {
+				a.readAhead.open(nil, 4, func(string) {})
+			}
+			a.readAhead.roundRows = round
+			a.ReadAheadWanted(!tc.idle)
+			for _, v := range tc.verdicts {
+				a.Tune(v, nil)
+			}
+			if got := a.readAhead.roundFull(round); got != tc.full {
+				t.Errorf("roundFull(%d) = %v, want %v", round, got, tc.full)
+			}
+			if a.readAhead.roundFull(round - 1) {
+				t.Errorf("roundFull(%d) = true below the round's rows", round-1)
+			}
+		})
+	}
+}

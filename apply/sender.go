@@ -85,10 +85,33 @@ func (s *sender) done(o op, tag pgconn.CommandTag) {
 }
 
 // inflight is a round trip started by sendQueuedAsync, whose goroutine
-// closes done once err is set.
+// closes done once err is set; ahead is the round trip it follows, if it
+// was started before that one had finished (see sendQueuedAsync).
 type inflight struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	ahead *inflight
+}
+
+// follow returns the round trip in flight for the next one to follow
+// instead of waiting for it, once no other is ahead of it (so that one
+// round trip at most waits behind the one running); nil if none is in
+// flight or it has finished, for takeOps to take its outcome.
+func (s *sender) follow() *inflight {
+	f := s.inflight
+	if f == nil {
+		return nil
+	}
+	if f.ahead != nil {
+		<-f.ahead.done
+		f.ahead = nil
+	}
+	select {
+	case <-f.done:
+		return nil
+	default:
+		return f
+	}
 }
 
 // wait waits for the round trip in flight and returns its error. An error
