@@ -29,14 +29,29 @@ type drain struct {
 	marked atomic.Bool
 	pos    atomic.Uint64
 	moved  chan struct{}
+	// For big-transaction: the relation id of its table, the streamed
+	// transactions that inserted into it (by xid), whether the one being
+	// streamed now is one, and how many of its transactions have
+	// committed (streamed or not).
+	big       uint32
+	bigXIDs   map[uint32]bool
+	streamXID uint32
+	inStream  bool
+	bigDone   atomic.Int64
 }
 
-func newDrain(pubDSN string) *drain { return &drain{dsn: pubDSN, moved: make(chan struct{}, 1)} }
+func newDrain(pubDSN string) *drain {
+	return &drain{dsn: pubDSN, moved: make(chan struct{}, 1), bigXIDs: map[uint32]bool{}}
+}
 
 func (d *drain) start(ctx context.Context) error {
 	// PARAPPLY_PACED and PARAPPLY_TRICKLE switch the drain's reads as they
 	// switch parapply's (see source.Config), for measurements alike.
+	// Streaming (1MB held before a block goes) and binary values, as
+	// parapply asks by default: a big transaction reaches it in blocks as
+	// the publisher writes it.
 	src, err := source.Connect(ctx, source.Config{DSN: d.dsn, Slot: "bench", Publications: []string{"bench"}, AppName: d.appName(), StatusInterval: time.Second,
+		Streaming: true, Binary: true, DecodingWorkMem: "1MB",
 		Unpaced: os.Getenv("PARAPPLY_PACED") == "off", NoTrickle: os.Getenv("PARAPPLY_TRICKLE") == "off"})
 	if err != nil {
 		return err
@@ -65,35 +80,81 @@ func (d *drain) start(ctx context.Context) error {
 	return nil
 }
 
-// take looks at one pgoutput message of a transaction that is not streamed
-// (catch-up workloads have small transactions) only as far as it must to
-// tell the marker's commit.
+// take looks at one pgoutput message only as far as it must to tell the
+// marker's commit and the commit of big-transaction's transaction, which
+// comes streamed (in blocks between 'S' and 'E', whose messages carry the
+// xid after their tag, committed by 'c') or whole.
 func (d *drain) take(m []byte) {
 	if len(m) == 0 {
 		return
 	}
+	body := m[1:]
+	if d.inStream && m[0] != 'E' && len(body) >= 4 {
+		body = body[4:] // the xid of the streamed transaction
+	}
 	switch m[0] {
+	case 'S':
+		if len(m) >= 5 {
+			d.inStream, d.streamXID = true, binary.BigEndian.Uint32(m[1:5])
+		}
+	case 'E':
+		d.inStream = false
 	case 'R':
-		// 'R', relation id, namespace, name: the marker table is public.
-		if len(m) > 5 && bytes.HasPrefix(m[5:], []byte("public\x00"+markerTable+"\x00")) {
-			d.marker = binary.BigEndian.Uint32(m[1:5])
+		// 'R', relation id, namespace, name: the tables are in public.
+		if len(body) > 4 {
+			switch {
+			case bytes.HasPrefix(body[4:], []byte("public\x00"+markerTable+"\x00")):
+				d.marker = binary.BigEndian.Uint32(body[:4])
+			case bytes.HasPrefix(body[4:], []byte("public\x00big\x00")):
+				d.big = binary.BigEndian.Uint32(body[:4])
+			}
 		}
 	case 'I', 'U':
-		if len(m) >= 5 && d.marker != 0 && binary.BigEndian.Uint32(m[1:5]) == d.marker {
+		if len(body) < 4 {
+			return
+		}
+		switch rel := binary.BigEndian.Uint32(body[:4]); {
+		case rel == 0:
+		case rel == d.marker && !d.inStream:
 			d.seen = true
+		case rel == d.big && d.inStream:
+			d.bigXIDs[d.streamXID] = true
+		case rel == d.big:
+			d.bigXIDs[0] = true // the open transaction, not streamed
+		}
+	case 'c':
+		// 'c', xid, flags, commit LSN, end LSN, time.
+		if len(m) >= 22 {
+			xid := binary.BigEndian.Uint32(m[1:5])
+			d.committed(binary.BigEndian.Uint64(m[14:22]), d.bigXIDs[xid])
+			delete(d.bigXIDs, xid)
+		}
+	case 'A':
+		if len(m) >= 5 {
+			delete(d.bigXIDs, binary.BigEndian.Uint32(m[1:5]))
 		}
 	case 'C':
 		if len(m) >= 18 {
-			d.pos.Store(binary.BigEndian.Uint64(m[10:18]))
 			if d.seen {
 				d.marked.Store(true)
 			}
 			d.seen = false
-			select {
-			case d.moved <- struct{}{}:
-			default:
-			}
+			d.committed(binary.BigEndian.Uint64(m[10:18]), d.bigXIDs[0])
+			delete(d.bigXIDs, 0)
 		}
+	}
+}
+
+// committed records a commit ending at end, of one of big-transaction's
+// transactions if big.
+func (d *drain) committed(end uint64, big bool) {
+	d.pos.Store(end)
+	if big {
+		d.bigDone.Add(1)
+	}
+	select {
+	case d.moved <- struct{}{}:
+	default:
 	}
 }
 
@@ -131,6 +192,21 @@ func (d *drain) waitMarked(ctx context.Context) error {
 			return fmt.Errorf("the marker's commit did not arrive within %s", markerWait)
 		}
 		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitBig waits, as long as waitMarker would, until n of big-transaction's
+// transactions have committed.
+func (d *drain) waitBig(ctx context.Context, n int64) error {
+	deadline := time.Now().Add(markerWait)
+	for d.bigDone.Load() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the big transaction's commit did not arrive within %s", markerWait)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}

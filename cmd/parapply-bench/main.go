@@ -126,7 +126,7 @@ func run(ctx context.Context, args []string) error {
 func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("parapply-bench", flag.ContinueOnError)
 	wl := fs.String("workload", "insert,update", "workloads to run, or all: "+strings.Join(workloadNames(), ", "))
-	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads: the publisher's floor, see docs/benchmarks.md), pgcopydb (initial-sync workloads: pgcopydb clone into an empty target; pgcopydb:table_jobs=N:index_jobs=M, default 2 and 2); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
+	eng := fs.String("engines", "builtin,parapply", "engines to compare: builtin, parapply, drain (catch-up workloads and big-transaction: the publisher's floor, see docs/benchmarks.md), pgcopydb (initial-sync workloads: pgcopydb clone into an empty target; pgcopydb:table_jobs=N:index_jobs=M, default 2 and 2); parapply:name=value[:name=value] is parapply with those settings (e.g. parapply:detect_conflicts=off; binary=PATH measures another build)")
 	scale := fs.Float64("scale", 1, "size factor; 1 is the size of docs/benchmarks.md")
 	runs := fs.Int("runs", 3, "runs per cell; times are medians")
 	jsonPath := fs.String("json", "", "append one JSON record per cell to this file")

@@ -304,8 +304,8 @@ func (r *runEnv) newEngine(ctx context.Context, w workload, engineName string, w
 		}
 		return newPgcopydb(ctx, r, engineName)
 	case engineName == "drain":
-		if w.method != methodCatchup {
-			return nil, fmt.Errorf("the drain engine measures catch-up workloads only")
+		if w.method != methodCatchup && w.method != methodBigTxn {
+			return nil, fmt.Errorf("the drain engine measures catch-up workloads and big-transaction only")
 		}
 		return newDrain(r.pubDSN), nil
 	}
