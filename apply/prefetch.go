@@ -468,11 +468,9 @@ type sharedPrefetcher struct {
 	cc    *pgx.ConnConfig
 	warn  func(string)
 	// waits is the last verdict Tune passed on, for a prefetcher opened
-	// after it; slow is the same, read without the lock on every change;
-	// told is set by the first verdict (see readAhead.roundFull).
+	// after it; slow is the same, read without the lock on every change.
 	waits bool
 	slow  atomic.Bool
-	told  atomic.Bool
 	// idle is set while nothing is to be read ahead (see
 	// Applier.ReadAheadWanted): keys are not offered and statements do
 	// not wait.
@@ -644,21 +642,9 @@ func (ra *readAhead) noteTable(t *Table) {
 }
 
 // roundFull reports whether a round trip of rows rows is as large as one
-// may be while statements wait for their rows (see readAheadRows), or
-// before the tuner's first verdict: a catch-up's first round trip, sent
-// before anyone knew whether reads wait, was as large as
-// Config.PipelineBytes allowed (5,000 rows read one after another by the
-// applier's session, half a second of slow-read-cold at scale 0.3, while
-// the prefetch connections, told a tenth of a second later, could have
-// read them).
+// may be while statements wait for their rows (see readAheadRows).
 func (ra *readAhead) roundFull(rows int) bool {
-	return ra.roundRows > 0 && (ra.slow() || ra.untold()) && rows >= ra.roundRows
-}
-
-// untold reports whether the applier reads ahead and the tuner has not yet
-// said whether its reads wait on a disk.
-func (ra *readAhead) untold() bool {
-	return ra.on && ra.shared != nil && !ra.shared.told.Load() && !ra.idle()
+	return ra.roundRows > 0 && ra.slow() && rows >= ra.roundRows
 }
 
 // Prefetched reports the rows read ahead and those dropped while the
@@ -697,9 +683,8 @@ func (ra *readAhead) pids(dst []uint32) []uint32 {
 // setWaits tells the applier's own prefetcher (open, or opened later)
 // whether its sessions were seen waiting on reads of a disk: only then
 // does it open more connections, and when told they do not, it goes back
-// to one. Never told, it keeps one. told is false for the run's start
-// (DiskUntold), which judged nothing.
-func (ra *readAhead) setWaits(wait, told bool) {
+// to one. Never told, it keeps one.
+func (ra *readAhead) setWaits(wait bool) {
 	if !ra.own {
 		return
 	}
@@ -707,7 +692,6 @@ func (ra *readAhead) setWaits(wait, told bool) {
 	r.mu.Lock()
 	r.waits = wait
 	r.slow.Store(wait)
-	r.told.Store(told)
 	pf := r.pf
 	r.mu.Unlock()
 	if pf == nil {

@@ -343,10 +343,11 @@ func TestReadAheadRests(t *testing.T) {
 }
 
 // TestRoundFull checks when a round trip on a large table is cut at
-// readAheadRows: while reads wait on a disk, and before the tuner's first
-// verdict (a catch-up's first round trip would otherwise be sent whole
-// before anyone knew), never once told they do not wait, while nothing is
-// read ahead, or without read-ahead.
+// readAheadRows: only while the tuner says reads wait on a disk; not
+// before its first verdict (cutting then was tried: slow-read-cold at
+// scale 1 took 8.96 s with it against 8.77 without, medians of 3 in one
+// invocation), once told they do not wait, while nothing is read ahead, or
+// without read-ahead.
 func TestRoundFull(t *testing.T) {
 	const round = 2048
 	for _, tc := range []struct {
@@ -355,14 +356,12 @@ func TestRoundFull(t *testing.T) {
 		verdicts []DiskWaits // given in order to the applier (see Tune)
 		full     bool        // a round trip of round rows is full
 	}{
-		{"no verdict yet", true, false, nil, true},
-		{"the run's start", true, false, []DiskWaits{DiskUntold}, true},
-		{"reads wait", true, false, []DiskWaits{DiskUntold, DiskWaiting}, true},
-		{"reads do not wait", true, false, []DiskWaits{DiskUntold, DiskFast}, false},
-		{"unjudged keeps fast", true, false, []DiskWaits{DiskFast, DiskUnjudged}, false},
-		{"a new run's start forgets", true, false, []DiskWaits{DiskFast, DiskUntold}, true},
-		{"nothing to read ahead", true, true, nil, false},
-		{"read-ahead off", false, false, nil, false},
+		{"no verdict yet", true, false, nil, false},
+		{"reads wait", true, false, []DiskWaits{DiskWaiting}, true},
+		{"unjudged keeps waiting", true, false, []DiskWaits{DiskWaiting, DiskUnjudged}, true},
+		{"reads do not wait", true, false, []DiskWaits{DiskWaiting, DiskFast}, false},
+		{"nothing to read ahead", true, true, []DiskWaits{DiskWaiting}, false},
+		{"read-ahead off", false, false, []DiskWaits{DiskWaiting}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newApplier(Config{Prefetch: tc.on}, nil)

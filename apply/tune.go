@@ -38,10 +38,6 @@ const (
 	DiskWaiting
 	// DiskFast: they do not; the prefetcher goes back to one connection.
 	DiskFast
-	// DiskUntold: as at a run's start, nothing judged yet: one
-	// connection, and round trips no larger than while reads wait
-	// (readAhead.roundFull) until a verdict comes.
-	DiskUntold
 )
 
 // Tune is the tuner's one way into the applier: it tells the applier's own
@@ -51,7 +47,7 @@ const (
 // tuner's goroutine while the applier works.
 func (a *Applier) Tune(verdict DiskWaits, pids []uint32) TuneSignals {
 	if verdict != DiskUnjudged {
-		a.readAhead.setWaits(verdict == DiskWaiting, verdict != DiskUntold)
+		a.readAhead.setWaits(verdict == DiskWaiting)
 	}
 	s := TuneSignals{Executed: a.Stats.Executed.Load(), PrefetchConns: a.readAhead.conns(), PrefetchPIDs: a.readAhead.pids(pids)}
 	if a.conn != nil {

@@ -146,12 +146,8 @@ func (s *Subscriber) newLoop(su setUp, tracker *progress.Tracker, oneByOne parap
 // stream's context first: the tuner may be opening the pool).
 func (s *Subscriber) startTuner(ctx, sctx context.Context, cancel context.CancelFunc, l *loop) (stop func()) {
 	// One prefetch connection until the tuner sees them wait on a
-	// disk (before the loop starts, so that none opens more first), and
-	// round trips no larger than reads that wait allow until it says.
-	l.app.Tune(apply.DiskUntold, nil)
-	for _, w := range s.workersNow() {
-		w.app.Tune(apply.DiskUntold, nil)
-	}
+	// disk (before the loop starts, so that none opens more first).
+	s.prefetchWaits(l, false)
 	tuned := make(chan struct{})
 	cc, pid := l.app.Conn().Config(), l.app.Conn().PgConn().PID()
 	go func() {
