@@ -37,8 +37,9 @@ func (a *Applier) sendQueued(ctx context.Context) error {
 // next statements and offers their keys to the prefetcher. Waiting, the
 // builder offered nothing while the round trip before ran, the prefetch
 // connections ran dry of keys and the next statement then waited for all
-// of its reads (slow-read-cold at scale 1: 9.07 s against 9.80, medians of
-// 3; docs/benchmarks.md).
+// of its reads (slow-read-cold at scale 1: 8.77 s against 9.15 in one
+// invocation, 8.66 against 10.18 in another, medians of 3;
+// docs/history/2026-11-29-round-trips-follow.md).
 func (a *Applier) sendQueuedAsync(ctx context.Context, after func() error) error {
 	var prev *inflight
 	if a.readAhead.slow() {
