@@ -38,7 +38,8 @@ func (a *Applier) sendQueued(ctx context.Context) error {
 // builder offered nothing while the round trip before ran, the prefetch
 // connections ran dry of keys and the next statement then waited for all
 // of its reads (slow-read-cold at scale 1: 8.77 s against 9.15 in one
-// invocation, 8.66 against 10.18 in another, medians of 3;
+// invocation, 8.66 against 10.18 in another (with a cap since taken
+// out), medians of 3;
 // docs/history/2026-11-29-round-trips-follow.md).
 func (a *Applier) sendQueuedAsync(ctx context.Context, after func() error) error {
 	var prev *inflight
