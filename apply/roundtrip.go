@@ -53,8 +53,7 @@ func (a *Applier) sendQueuedAsync(ctx context.Context, after func() error) error
 			return err
 		}
 	} else {
-		ops = a.ops
-		a.ops, a.qbytes, a.qrows = a.ops[:0:0], 0, 0
+		ops = a.take()
 	}
 	if len(ops) == 0 {
 		return nil
@@ -86,9 +85,14 @@ func (a *Applier) takeOps() ([]op, error) {
 	if err := a.wait(); err != nil {
 		return nil, err
 	}
+	return a.take(), nil
+}
+
+// take takes what is queued for the next round trip.
+func (a *Applier) take() []op {
 	ops := a.ops
 	a.ops, a.qbytes, a.qrows = a.ops[:0:0], 0, 0
-	return ops, nil
+	return ops
 }
 
 // roundTrip sends ops, which desc names for errors (see the top of this

@@ -145,7 +145,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		if k := r.u8("tuple kind"); r.err == nil && k != 'N' {
 			r.failf("tuple kind %q, want 'N'", k)
 		}
-		ins.New, _ = r.tuple("new tuple", nil, false)
+		ins.New = r.tuple("new tuple")
 		m = ins
 	case 'U':
 		r.what = "update"
@@ -159,7 +159,7 @@ func (d *Decoder) Decode(data []byte) (Message, error) {
 		if r.err == nil && del.OldKind != 'K' && del.OldKind != 'O' {
 			r.failf("tuple kind %q, want 'K' or 'O'", del.OldKind)
 		}
-		del.Old, _ = r.tuple("old tuple", nil, false)
+		del.Old = r.tuple("old tuple")
 		m = del
 	case 'T':
 		r.what = "truncate"
@@ -321,10 +321,9 @@ func (d *Decoder) update(r *reader) *Update {
 	m.XID = d.streamXID(r)
 	m.RelationID = r.u32("relation id")
 	kind := r.u8("tuple kind")
-	var spare []parapply.Value
 	if kind == 'K' || kind == 'O' {
 		m.OldKind = kind
-		m.Old, spare = r.tuple("old tuple", nil, true)
+		m.Old = r.tuple("old tuple")
 		kind = r.u8("new tuple kind")
 	}
 	if r.err == nil && kind != 'N' {
@@ -334,7 +333,7 @@ func (d *Decoder) update(r *reader) *Update {
 			r.failf("new tuple kind %q, want 'N'", kind)
 		}
 	}
-	m.New, _ = r.tuple("new tuple", spare, false)
+	m.New = r.tuple("new tuple")
 	return m
 }
 

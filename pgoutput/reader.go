@@ -47,8 +47,7 @@ type reader struct {
 	what string // message name, for errors
 	col  int    // relation column being read, for errors; -1 otherwise
 	err  error
-	// dec, when set, gives a tuple's values (Decoder.tupleRoom); without
-	// it each tuple is allocated.
+	// dec gives a tuple's values (Decoder.tupleRoom).
 	dec *Decoder
 }
 
@@ -168,35 +167,21 @@ func (r *reader) count(wide bool, minSize int, field, suffix string) int {
 	return int(n)
 }
 
-// tuple reads a TupleData. When spare is long enough the values go there
-// instead of a new allocation; otherwise a new slice is allocated, twice as
-// long when reserve is set, so that a second tuple of the same width (the
-// new row after an old one) can use the returned spare tail and an update
-// costs a single allocation. Every column takes at least one byte, so the
-// allocation stays proportional to the message size.
-func (r *reader) tuple(label string, spare []parapply.Value, reserve bool) (parapply.Tuple, []parapply.Value) {
+// tuple reads a TupleData into room the Decoder hands out (tupleRoom: a
+// shared slab for small tuples). Every column takes at least one byte, so
+// the room stays proportional to the message size.
+func (r *reader) tuple(label string) parapply.Tuple {
 	n := r.count(false, 1, label, " column count")
 	if r.err != nil {
-		return nil, spare
+		return nil
 	}
-	var t parapply.Tuple
-	switch {
-	case n <= len(spare):
-		t, spare = spare[:n:n], spare[n:]
-	case r.dec != nil:
-		t = r.dec.tupleRoom(n)
-	case reserve:
-		buf := make([]parapply.Value, 2*n)
-		t, spare = buf[:n:n], buf[n:]
-	default:
-		t = make(parapply.Tuple, n)
-	}
+	t := r.dec.tupleRoom(n)
 	b := r.b
 	off := r.off
 	for i := range t {
 		if off >= len(b) {
 			r.failf("%s column %d: missing kind byte", label, i)
-			return nil, spare
+			return nil
 		}
 		kind := b[off]
 		off++
@@ -206,28 +191,28 @@ func (r *reader) tuple(label string, spare []parapply.Value, reserve bool) (para
 		case parapply.ValueText, parapply.ValueBinary:
 			if len(b)-off < 4 {
 				r.failf("%s column %d: %s length: need 4 bytes, have %d", label, i, kindName(kind), len(b)-off)
-				return nil, spare
+				return nil
 			}
 			l := int64(int32(binary.BigEndian.Uint32(b[off:])))
 			off += 4
 			if l < 0 {
 				r.failf("%s column %d: negative %s length %d", label, i, kindName(kind), l)
-				return nil, spare
+				return nil
 			}
 			if l > int64(len(b)-off) {
 				r.failf("%s column %d: %s length %d exceeds remaining %d bytes", label, i, kindName(kind), l, len(b)-off)
-				return nil, spare
+				return nil
 			}
 			end := off + int(l)
 			t[i] = parapply.Value{Kind: kind, Data: b[off:end:end]}
 			off = end
 		default:
 			r.failf("%s column %d: unknown value kind %q (0x%02x)", label, i, kind, kind)
-			return nil, spare
+			return nil
 		}
 	}
 	r.off = off
-	return t, spare
+	return t
 }
 
 func kindName(kind byte) string {

@@ -186,25 +186,22 @@ func (d *drain) close() { d.stop() }
 // waitMarked waits, as long as waitMarker would, for the marker's commit to
 // arrive.
 func (d *drain) waitMarked(ctx context.Context) error {
-	deadline := time.Now().Add(markerWait)
-	for !d.marked.Load() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the marker's commit did not arrive within %s", markerWait)
-		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.waitFor(ctx, "the marker's commit", d.marked.Load)
 }
 
 // waitBig waits, as long as waitMarker would, until n of big-transaction's
 // transactions have committed.
 func (d *drain) waitBig(ctx context.Context, n int64) error {
+	return d.waitFor(ctx, "the big transaction's commit", func() bool { return d.bigDone.Load() >= n })
+}
+
+// waitFor polls arrived until it reports true, for markerWait at most;
+// what names it in the error.
+func (d *drain) waitFor(ctx context.Context, what string, arrived func() bool) error {
 	deadline := time.Now().Add(markerWait)
-	for d.bigDone.Load() < n {
+	for !arrived() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the big transaction's commit did not arrive within %s", markerWait)
+			return fmt.Errorf("%s did not arrive within %s", what, markerWait)
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
 			return err
